@@ -1,0 +1,34 @@
+# fleet's Makefile. `make help` lists the targets.
+#
+# Component-specific targets live in mk/*.mk (one file per area) and add
+# their prerequisites to TEST_DEPS / BENCH_DEPS / DEMO_DEPS.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+GO ?= go
+
+TEST_DEPS :=
+BENCH_DEPS :=
+DEMO_DEPS :=
+# Extra flags for `go test` (for example GOTESTFLAGS=-short).
+GOTESTFLAGS ?=
+
+include $(sort $(wildcard mk/*.mk))
+
+.PHONY: help test vet bench demo fmt clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+vet: $(TEST_DEPS) ## go vet every package
+	$(GO) vet ./...
+
+test: $(TEST_DEPS) ## vet, then run every test with the race detector
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+	$(GO) test -race -count=1 $(GOTESTFLAGS) ./...
+
+fmt: ## gofmt the tree
+	gofmt -w $$(git ls-files '*.go')
+
+clean: ## remove build outputs, fetched binaries and generated models
+	rm -rf bin .build
