@@ -8,13 +8,14 @@ GO ?= go
 
 TEST_DEPS :=
 BENCH_DEPS :=
-DEMO_DEPS :=
+# Targets `make bench` runs in order; each mk/*.mk appends its own.
+BENCH_TARGETS :=
 # Extra flags for `go test` (for example GOTESTFLAGS=-short).
 GOTESTFLAGS ?=
 
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: help test vet bench demo fmt clean
+.PHONY: help test vet bench fmt clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -26,6 +27,9 @@ test: $(TEST_DEPS) ## vet, then run every test with the race detector
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(GOTESTFLAGS) ./...
+
+bench: $(BENCH_DEPS) ## run the benchmarks and print their figures (ratios against in-process baselines)
+	@for t in $(BENCH_TARGETS); do $(MAKE) --no-print-directory $$t || exit 1; done
 
 fmt: ## gofmt the tree
 	gofmt -w $$(git ls-files '*.go')
