@@ -3,6 +3,7 @@ package loop
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/agentfleet/fleet/agents"
 )
@@ -28,6 +29,9 @@ type Input struct {
 // concurrent use by several runs (each with its own Model and ToolExecutor).
 type Runner struct {
 	cfg Config
+	// jitter picks the overload backoff from [0, d]; nil = full jitter.
+	// Tests may replace it (export_test.go).
+	jitter func(d time.Duration) time.Duration
 }
 
 // New validates cfg and returns a Runner.
@@ -44,10 +48,62 @@ func (r *Runner) Config() Config { return r.cfg }
 // Run runs one agent on one node until submit_result, a plain answer, or a
 // limit, and returns the result. Every outcome, including cancellation and
 // deadlines, is a Result; the error is non-nil only when in is unusable (no
-// agent, model or executor).
+// agent, model or executor, no submit_result tool, a node_context template
+// that does not render).
+//
+// The conversation starts with the agent's system prompt (role system, when
+// set) and the rendered node context (role user). Each turn sends the whole
+// tool catalog; the calls of a turn run in order, each answered by its own
+// tool message (an Envelope) right after the assistant message, preceded by
+// its context providers' "[Context] ..." user messages.
+//
+// Outcomes (the error codes are documented in docs/PROTOCOL.md):
+//   - a valid submit_result: its status (default success), summary, details
+//     and error; changed_files is cross-checked with a ChangeLister executor.
+//     Calls after it in the same turn are not run (Details[DetailNotRun]).
+//   - plain text with no calls: success, the text as summary.
+//   - max turns used: one last turn offering only submit_result
+//     (Request.RequireTool); a valid submit ends the run with
+//     Details[DetailTurnLimitHit], anything else is AGENT_003.
+//   - an invalid or empty response: one corrective user message and one
+//     retry (Config.InvalidRetries, counted per turn), then AGENT_001; a
+//     model call past Config.StepTimeout counts as invalid (then AGENT_007).
+//   - invalid submit_result arguments more often than
+//     Config.InvalidRetries allows: AGENT_008.
+//   - the same call (tool and canonical arguments) for the
+//     Config.RepeatLimit-th time in a row is refused with a repeated_call
+//     envelope; once more ends the run with AGENT_004.
+//   - Model errors matching ErrOverloaded are retried with exponential
+//     backoff and full jitter, then AGENT_006; other model errors are
+//     AGENT_006 at once.
+//   - Config.TotalTimeout, or a deadline on ctx: AGENT_002.
+//   - ctx cancelled: AGENT_005 (not a model failure);
+//     Details[DetailCancelCause] is context.Cause(ctx).Error(), so the
+//     caller can tell a worker shutdown from a user cancel.
+//
+// Every failed result keeps the work done: Details[DetailTurns],
+// [DetailToolCalls], [DetailLastText], [DetailLimit] and, with a
+// ChangeLister, [DetailChangedFiles].
+//
+// Events go to in.Events as the run goes; EventFinished is always last.
 func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	if in.Agent == nil || in.Model == nil || in.Tools == nil {
 		return nil, errors.New("loop: Input needs Agent, Model and Tools")
 	}
-	return nil, errors.New("loop: not implemented yet")
+	start := time.Now()
+	s, err := newRun(ctx, r, in)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithTimeoutCause(ctx, r.cfg.TotalTimeout, errTotalTimeout)
+	defer cancel()
+	res := s.play(runCtx)
+	res.WorkspaceID = in.WorkspaceID
+	res.Turns = s.turns
+	res.ToolCalls = s.dispatch
+	res.Usage = s.usage
+	s.timings.Total = time.Since(start)
+	res.Timings = s.timings
+	s.emit(Event{Kind: EventFinished, Turn: s.turns, Status: res.Status, Error: res.Error})
+	return res, nil
 }
