@@ -1,0 +1,339 @@
+package functiongemma
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// decodeJSON decodes one JSON value with numbers kept as json.Number and
+// rejects trailing data.
+func decodeJSON(raw []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON value")
+	}
+	return v, nil
+}
+
+// valueWriter appends a FunctionGemma value to a segment list: strings are
+// <escape>-delimited (the delimiters are special segments), objects have bare
+// keys in alphabetical order, and there is no whitespace anywhere.
+type valueWriter struct {
+	segs []Segment
+}
+
+func (w *valueWriter) text(s string) {
+	if s == "" {
+		return
+	}
+	if n := len(w.segs); n > 0 && !w.segs[n-1].Special {
+		w.segs[n-1].Text += s
+		return
+	}
+	w.segs = append(w.segs, Segment{Text: s})
+}
+
+func (w *valueWriter) special(s string) { w.segs = append(w.segs, Segment{Text: s, Special: true}) }
+
+// str writes an escaped string. Its body is untrusted text: it becomes its own
+// segment, never merged with neighbouring structural text.
+func (w *valueWriter) str(s string) {
+	w.special(TokEscape)
+	if s != "" {
+		w.segs = append(w.segs, Segment{Text: s})
+	}
+	w.special(TokEscape)
+}
+
+// value writes v, a value decoded by decodeJSON.
+func (w *valueWriter) value(v any) error {
+	switch v := v.(type) {
+	case nil:
+		w.text("null")
+	case bool:
+		if v {
+			w.text("true")
+		} else {
+			w.text("false")
+		}
+	case json.Number:
+		w.text(v.String())
+	case float64:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		w.text(string(b))
+	case string:
+		w.str(v)
+	case []any:
+		w.text("[")
+		for i, e := range v {
+			if i > 0 {
+				w.text(",")
+			}
+			if err := w.value(e); err != nil {
+				return err
+			}
+		}
+		w.text("]")
+	case map[string]any:
+		return w.object(v)
+	default:
+		return fmt.Errorf("cannot render %T", v)
+	}
+	return nil
+}
+
+func (w *valueWriter) object(m map[string]any) error {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if err := checkKey(k); err != nil {
+			return err
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	w.text("{")
+	for i, k := range keys {
+		if i > 0 {
+			w.text(",")
+		}
+		w.text(k + ":")
+		if err := w.value(m[k]); err != nil {
+			return err
+		}
+	}
+	w.text("}")
+	return nil
+}
+
+// keyStop holds the bytes a bare key cannot contain.
+const keyStop = ":,{}[]<\" \t\r\n"
+
+// checkKey reports whether k can be written as a bare FunctionGemma key.
+func checkKey(k string) error {
+	if k == "" {
+		return errors.New("empty object key cannot be rendered")
+	}
+	if strings.ContainsAny(k, keyStop) {
+		return fmt.Errorf("object key %q holds a character FunctionGemma keys cannot carry", k)
+	}
+	return nil
+}
+
+// valueParser reads FunctionGemma values from model output and writes them
+// as JSON.
+type valueParser struct {
+	s   string
+	pos int
+	out bytes.Buffer
+}
+
+func (p *valueParser) fail(kind ParseErrorKind, format string, args ...any) error {
+	return &ParseError{Kind: kind, Offset: p.pos, Detail: fmt.Sprintf(format, args...)}
+}
+
+func (p *valueParser) eof() bool { return p.pos >= len(p.s) }
+
+func (p *valueParser) has(lit string) bool { return strings.HasPrefix(p.s[p.pos:], lit) }
+
+// value parses one value at p.pos.
+func (p *valueParser) value(depth int) error {
+	if depth > maxDepth {
+		return p.fail(KindMalformed, "values nested deeper than %d levels", maxDepth)
+	}
+	if p.eof() {
+		return p.fail(KindTruncated, "output ends where a value should start")
+	}
+	switch {
+	case p.has(TokEscape):
+		return p.str()
+	case p.s[p.pos] == '{':
+		return p.object(depth)
+	case p.s[p.pos] == '[':
+		return p.list(depth)
+	}
+	return p.bare()
+}
+
+// str parses <escape>text<escape>.
+func (p *valueParser) str() error {
+	start := p.pos
+	p.pos += len(TokEscape)
+	end := strings.Index(p.s[p.pos:], TokEscape)
+	if end < 0 {
+		p.pos = start
+		return p.fail(KindTruncated, "unterminated string (no closing %s)", TokEscape)
+	}
+	body := p.s[p.pos : p.pos+end]
+	p.pos += end + len(TokEscape)
+	b, err := marshalString(body)
+	if err != nil {
+		return err
+	}
+	p.out.Write(b)
+	return nil
+}
+
+func marshalString(s string) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(b.Bytes(), "\n"), nil
+}
+
+// bare parses a number, true, false or null.
+func (p *valueParser) bare() error {
+	start := p.pos
+	for !p.eof() && !strings.ContainsRune(",}]<", rune(p.s[p.pos])) {
+		p.pos++
+	}
+	lit := p.s[start:p.pos]
+	switch {
+	case lit == "true" || lit == "false" || lit == "null":
+	case isJSONNumber(lit):
+	case lit == "":
+		p.pos = start
+		return p.fail(KindMalformed, "missing value")
+	default:
+		p.pos = start
+		return p.fail(KindMalformed, "bare value %q is not a number, true, false or null (strings need %s)", capString(lit, 40), TokEscape)
+	}
+	p.out.WriteString(lit)
+	return nil
+}
+
+// isJSONNumber reports whether s is a number in JSON's grammar.
+func isJSONNumber(s string) bool {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		n := 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	if i < len(s) && s[i] == '0' {
+		i++
+	} else if digits() == 0 {
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(s)
+}
+
+// object parses {key:value,...}; keys are bare and must not repeat.
+func (p *valueParser) object(depth int) error {
+	p.pos++ // {
+	p.out.WriteByte('{')
+	seen := map[string]bool{}
+	for first := true; ; first = false {
+		if p.eof() {
+			return p.fail(KindTruncated, "unterminated object")
+		}
+		if p.s[p.pos] == '}' {
+			p.pos++
+			p.out.WriteByte('}')
+			return nil
+		}
+		if !first {
+			if p.s[p.pos] != ',' {
+				return p.fail(KindMalformed, "expected ',' or '}' in object, found %q", capString(p.s[p.pos:], 12))
+			}
+			p.pos++
+			p.out.WriteByte(',')
+		}
+		kstart := p.pos
+		for !p.eof() && !strings.ContainsRune(keyStop, rune(p.s[p.pos])) {
+			p.pos++
+		}
+		key := p.s[kstart:p.pos]
+		if p.eof() {
+			return p.fail(KindTruncated, "unterminated object key")
+		}
+		if key == "" || p.s[p.pos] != ':' {
+			p.pos = kstart
+			return p.fail(KindMalformed, "expected key: in object, found %q", capString(p.s[p.pos:], 12))
+		}
+		if seen[key] {
+			p.pos = kstart
+			return p.fail(KindMalformed, "duplicate key %q", capString(key, 40))
+		}
+		seen[key] = true
+		p.pos++ // :
+		kb, err := marshalString(key)
+		if err != nil {
+			return err
+		}
+		p.out.Write(kb)
+		p.out.WriteByte(':')
+		if err := p.value(depth + 1); err != nil {
+			return err
+		}
+	}
+}
+
+// list parses [value,...].
+func (p *valueParser) list(depth int) error {
+	p.pos++ // [
+	p.out.WriteByte('[')
+	for first := true; ; first = false {
+		if p.eof() {
+			return p.fail(KindTruncated, "unterminated list")
+		}
+		if p.s[p.pos] == ']' {
+			p.pos++
+			p.out.WriteByte(']')
+			return nil
+		}
+		if !first {
+			if p.s[p.pos] != ',' {
+				return p.fail(KindMalformed, "expected ',' or ']' in list, found %q", capString(p.s[p.pos:], 12))
+			}
+			p.pos++
+			p.out.WriteByte(',')
+		}
+		if err := p.value(depth + 1); err != nil {
+			return err
+		}
+	}
+}
+
+func capString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
