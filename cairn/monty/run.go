@@ -1,0 +1,547 @@
+package monty
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Script is a tool ready to run: Monty-ready code plus the externals its
+// .pym file declared. cairn/pym builds these from .pym files.
+type Script struct {
+	// Name is the .pym path; tracebacks name it instead of Monty's
+	// "<python-input-N>".
+	Name string
+	// Code is the preprocessed source. Its line numbers must equal the .pym
+	// file's (pym blanks declarations instead of removing them).
+	Code string
+	// Externals are the host functions the script declared. Only these
+	// reach the ExternalFunc; any other unknown name is a NameError.
+	Externals []External
+}
+
+// External is one declared host function.
+type External struct {
+	// Name is the function's name in the script.
+	Name string
+	// Async is true for `async def` externals, which the script awaits:
+	// they are answered with a future and run when the script waits on it.
+	Async bool
+}
+
+// ExternalFunc implements a script's declared externals. args and kwargs
+// hold plain Go values: nil, bool, int64, float64, string, []any,
+// map[string]any (and *big.Int for ints beyond 64 bits, []byte for bytes
+// that are not UTF-8). The result may be any value encodeable as JSON.
+//
+// An error is raised in the script: as the exception named by the error's
+// PythonException() string method when it has one Monty accepts (see
+// PythonError), else as RuntimeError. A panic is raised as RuntimeError.
+// Calls of one run are made one at a time, in the order the script made
+// them, with the run's ctx.
+type ExternalFunc func(ctx context.Context, name string, args []any, kwargs map[string]any) (any, error)
+
+// Outcome is what a finished run produced.
+type Outcome struct {
+	// Value is the JSON form of the script's last expression ("null" when
+	// it ends without one). Dict key order is kept.
+	Value json.RawMessage
+	// Output is the text the script printed, at most Config.MaxOutputBytes.
+	Output string
+	// OutputTruncated reports that Output was cut.
+	OutputTruncated bool
+	// Suspensions counts the host round trips the run made.
+	Suspensions int
+	// InterpreterTime is Monty's bytecode time for the run.
+	InterpreterTime time.Duration
+	// Wall is the run's wall-clock time, process hand-over excluded.
+	Wall time.Duration
+}
+
+// Run executes script in a fresh Monty session on a warm process.
+//
+// inputs answer the script's Input("name", default=...) calls; a missing
+// input without a default raises ValueError in the script. externals is
+// called for the externals script declared.
+//
+// The ctx deadline is the run's wall-clock limit, time in externals
+// included: when it passes while Monty is executing, the process is killed
+// and replaced; while Monty waits on the host, the feed is aborted. Either
+// way Run returns an error matching ErrTimeout and ctx.Err().
+//
+// Errors: *ScriptError for an uncaught Python exception; *LimitError
+// (ErrLimit) for memory, recursion, suspension or size caps; ErrTimeout;
+// ErrCrashed or ErrProtocol when the process misbehaved (it is replaced);
+// ErrStopped; a ctx error when ctx was cancelled. The Outcome carries the
+// print output and counters also when err != nil.
+func (p *Pool) Run(ctx context.Context, script *Script, inputs map[string]any, externals ExternalFunc) (Outcome, error) {
+	if script == nil {
+		return Outcome{}, errors.New("monty: nil script")
+	}
+	p.mu.Lock()
+	if p.state != poolStarted {
+		p.mu.Unlock()
+		return Outcome{}, ErrStopped
+	}
+	p.active.Add(1)
+	p.mu.Unlock()
+	defer p.active.Done()
+
+	if err := ctx.Err(); err != nil {
+		return Outcome{}, ctxError(ctx)
+	}
+	c, err := p.acquire(ctx)
+	if err != nil {
+		return Outcome{}, err
+	}
+	p.runs.Add(1)
+	r := &run{
+		pool:   p,
+		c:      c,
+		script: script,
+		inputs: inputs,
+		ext:    externals,
+	}
+	start := time.Now()
+	out, err := r.drive(ctx)
+	out.Wall = time.Since(start)
+	if err != nil && r.broken {
+		select {
+		case <-p.done:
+			err = fmt.Errorf("%w (%v)", ErrStopped, err)
+		default:
+		}
+	}
+	p.release(c, r.broken)
+	return out, err
+}
+
+// run is the state of one Run on one process.
+type run struct {
+	pool   *Pool
+	c      *child
+	script *Script
+	inputs map[string]any
+	ext    ExternalFunc
+
+	out       strings.Builder
+	truncated bool
+	susp      int
+	pending   map[uint32]call
+	broken    bool // the process must be replaced
+
+	mu        sync.Mutex // guards waiting and killed against the watchdog
+	waiting   bool       // Monty is executing; we are blocked reading
+	killed    bool
+	execMicro uint64
+}
+
+// call is an awaited external call waiting for ResolveFutures.
+type call struct {
+	name   string
+	args   []any
+	kwargs map[string]any
+	err    error // argument decoding failed
+}
+
+// errCtxDone marks that the ctx ended while Monty was waiting on the host.
+var errCtxDone = errors.New("ctx done while the host held the turn")
+
+// drive runs the feed to its end.
+func (r *run) drive(ctx context.Context) (Outcome, error) {
+	stop := context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.waiting {
+			r.killed = true
+			r.c.kill()
+		}
+	})
+	defer stop()
+
+	ev, err := r.exchange(ctx, func(b []byte) []byte { return encodeFeed(b, r.script.Code) })
+	for err == nil {
+		var reply func([]byte) []byte
+		switch ev.kind {
+		case evComplete:
+			return r.complete(ev)
+		case evError:
+			return r.outcome(), r.scriptError(ev.exc)
+		case evTypingError:
+			return r.outcome(), &ScriptError{Type: "TypingError", Message: ev.message}
+		case evFunctionCall, evOsCall, evNameLookup, evResolveFutures:
+			r.susp++
+			if max := r.pool.cfg.MaxSuspensions; max > 0 && r.susp > max {
+				return r.outcome(), r.abort(&LimitError{Type: "RuntimeError",
+					Message: fmt.Sprintf("the tool made more than %d host calls", max)})
+			}
+			reply = r.answer(ctx, ev)
+		default:
+			r.broken = true
+			return r.outcome(), fmt.Errorf("%w: unexpected %s during a feed", ErrProtocol, describeEvent(ev))
+		}
+		ev, err = r.exchange(ctx, reply)
+	}
+	if errors.Is(err, errCtxDone) {
+		return r.outcome(), r.abort(timeoutError(ctx))
+	}
+	r.broken = true
+	if r.killed || ctx.Err() != nil {
+		return r.outcome(), timeoutError(ctx)
+	}
+	return r.outcome(), err
+}
+
+// exchange sends one request and waits for the turn-ending event, with the
+// watchdog armed: if ctx ends meanwhile the process is killed.
+func (r *run) exchange(ctx context.Context, enc func([]byte) []byte) (childEvent, error) {
+	r.mu.Lock()
+	if ctx.Err() != nil {
+		r.mu.Unlock()
+		return childEvent{}, errCtxDone
+	}
+	r.waiting = true
+	r.mu.Unlock()
+	ev, err := r.c.roundTrip(enc, r.print)
+	r.mu.Lock()
+	r.waiting = false
+	killed := r.killed
+	r.mu.Unlock()
+	if err == nil && killed {
+		err = fmt.Errorf("%w: killed at the deadline", ErrCrashed)
+	}
+	if err == nil && ev.totalExecMicros > 0 {
+		r.execMicro = ev.totalExecMicros
+	}
+	return ev, err
+}
+
+// abort ends a feed that is suspended on the host with AbortFeed and
+// returns cause. The process is replaced if the abort does not go through
+// cleanly.
+func (r *run) abort(cause error) error {
+	typ, msg := "TimeoutError", "tool deadline exceeded"
+	var le *LimitError
+	if errors.As(cause, &le) {
+		typ, msg = le.Type, le.Message
+	}
+	t := time.AfterFunc(time.Second, r.c.kill)
+	ev, err := r.c.roundTrip(func(b []byte) []byte { return encodeAbortFeed(b, typ, msg) }, r.print)
+	if !t.Stop() || err != nil || ev.kind != evError {
+		r.broken = true
+	}
+	if le != nil && err == nil && ev.exc != nil {
+		if n := len(ev.exc.traceback); n > 0 {
+			le.Line = ev.exc.traceback[n-1].Line
+		}
+	}
+	return cause
+}
+
+// print collects Print output up to the cap.
+func (r *run) print(text string) {
+	max := r.pool.cfg.MaxOutputBytes
+	if room := max - r.out.Len(); len(text) > room {
+		if room > 0 {
+			cut := room
+			for cut > 0 && !utf8.RuneStart(text[cut]) {
+				cut--
+			}
+			r.out.WriteString(text[:cut])
+		}
+		r.truncated = true
+		return
+	}
+	r.out.WriteString(text)
+}
+
+func (r *run) outcome() Outcome {
+	return Outcome{
+		Output:          r.out.String(),
+		OutputTruncated: r.truncated,
+		Suspensions:     r.susp,
+		InterpreterTime: time.Duration(r.execMicro) * time.Microsecond,
+	}
+}
+
+// complete turns the Complete event into the outcome.
+func (r *run) complete(ev childEvent) (Outcome, error) {
+	out := r.outcome()
+	j, err := valueToJSON(nil, ev.value)
+	if err != nil {
+		r.broken = true
+		return out, fmt.Errorf("%w: undecodable result: %v", ErrCrashed, err)
+	}
+	if max := r.pool.cfg.MaxValueBytes; len(j) > max {
+		return out, &LimitError{Type: "MemoryError", Message: fmt.Sprintf("the tool's result is %d bytes of JSON, over the %d-byte cap", len(j), max)}
+	}
+	out.Value = j
+	return out, nil
+}
+
+// scriptError classifies an exception that ended the feed.
+func (r *run) scriptError(exc *exception) error {
+	if exc == nil {
+		r.broken = true
+		return fmt.Errorf("%w: Error event without an exception", ErrProtocol)
+	}
+	se := &ScriptError{Type: exc.typ, Message: exc.message}
+	for _, f := range exc.traceback {
+		if strings.HasPrefix(f.Filename, "<python-input") || f.Filename == "" {
+			f.Filename = r.script.Name
+		}
+		se.Traceback = append(se.Traceback, f)
+	}
+	if n := len(se.Traceback); n > 0 {
+		se.Line = se.Traceback[n-1].Line
+	}
+	switch {
+	case strings.HasPrefix(exc.message, "protocol violation"):
+		r.broken = true
+		return fmt.Errorf("%w: %s: %s", ErrProtocol, exc.typ, exc.message)
+	case exc.typ == "MemoryError" || exc.typ == "RecursionError":
+		r.broken = true
+		return &LimitError{Type: exc.typ, Message: exc.message, Line: se.Line}
+	case exc.typ == "TimeoutError" && strings.HasPrefix(exc.message, "time limit exceeded"):
+		r.broken = true
+		return fmt.Errorf("%w: interpreter time limit: %s (line %d)", ErrTimeout, exc.message, se.Line)
+	}
+	return se
+}
+
+// answer builds the reply to a suspension.
+func (r *run) answer(ctx context.Context, ev childEvent) func([]byte) []byte {
+	switch ev.kind {
+	case evFunctionCall:
+		id := ev.callID
+		res := r.functionCall(ctx, ev)
+		return func(b []byte) []byte { return encodeResumeCall(b, id, res) }
+	case evOsCall:
+		id := ev.callID
+		res := osCallResult(ev)
+		return func(b []byte) []byte { return encodeResumeCall(b, id, res) }
+	case evNameLookup:
+		var value []byte
+		if r.declared(ev.name) != nil {
+			value = appendSub(nil, objFunction, func(b []byte) []byte { return appendStringField(b, 1, ev.name) })
+		}
+		return func(b []byte) []byte { return encodeResumeNameLookup(b, value) }
+	default: // evResolveFutures
+		ids := slices.Clone(ev.pending)
+		slices.Sort(ids)
+		results := make([]futureResult, 0, len(ids))
+		for _, id := range ids {
+			c, ok := r.pending[id]
+			var res extResult
+			if !ok {
+				res = errResult("RuntimeError", fmt.Sprintf("unknown future %d", id))
+			} else {
+				delete(r.pending, id)
+				res = r.invoke(ctx, c)
+			}
+			results = append(results, futureResult{callID: id, result: res})
+		}
+		return func(b []byte) []byte { return encodeResumeFutures(b, results) }
+	}
+}
+
+func (r *run) declared(name string) *External {
+	for i := range r.script.Externals {
+		if r.script.Externals[i].Name == name {
+			return &r.script.Externals[i]
+		}
+	}
+	return nil
+}
+
+// functionCall answers a FunctionCall: Input() from the inputs, declared
+// externals (async ones with a future), anything else not_found.
+func (r *run) functionCall(ctx context.Context, ev childEvent) extResult {
+	ext := r.declared(ev.name)
+	if ext == nil {
+		if ev.name == "Input" {
+			return r.input(ev)
+		}
+		return extResult{kind: extNotFound, name: ev.name}
+	}
+	c := call{name: ev.name}
+	c.args, c.kwargs, c.err = decodeArgs(ev)
+	if ext.Async {
+		if r.pending == nil {
+			r.pending = make(map[uint32]call)
+		}
+		r.pending[ev.callID] = c
+		return extResult{kind: extFuture, futureID: ev.callID}
+	}
+	return r.invoke(ctx, c)
+}
+
+// input answers Input("name", default=...).
+func (r *run) input(ev childEvent) extResult {
+	if len(ev.args) == 0 {
+		return errResult("TypeError", "Input() needs the input's name")
+	}
+	nameV, err := valueToGo(ev.args[0])
+	name, ok := nameV.(string)
+	if err != nil || !ok {
+		return errResult("TypeError", "Input() name must be a string")
+	}
+	if v, ok := r.inputs[name]; ok {
+		enc, err := encodeValue(nil, v)
+		if err != nil {
+			return errResult("ValueError", fmt.Sprintf("input %q: %v", name, err))
+		}
+		return extResult{kind: extReturnValue, value: enc}
+	}
+	for _, kw := range ev.kwargs {
+		if k, _ := valueToGo(kw.key); k == "default" {
+			return extResult{kind: extReturnValue, value: kw.value}
+		}
+	}
+	if len(ev.args) > 1 {
+		return extResult{kind: extReturnValue, value: ev.args[1]}
+	}
+	return errResult("ValueError", fmt.Sprintf("missing required input %q", name))
+}
+
+// invoke calls the host for one external call.
+func (r *run) invoke(ctx context.Context, c call) (res extResult) {
+	if c.err != nil {
+		return errResult("TypeError", fmt.Sprintf("%s(): %v", c.name, c.err))
+	}
+	if r.ext == nil {
+		return extResult{kind: extNotFound, name: c.name}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.pool.log.Error("monty: external panicked", "external", c.name, "panic", p, "stack", string(debug.Stack()))
+			res = errResult("RuntimeError", fmt.Sprintf("internal error in %s()", c.name))
+		}
+	}()
+	v, err := r.ext(ctx, c.name, c.args, c.kwargs)
+	if err != nil {
+		typ, msg := hostException(err)
+		return errResult(typ, msg)
+	}
+	enc, err := encodeValue(nil, v)
+	if err != nil {
+		return errResult("TypeError", fmt.Sprintf("%s() returned a value the sandbox cannot hold: %v", c.name, err))
+	}
+	if max := r.pool.cfg.MaxValueBytes; len(enc) > max {
+		return errResult("ValueError", fmt.Sprintf("%s() returned %d bytes, over the %d-byte cap", c.name, len(enc), max))
+	}
+	return extResult{kind: extReturnValue, value: enc}
+}
+
+func errResult(typ, msg string) extResult {
+	if !acceptedExceptions[typ] {
+		typ = "RuntimeError"
+	}
+	return extResult{kind: extError, excType: typ, excMsg: msg}
+}
+
+// decodeArgs converts a FunctionCall's arguments to Go values (copies, so
+// they outlive the frame buffer).
+func decodeArgs(ev childEvent) ([]any, map[string]any, error) {
+	args := make([]any, 0, len(ev.args))
+	for _, a := range ev.args {
+		v, err := valueToGo(a)
+		if err != nil {
+			return nil, nil, err
+		}
+		args = append(args, v)
+	}
+	var kwargs map[string]any
+	if len(ev.kwargs) > 0 {
+		kwargs = make(map[string]any, len(ev.kwargs))
+		for _, kw := range ev.kwargs {
+			k, err := valueToGo(kw.key)
+			if err != nil {
+				return nil, nil, err
+			}
+			ks, ok := k.(string)
+			if !ok {
+				return nil, nil, fmt.Errorf("keyword argument name %v is not a string", k)
+			}
+			v, err := valueToGo(kw.value)
+			if err != nil {
+				return nil, nil, err
+			}
+			kwargs[ks] = v
+		}
+	}
+	return args, kwargs, nil
+}
+
+// osCallResult answers OS calls: the clock is served, everything else is
+// not_handled (PermissionError for filesystem calls, RuntimeError else).
+func osCallResult(ev childEvent) extResult {
+	now := time.Now().UTC()
+	switch ev.osArm {
+	case osDateToday:
+		v := appendSub(nil, objDate, func(b []byte) []byte {
+			b = appendVarintField(b, 1, uint64(now.Year()))
+			b = appendVarintField(b, 2, uint64(now.Month()))
+			return appendVarintField(b, 3, uint64(now.Day()))
+		})
+		return extResult{kind: extReturnValue, value: v}
+	case osDateTimeNow:
+		// A tz argument makes an aware datetime in that offset; without one
+		// Python returns local (here: UTC) naive time.
+		off, aware := tzOffset(ev.osPayload)
+		t := now
+		if aware {
+			t = now.In(time.FixedZone("", int(off)))
+		}
+		v := appendSub(nil, objDateTime, func(b []byte) []byte {
+			b = appendVarintField(b, 1, uint64(t.Year()))
+			b = appendVarintField(b, 2, uint64(t.Month()))
+			b = appendVarintField(b, 3, uint64(t.Day()))
+			b = appendVarintField(b, 4, uint64(t.Hour()))
+			b = appendVarintField(b, 5, uint64(t.Minute()))
+			b = appendVarintField(b, 6, uint64(t.Second()))
+			b = appendVarintField(b, 7, uint64(t.Nanosecond()/1000))
+			if aware {
+				b = appendVarintField(b, 8, uint64(int64(off)))
+			}
+			return b
+		})
+		return extResult{kind: extReturnValue, value: v}
+	}
+	return extResult{kind: extNotHandled}
+}
+
+// tzOffset reads DateTimeNow{tz = 1: TimeZone{offset_seconds = 1}}.
+func tzOffset(payload []byte) (int32, bool) {
+	tz, err := decodeBytesField(payload, 1)
+	if err != nil || tz == nil {
+		return 0, false
+	}
+	f, err := uintFields(tz, 1)
+	if err != nil {
+		return 0, false
+	}
+	return int32(f[1]), true
+}
+
+// timeoutError is the error for a run past its ctx deadline (or cancelled).
+func timeoutError(ctx context.Context) error {
+	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return ctxError(ctx)
+	}
+	return fmt.Errorf("%w: the wall-clock deadline passed: %w", ErrTimeout, context.DeadlineExceeded)
+}
+
+func ctxError(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: the wall-clock deadline passed: %w", ErrTimeout, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("monty: run cancelled: %w", context.Cause(ctx))
+}

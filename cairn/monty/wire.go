@@ -1,0 +1,683 @@
+package monty
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// This file is the hand-written protobuf codec for the subset of the Monty
+// 0.0.23 subprocess protocol fleet speaks (docs/pym-runtime.md §2–§6). Field
+// numbers are those of the pinned binary; the golden frames in wire_test.go
+// (§11) pin them.
+
+// protocolVersion is the only wire protocol Monty 0.0.23 serves.
+const protocolVersion = 2
+
+// defaultFrameLimit bounds a frame read from the child. Every child frame is
+// untrusted input.
+const defaultFrameLimit = 16 << 20
+
+// ParentRequest arms.
+const (
+	reqConfigure        = 1
+	reqFeed             = 3
+	reqResumeCall       = 4
+	reqResumeNameLookup = 5
+	reqResumeFutures    = 6
+	reqReset            = 9
+	reqShutdown         = 10
+	reqAbortFeed        = 11
+)
+
+// ChildEvent arms.
+const (
+	evPrint          = 1
+	evFunctionCall   = 2
+	evOsCall         = 3
+	evNameLookup     = 4
+	evResolveFutures = 5
+	evComplete       = 6
+	evError          = 7
+	evTypingError    = 8
+	evDumpResult     = 9
+	evOk             = 10
+	evFatalError     = 11
+	evShutdown       = 12
+)
+
+// ChildEvent message-level fields.
+const (
+	evFieldTotalExecMicros = 20
+	evFieldMaxDuration     = 21
+	evFieldRestoredScript  = 22
+	evFieldMaxSuspensions  = 23
+)
+
+// ExtFunctionResult arms.
+const (
+	extReturnValue = 1
+	extError       = 2
+	extFuture      = 3
+	extNotFound    = 4
+	extNotHandled  = 5
+)
+
+// OsCall arms that fleet answers (the clock); everything else is not_handled.
+const (
+	osDateToday   = 23
+	osDateTimeNow = 24
+)
+
+// errMalformed reports a frame or message that does not decode.
+var errMalformed = errors.New("monty: malformed message")
+
+// writeFrame prefixes body with its 4-byte little-endian length and writes
+// both in one call.
+func writeFrame(w io.Writer, buf []byte, body []byte) ([]byte, error) {
+	buf = binary.LittleEndian.AppendUint32(buf[:0], uint32(len(body)))
+	buf = append(buf, body...)
+	_, err := w.Write(buf)
+	return buf, err
+}
+
+// readFrame reads one frame. It returns io.EOF only for a clean close at a
+// frame boundary.
+func readFrame(r io.Reader, buf []byte, limit uint32) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(hdr[:])
+	if n > limit {
+		return nil, fmt.Errorf("monty: frame of %d bytes exceeds limit %d", n, limit)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("monty: truncated frame: %w", err)
+	}
+	return buf, nil
+}
+
+// ---------------------------------------------------------------------------
+// Requests (parent → child)
+// ---------------------------------------------------------------------------
+
+// limits is ResourceLimits; a zero field is left absent (unlimited, or the
+// child's default for recursion and suspensions).
+type limits struct {
+	maxDurationMicros uint64
+	maxMemoryBytes    uint64
+	gcInterval        uint64
+	maxRecursion      uint64
+	maxSuspensions    uint64
+}
+
+// configureMsg is Configure.
+type configureMsg struct {
+	scriptName   string
+	limits       *limits
+	montyVersion string
+}
+
+// appendSub appends field num as a length-delimited sub-message built by fn.
+func appendSub(b []byte, num protowire.Number, fn func([]byte) []byte) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	// Reserve one length byte: most sub-messages are short. Move the body if
+	// it needs a longer varint.
+	at := len(b)
+	b = append(b, 0)
+	b = fn(b)
+	n := len(b) - at - 1
+	if n < 0x80 {
+		b[at] = byte(n)
+		return b
+	}
+	sz := protowire.SizeVarint(uint64(n))
+	b = append(b, make([]byte, sz-1)...)
+	copy(b[at+sz:], b[at+1:at+1+n])
+	protowire.AppendVarint(b[at:at], uint64(n))
+	return b
+}
+
+func appendStringField(b []byte, num protowire.Number, s string) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendString(b, s)
+}
+
+func appendVarintField(b []byte, num protowire.Number, v uint64) []byte {
+	b = protowire.AppendTag(b, num, protowire.VarintType)
+	return protowire.AppendVarint(b, v)
+}
+
+// encodeConfigure builds ParentRequest{configure}.
+func encodeConfigure(b []byte, c configureMsg) []byte {
+	return appendSub(b, reqConfigure, func(b []byte) []byte {
+		if c.scriptName != "" {
+			b = appendStringField(b, 1, c.scriptName)
+		}
+		if l := c.limits; l != nil {
+			b = appendSub(b, 2, func(b []byte) []byte {
+				for _, f := range []struct {
+					num protowire.Number
+					v   uint64
+				}{{1, l.maxDurationMicros}, {2, l.maxMemoryBytes}, {3, l.gcInterval}, {4, l.maxRecursion}, {5, l.maxSuspensions}} {
+					if f.v != 0 {
+						b = appendVarintField(b, f.num, f.v)
+					}
+				}
+				return b
+			})
+		}
+		if c.montyVersion != "" {
+			b = appendStringField(b, 5, c.montyVersion)
+		}
+		return appendVarintField(b, 9, protocolVersion)
+	})
+}
+
+// encodeFeed builds ParentRequest{feed{code}}. Inputs are not bound as
+// globals: the script's Input() calls fetch them (§14.4, option B).
+func encodeFeed(b []byte, code string) []byte {
+	return appendSub(b, reqFeed, func(b []byte) []byte {
+		return appendStringField(b, 1, code)
+	})
+}
+
+// extResult is an ExtFunctionResult: exactly one arm is used.
+type extResult struct {
+	kind     int    // extReturnValue, extError, extFuture, extNotFound, extNotHandled
+	value    []byte // encoded MontyObject for extReturnValue
+	excType  string // for extError
+	excMsg   string // for extError
+	futureID uint32 // for extFuture
+	name     string // for extNotFound
+}
+
+func appendExtResult(b []byte, r extResult) []byte {
+	switch r.kind {
+	case extReturnValue:
+		b = protowire.AppendTag(b, extReturnValue, protowire.BytesType)
+		return protowire.AppendBytes(b, r.value)
+	case extError:
+		return appendSub(b, extError, func(b []byte) []byte { return appendException(b, r.excType, r.excMsg) })
+	case extFuture:
+		return appendVarintField(b, extFuture, uint64(r.futureID))
+	case extNotFound:
+		return appendStringField(b, extNotFound, r.name)
+	default: // extNotHandled
+		b = protowire.AppendTag(b, extNotHandled, protowire.BytesType)
+		return protowire.AppendVarint(b, 0)
+	}
+}
+
+// appendException encodes RaisedException{exc_type, message}.
+func appendException(b []byte, typ, msg string) []byte {
+	b = appendStringField(b, 1, typ)
+	return appendStringField(b, 2, msg)
+}
+
+// encodeResumeCall builds ParentRequest{resume_call{call_id, result}}. The
+// call id is always written, also when it is 0 (the child accepts that).
+func encodeResumeCall(b []byte, callID uint32, r extResult) []byte {
+	return appendSub(b, reqResumeCall, func(b []byte) []byte {
+		b = appendVarintField(b, 1, uint64(callID))
+		return appendSub(b, 2, func(b []byte) []byte { return appendExtResult(b, r) })
+	})
+}
+
+// futureResult is one entry of ResumeFutures.
+type futureResult struct {
+	callID uint32
+	result extResult
+}
+
+// encodeResumeFutures builds ParentRequest{resume_futures{results}}.
+func encodeResumeFutures(b []byte, results []futureResult) []byte {
+	return appendSub(b, reqResumeFutures, func(b []byte) []byte {
+		for _, fr := range results {
+			b = appendSub(b, 1, func(b []byte) []byte {
+				b = appendVarintField(b, 1, uint64(fr.callID))
+				return appendSub(b, 2, func(b []byte) []byte { return appendExtResult(b, fr.result) })
+			})
+		}
+		return b
+	})
+}
+
+// encodeResumeNameLookup builds ParentRequest{resume_name_lookup}. A nil
+// value answers `undefined` (NameError in the sandbox).
+func encodeResumeNameLookup(b []byte, value []byte) []byte {
+	return appendSub(b, reqResumeNameLookup, func(b []byte) []byte {
+		if value == nil {
+			b = protowire.AppendTag(b, 2, protowire.BytesType)
+			return protowire.AppendVarint(b, 0)
+		}
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		return protowire.AppendBytes(b, value)
+	})
+}
+
+// encodeEmpty builds a ParentRequest whose arm is an empty message (reset,
+// shutdown).
+func encodeEmpty(b []byte, arm protowire.Number) []byte {
+	b = protowire.AppendTag(b, arm, protowire.BytesType)
+	return protowire.AppendVarint(b, 0)
+}
+
+// encodeAbortFeed builds ParentRequest{abort_feed{exception}}.
+func encodeAbortFeed(b []byte, typ, msg string) []byte {
+	return appendSub(b, reqAbortFeed, func(b []byte) []byte {
+		return appendSub(b, 1, func(b []byte) []byte { return appendException(b, typ, msg) })
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Events (child → parent)
+// ---------------------------------------------------------------------------
+
+// rawPair is a kwargs entry; key and value are encoded MontyObjects.
+type rawPair struct{ key, value []byte }
+
+// childEvent is a decoded ChildEvent. Byte slices alias the frame buffer and
+// are valid only until the next frame is read.
+type childEvent struct {
+	kind int
+
+	// print
+	stream int
+	text   string
+
+	// function_call, name_lookup
+	name   string
+	args   [][]byte
+	kwargs []rawPair
+
+	// function_call, os_call
+	callID uint32
+
+	// os_call: the arm number of the call oneof and its payload
+	osArm     int
+	osPayload []byte
+
+	// resolve_futures
+	pending []uint32
+
+	// complete (nil when absent), dump_result state
+	value []byte
+
+	// error
+	exc *exception
+
+	// typing_error diagnostics, fatal_error message
+	message string
+
+	totalExecMicros uint64
+	maxSuspensions  uint64
+}
+
+// exception is a decoded RaisedException.
+type exception struct {
+	typ       string
+	message   string
+	traceback []Frame
+}
+
+// Frame is one traceback entry of a script error, outermost first.
+type Frame struct {
+	// Filename is the script's name (the .pym path) for fed code.
+	Filename string `json:"filename"`
+	// Line and Column are 1-based; Line counts lines of the .pym file.
+	Line   int `json:"line"`
+	Column int `json:"column,omitempty"`
+	// Function is the enclosing function, "" for module-level code.
+	Function string `json:"function,omitempty"`
+	// Source is the source line, when Monty provides it.
+	Source string `json:"source,omitempty"`
+}
+
+// fieldIter walks the fields of one message.
+type fieldIter struct {
+	b   []byte
+	err error
+
+	num protowire.Number
+	typ protowire.Type
+	// val holds the bytes of a BytesType field; v the value of a varint or
+	// fixed field.
+	val []byte
+	v   uint64
+}
+
+// next advances to the next field; false at the end or on error (it.err).
+func (it *fieldIter) next() bool {
+	if len(it.b) == 0 || it.err != nil {
+		return false
+	}
+	num, typ, n := protowire.ConsumeTag(it.b)
+	if n < 0 {
+		it.err = fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
+		return false
+	}
+	it.b = it.b[n:]
+	it.num, it.typ, it.val, it.v = num, typ, nil, 0
+	switch typ {
+	case protowire.VarintType:
+		it.v, n = protowire.ConsumeVarint(it.b)
+	case protowire.Fixed64Type:
+		it.v, n = protowire.ConsumeFixed64(it.b)
+	case protowire.Fixed32Type:
+		var v32 uint32
+		v32, n = protowire.ConsumeFixed32(it.b)
+		it.v = uint64(v32)
+	case protowire.BytesType:
+		it.val, n = protowire.ConsumeBytes(it.b)
+	default:
+		n = protowire.ConsumeFieldValue(num, typ, it.b)
+	}
+	if n < 0 {
+		it.err = fmt.Errorf("%w: field %d: %v", errMalformed, num, protowire.ParseError(n))
+		return false
+	}
+	it.b = it.b[n:]
+	return true
+}
+
+// bytesField reports whether the current field is length-delimited; a
+// known field with another wire type is malformed.
+func (it *fieldIter) wantBytes() bool {
+	if it.typ != protowire.BytesType {
+		it.err = fmt.Errorf("%w: field %d has wire type %d, want bytes", errMalformed, it.num, it.typ)
+		return false
+	}
+	return true
+}
+
+func (it *fieldIter) wantVarint() bool {
+	if it.typ != protowire.VarintType {
+		it.err = fmt.Errorf("%w: field %d has wire type %d, want varint", errMalformed, it.num, it.typ)
+		return false
+	}
+	return true
+}
+
+// decodeChildEvent decodes one ChildEvent frame body. Unknown fields are
+// skipped; an event without a known arm is an error.
+func decodeChildEvent(b []byte) (childEvent, error) {
+	var ev childEvent
+	it := fieldIter{b: b}
+	for it.next() {
+		switch it.num {
+		case evFieldTotalExecMicros:
+			if it.wantVarint() {
+				ev.totalExecMicros = it.v
+			}
+			continue
+		case evFieldMaxSuspensions:
+			if it.wantVarint() {
+				ev.maxSuspensions = it.v
+			}
+			continue
+		case evFieldMaxDuration, evFieldRestoredScript:
+			continue
+		}
+		if it.num < evPrint || it.num > evShutdown {
+			continue // unknown field
+		}
+		if !it.wantBytes() {
+			break
+		}
+		ev = childEvent{kind: int(it.num), totalExecMicros: ev.totalExecMicros, maxSuspensions: ev.maxSuspensions}
+		var err error
+		switch it.num {
+		case evPrint:
+			err = decodePrint(&ev, it.val)
+		case evFunctionCall:
+			err = decodeFunctionCall(&ev, it.val)
+		case evOsCall:
+			err = decodeOsCall(&ev, it.val)
+		case evNameLookup:
+			ev.name, err = decodeStringField(it.val, 1)
+		case evResolveFutures:
+			err = decodeResolveFutures(&ev, it.val)
+		case evComplete:
+			ev.value, err = decodeBytesField(it.val, 1)
+			if err == nil && ev.value == nil {
+				ev.value = noneObject
+			}
+		case evError:
+			var exc []byte
+			exc, err = decodeBytesField(it.val, 1)
+			if err == nil {
+				ev.exc, err = decodeException(exc)
+			}
+		case evTypingError, evFatalError:
+			ev.message, err = decodeStringField(it.val, 1)
+		case evDumpResult:
+			ev.value, err = decodeBytesField(it.val, 1)
+		}
+		if err != nil {
+			return childEvent{}, err
+		}
+	}
+	if it.err != nil {
+		return childEvent{}, it.err
+	}
+	if ev.kind == 0 {
+		return childEvent{}, fmt.Errorf("%w: event without a kind", errMalformed)
+	}
+	return ev, nil
+}
+
+// decodeBytesField returns the last occurrence of length-delimited field num
+// (nil when absent).
+func decodeBytesField(b []byte, num protowire.Number) ([]byte, error) {
+	var out []byte
+	it := fieldIter{b: b}
+	for it.next() {
+		if it.num == num && it.wantBytes() {
+			out = it.val
+			if out == nil {
+				out = []byte{}
+			}
+		}
+	}
+	return out, it.err
+}
+
+func decodeStringField(b []byte, num protowire.Number) (string, error) {
+	v, err := decodeBytesField(b, num)
+	return string(v), err
+}
+
+func decodePrint(ev *childEvent, b []byte) error {
+	it := fieldIter{b: b}
+	for it.next() {
+		switch it.num {
+		case 1:
+			if it.wantVarint() {
+				ev.stream = int(it.v)
+			}
+		case 2:
+			if it.wantBytes() {
+				ev.text += string(it.val)
+			}
+		case 3: // newer builds: repeated segments {stream = 1, text = 2}
+			if it.wantBytes() {
+				t, err := decodeStringField(it.val, 2)
+				if err != nil {
+					return err
+				}
+				ev.text += t
+			}
+		}
+	}
+	return it.err
+}
+
+func decodeFunctionCall(ev *childEvent, b []byte) error {
+	it := fieldIter{b: b}
+	for it.next() {
+		switch it.num {
+		case 1:
+			if it.wantBytes() {
+				ev.name = string(it.val)
+			}
+		case 2:
+			if it.wantBytes() {
+				ev.args = append(ev.args, it.val)
+			}
+		case 3:
+			if it.wantBytes() {
+				p, err := decodePair(it.val)
+				if err != nil {
+					return err
+				}
+				ev.kwargs = append(ev.kwargs, p)
+			}
+		case 4:
+			if it.wantVarint() {
+				ev.callID = uint32(it.v)
+			}
+		}
+	}
+	return it.err
+}
+
+func decodePair(b []byte) (rawPair, error) {
+	var p rawPair
+	it := fieldIter{b: b}
+	for it.next() {
+		switch it.num {
+		case 1:
+			if it.wantBytes() {
+				p.key = it.val
+			}
+		case 2:
+			if it.wantBytes() {
+				p.value = it.val
+			}
+		}
+	}
+	if p.key == nil {
+		p.key = noneObject
+	}
+	if p.value == nil {
+		p.value = noneObject
+	}
+	return p, it.err
+}
+
+func decodeOsCall(ev *childEvent, b []byte) error {
+	it := fieldIter{b: b}
+	for it.next() {
+		switch {
+		case it.num == 1:
+			if it.wantVarint() {
+				ev.callID = uint32(it.v)
+			}
+		case it.num >= 2 && it.num <= 40:
+			ev.osArm = int(it.num)
+			ev.osPayload = it.val
+		}
+	}
+	return it.err
+}
+
+func decodeResolveFutures(ev *childEvent, b []byte) error {
+	it := fieldIter{b: b}
+	for it.next() {
+		if it.num != 1 {
+			continue
+		}
+		switch it.typ {
+		case protowire.VarintType: // unpacked
+			ev.pending = append(ev.pending, uint32(it.v))
+		case protowire.BytesType: // packed
+			p := it.val
+			for len(p) > 0 {
+				v, n := protowire.ConsumeVarint(p)
+				if n < 0 {
+					return fmt.Errorf("%w: pending_call_ids: %v", errMalformed, protowire.ParseError(n))
+				}
+				ev.pending = append(ev.pending, uint32(v))
+				p = p[n:]
+			}
+		default:
+			return fmt.Errorf("%w: pending_call_ids has wire type %d", errMalformed, it.typ)
+		}
+	}
+	return it.err
+}
+
+func decodeException(b []byte) (*exception, error) {
+	exc := &exception{}
+	it := fieldIter{b: b}
+	for it.next() {
+		switch it.num {
+		case 1:
+			if it.wantBytes() {
+				exc.typ = string(it.val)
+			}
+		case 2:
+			if it.wantBytes() {
+				exc.message = string(it.val)
+			}
+		case 3:
+			if it.wantBytes() {
+				f, err := decodeFrame(it.val)
+				if err != nil {
+					return nil, err
+				}
+				exc.traceback = append(exc.traceback, f)
+			}
+		}
+	}
+	return exc, it.err
+}
+
+func decodeFrame(b []byte) (Frame, error) {
+	var f Frame
+	it := fieldIter{b: b}
+	for it.next() {
+		switch it.num {
+		case 1:
+			if it.wantBytes() {
+				f.Filename = string(it.val)
+			}
+		case 2:
+			if it.wantBytes() {
+				sub := fieldIter{b: it.val}
+				for sub.next() {
+					switch sub.num {
+					case 1:
+						f.Line = int(uint32(sub.v))
+					case 2:
+						f.Column = int(uint32(sub.v))
+					}
+				}
+				if sub.err != nil {
+					return f, sub.err
+				}
+			}
+		case 4:
+			if it.wantBytes() {
+				f.Function = string(it.val)
+			}
+		case 5:
+			if it.wantBytes() {
+				f.Source = string(it.val)
+			}
+		}
+	}
+	return f, it.err
+}
