@@ -260,7 +260,7 @@ func (p *Pool) spawnReady(ctx context.Context) (*child, error) {
 		if err == nil || ctx.Err() != nil {
 			err = fmt.Errorf("self-test did not finish within %v: %w", p.cfg.StartTimeout, ctx.Err())
 		}
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadBinary, p.cfg.Binary, err)
+		return nil, fmt.Errorf("%w: %s failed the self-test: %v", ErrBadBinary, p.cfg.Binary, err)
 	}
 	return c, nil
 }
@@ -347,10 +347,14 @@ func (p *Pool) release(c *child, broken bool) {
 	go func() {
 		defer p.bg.Done()
 		if !broken && !worn {
-			if err := p.renew(c); err == nil {
+			err := p.renew(c)
+			if err == nil {
 				p.idle <- c
 				return
-			} else {
+			}
+			select {
+			case <-p.done:
+			default:
 				p.log.Warn("monty session reset failed; replacing the process", "err", err)
 			}
 		}

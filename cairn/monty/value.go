@@ -729,7 +729,8 @@ func decodeBig(b []byte) (*big.Int, error) {
 }
 
 // appendJSONString appends s as a JSON string literal. Invalid UTF-8 is
-// replaced, as encoding/json does.
+// replaced, as encoding/json does; unlike encoding/json, <, > and & stay
+// as they are (tool results are read by a model, not embedded in HTML).
 func appendJSONString(dst []byte, s string) []byte {
 	const hexDigits = "0123456789abcdef"
 	dst = append(dst, '"')
@@ -745,7 +746,7 @@ func appendJSONString(dst []byte, s string) []byte {
 				dst = append(dst, '\\', 'r')
 			case c == '\t':
 				dst = append(dst, '\\', 't')
-			case c < 0x20 || c == '<' || c == '>' || c == '&':
+			case c < 0x20:
 				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			default:
 				dst = append(dst, c)

@@ -194,7 +194,7 @@ func TestValueRoundTrip(t *testing.T) {
 		{huge, `"-123456789012345678901234567890"`},
 		{1.5, `1.5`},
 		{math.Inf(1), `"inf"`},
-		{"a\"<b>\n", `"a\"\u003cb\u003e\n"`},
+		{"a\"<b>\n\x01", `"a\"<b>\n\u0001"`},
 		{[]byte{0xff, 0x00}, `"/wA="`},
 		{[]any{int64(1), "two", []any{}}, `[1,"two",[]]`},
 		{map[string]any{"b": int64(1), "a": []string{"x"}}, `{"a":["x"],"b":1}`},
