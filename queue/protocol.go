@@ -1,0 +1,553 @@
+// Package queue is fleet's job queue on NATS JetStream: the wire protocol
+// (fleet protocol v1, docs/PROTOCOL.md), the streams, consumers and key-value
+// bucket it needs, the worker engine that pulls run requests one job per slot
+// and publishes results and events, the dead-letter mover, and helpers to
+// embed nats-server or connect to one.
+//
+// Everything a coordinator in another language needs is in docs/PROTOCOL.md;
+// the Go types here are that document's reference implementation.
+package queue
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/loop"
+)
+
+// ProtocolVersion is the version of the fleet protocol this package speaks.
+// It is carried in the Fleet-Protocol header and in every message body.
+const ProtocolVersion = 1
+
+// Subject prefixes (docs/PROTOCOL.md §2). Job ids and operations are single
+// subject tokens, so every subject below has a fixed number of tokens.
+const (
+	// SubjectRunPrefix + operation is where run requests are published.
+	SubjectRunPrefix = "agents.run."
+	// SubjectResultsPrefix + job id carries the job's AgentResult.
+	SubjectResultsPrefix = "agents.results."
+	// SubjectEventsPrefix + job id carries the job's events, in order.
+	SubjectEventsPrefix = "agents.events."
+	// SubjectCancelPrefix + job id asks the slot running the job to cancel it.
+	SubjectCancelPrefix = "agents.cancel."
+	// SubjectDLQPrefix + operation holds dead-lettered requests.
+	SubjectDLQPrefix = "agents.dlq."
+)
+
+// Stream, consumer and bucket names (docs/PROTOCOL.md §3).
+const (
+	// StreamRuns is the WorkQueue stream of run requests (agents.run.>).
+	StreamRuns = "FLEET_RUNS"
+	// StreamResults is the Limits stream of results and events.
+	StreamResults = "FLEET_RESULTS"
+	// StreamDLQ is the Limits stream of dead-lettered requests (agents.dlq.>).
+	StreamDLQ = "FLEET_DLQ"
+	// StreamAdvisories captures FLEET_RUNS's max-deliveries advisories so the
+	// dead-letter mover sees them even when no worker was up at the time.
+	StreamAdvisories = "FLEET_ADVISORIES"
+	// BucketJobs is the KV bucket of job status, keyed by job id.
+	BucketJobs = "fleet_jobs"
+	// ConsumerDLQMover is the durable consumer of StreamAdvisories.
+	ConsumerDLQMover = "dlq_mover"
+	// AdvisoryMaxDeliveriesPrefix + "FLEET_RUNS.<consumer>" is the server's
+	// max-deliveries advisory subject.
+	AdvisoryMaxDeliveriesPrefix = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."
+)
+
+// Header names (docs/PROTOCOL.md §4).
+const (
+	// HeaderMsgID is JetStream's dedupe id: the job id on requests,
+	// "<job_id>-result" on results, "<job_id>-dlq" on dead letters.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderContentType selects the encoding: application/json (the default
+	// when absent) or application/msgpack (also application/x-msgpack).
+	HeaderContentType = "Content-Type"
+	// HeaderProtocol carries ProtocolVersion ("1").
+	HeaderProtocol = "Fleet-Protocol"
+	// HeaderReplyTo is an optional subject prefix: the worker also publishes
+	// the result on <Reply-To>.result and the events on <Reply-To>.events
+	// (core NATS, live only).
+	HeaderReplyTo = "Reply-To"
+	// HeaderJobID carries the job id on results, events and dead letters.
+	HeaderJobID = "Fleet-Job-Id"
+	// HeaderAttempt is the delivery attempt (from 1) that produced a result
+	// or an event.
+	HeaderAttempt = "Fleet-Attempt"
+	// HeaderDLQCode and HeaderDLQReason say why a request was dead-lettered.
+	HeaderDLQCode   = "Fleet-Dlq-Code"
+	HeaderDLQReason = "Fleet-Dlq-Reason"
+	// HeaderOrigSubject and HeaderOrigSeq locate a dead letter's original
+	// request (its subject and FLEET_RUNS stream sequence).
+	HeaderOrigSubject = "Fleet-Original-Subject"
+	HeaderOrigSeq     = "Fleet-Original-Seq"
+	// HeaderDeliveries is how many times a dead letter was delivered.
+	HeaderDeliveries = "Fleet-Deliveries"
+)
+
+// Content types.
+const (
+	ContentTypeJSON     = "application/json"
+	ContentTypeMsgpack  = "application/msgpack"
+	ContentTypeXMsgpack = "application/x-msgpack"
+)
+
+// Limits a run request must respect (docs/PROTOCOL.md §5).
+const (
+	// MaxRequestBytes caps an encoded run request (NATS's default max
+	// payload).
+	MaxRequestBytes = 1 << 20
+	// MaxIDLength caps job ids and node ids.
+	MaxIDLength = 128
+	// MaxOperationLength caps operation names.
+	MaxOperationLength = 64
+	// MaxFiles caps the number of workspace files in a request.
+	MaxFiles = 1000
+	// MaxPathLength caps a workspace file path.
+	MaxPathLength = 1024
+	// MaxReplyToLength caps the Reply-To header.
+	MaxReplyToLength = 256
+	// MaxTurnsLimit caps options.max_turns.
+	MaxTurnsLimit = 1000
+	// MaxTimeoutMS caps every options.*_timeout_ms (24 hours).
+	MaxTimeoutMS = 24 * 60 * 60 * 1000
+)
+
+// Queue error codes, alongside the loop's AGENT_00x codes (loop/result.go).
+// AgentResult.Error reads "<code>: <message>".
+const (
+	// CodeUndecodable: the payload is not valid JSON/msgpack for a
+	// RunRequest, or its Content-Type is unsupported. Poison: terminated,
+	// dead-lettered.
+	CodeUndecodable loop.ErrorCode = "QUEUE_001"
+	// CodeUnknownOperation: the request names an operation no worker serves
+	// (or differs from its subject's). Poison.
+	CodeUnknownOperation loop.ErrorCode = "QUEUE_002"
+	// CodeInvalidRequest: the request decoded but failed validation (job id
+	// syntax, sizes, UTF-8, workspace paths, options, version). Poison.
+	CodeInvalidRequest loop.ErrorCode = "QUEUE_003"
+	// CodeMaxDeliveries: every delivery attempt failed (MaxDeliver reached,
+	// by transient errors or by workers that never acknowledged). The
+	// request is dead-lettered.
+	CodeMaxDeliveries loop.ErrorCode = "QUEUE_004"
+	// CodeCanceled: the job was canceled on request (agents.cancel.<job_id>
+	// or KV status canceled). The loop reports the same thing as AGENT_005.
+	CodeCanceled loop.ErrorCode = "QUEUE_005"
+	// CodeProcessorPanic: the worker's processor panicked on this request.
+	// Treated as poison: terminated, dead-lettered.
+	CodeProcessorPanic loop.ErrorCode = "QUEUE_006"
+)
+
+// Sentinel errors matched with errors.Is against a *RequestError.
+var (
+	// ErrUndecodable matches a *RequestError with CodeUndecodable.
+	ErrUndecodable = errors.New("undecodable payload")
+	// ErrUnknownOperation matches a *RequestError with CodeUnknownOperation.
+	ErrUnknownOperation = errors.New("unknown operation")
+	// ErrInvalidRequest matches a *RequestError with CodeInvalidRequest.
+	ErrInvalidRequest = errors.New("invalid request")
+)
+
+// RequestError is why a run request was refused. It is poison: the worker
+// terminates the message with Error() as the reason.
+type RequestError struct {
+	// Code is CodeUndecodable, CodeUnknownOperation or CodeInvalidRequest.
+	Code loop.ErrorCode
+	// Field names the offending field ("job_id", "files[\"a.py\"]"), or "".
+	Field string
+	// Reason says what is wrong, for people.
+	Reason string
+}
+
+// Error implements error: "QUEUE_003: invalid request: job_id: ...".
+func (e *RequestError) Error() string {
+	var b strings.Builder
+	b.WriteString(string(e.Code))
+	b.WriteString(": ")
+	b.WriteString(e.sentinel().Error())
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+func (e *RequestError) sentinel() error {
+	switch e.Code {
+	case CodeUndecodable:
+		return ErrUndecodable
+	case CodeUnknownOperation:
+		return ErrUnknownOperation
+	default:
+		return ErrInvalidRequest
+	}
+}
+
+// Is matches the sentinel of e's code.
+func (e *RequestError) Is(target error) bool { return target == e.sentinel() }
+
+func invalid(field, format string, args ...any) *RequestError {
+	return &RequestError{Code: CodeInvalidRequest, Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Encoding is a payload encoding, chosen by Content-Type.
+type Encoding uint8
+
+// Encodings.
+const (
+	// JSON is application/json, the default.
+	JSON Encoding = iota
+	// Msgpack is application/msgpack (or application/x-msgpack).
+	Msgpack
+)
+
+// String returns the encoding's content type.
+func (e Encoding) String() string { return e.ContentType() }
+
+// ContentType returns the encoding's canonical Content-Type value.
+func (e Encoding) ContentType() string {
+	if e == Msgpack {
+		return ContentTypeMsgpack
+	}
+	return ContentTypeJSON
+}
+
+// EncodingFor maps a Content-Type header value to an Encoding. An empty value
+// means JSON; parameters (";charset=utf-8") are ignored. Other types are an
+// error matching ErrUndecodable.
+func EncodingFor(contentType string) (Encoding, error) {
+	switch contentType {
+	case "", ContentTypeJSON:
+		return JSON, nil
+	case ContentTypeMsgpack, ContentTypeXMsgpack:
+		return Msgpack, nil
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err == nil {
+		switch strings.ToLower(mt) {
+		case ContentTypeJSON:
+			return JSON, nil
+		case ContentTypeMsgpack, ContentTypeXMsgpack:
+			return Msgpack, nil
+		}
+	}
+	return JSON, &RequestError{Code: CodeUndecodable, Field: HeaderContentType,
+		Reason: fmt.Sprintf("unsupported content type %q (want %s or %s)", contentType, ContentTypeJSON, ContentTypeMsgpack)}
+}
+
+// Marshal encodes v.
+func (e Encoding) Marshal(v any) ([]byte, error) {
+	if e == Msgpack {
+		return msgpack.Marshal(v)
+	}
+	return json.Marshal(v)
+}
+
+// Unmarshal decodes data into v. JSON decoding refuses unknown fields only
+// where the caller asks (DecodeRunRequest does not: newer clients may add
+// fields).
+func (e Encoding) Unmarshal(data []byte, v any) error {
+	if e == Msgpack {
+		return msgpack.Unmarshal(data, v)
+	}
+	return json.Unmarshal(data, v)
+}
+
+// RunOptions are a request's per-run limits. Zero means "the worker's
+// default".
+type RunOptions struct {
+	// MaxTurns bounds model calls (0..1000).
+	MaxTurns int `json:"max_turns,omitempty" msgpack:"max_turns,omitempty"`
+	// StepTimeoutMS bounds one model call, in milliseconds.
+	StepTimeoutMS int64 `json:"step_timeout_ms,omitempty" msgpack:"step_timeout_ms,omitempty"`
+	// TotalTimeoutMS bounds the whole run, in milliseconds.
+	TotalTimeoutMS int64 `json:"total_timeout_ms,omitempty" msgpack:"total_timeout_ms,omitempty"`
+	// ToolTimeoutMS bounds one tool call, in milliseconds.
+	ToolTimeoutMS int64 `json:"tool_timeout_ms,omitempty" msgpack:"tool_timeout_ms,omitempty"`
+}
+
+// StepTimeout is StepTimeoutMS as a duration.
+func (o RunOptions) StepTimeout() time.Duration { return time.Duration(o.StepTimeoutMS) * time.Millisecond }
+
+// TotalTimeout is TotalTimeoutMS as a duration.
+func (o RunOptions) TotalTimeout() time.Duration {
+	return time.Duration(o.TotalTimeoutMS) * time.Millisecond
+}
+
+// ToolTimeout is ToolTimeoutMS as a duration.
+func (o RunOptions) ToolTimeout() time.Duration { return time.Duration(o.ToolTimeoutMS) * time.Millisecond }
+
+// RunRequest is one job: run the operation's agent on a node, in a workspace
+// holding Files. It is published to agents.run.<operation> with Nats-Msg-Id
+// set to JobID.
+type RunRequest struct {
+	// Version is the protocol version, 1 (0 is read as 1).
+	Version int `json:"version" msgpack:"version"`
+	// JobID identifies the job: 1-128 of [A-Za-z0-9_-]. It is the dedupe key
+	// and a subject token.
+	JobID string `json:"job_id" msgpack:"job_id"`
+	// Operation is the agent operation ("lint"); it must equal the subject's
+	// last token.
+	Operation string `json:"operation" msgpack:"operation"`
+	// Node is the source node the agent works on.
+	Node agents.Node `json:"node" msgpack:"node"`
+	// Files is the workspace: relative path -> UTF-8 content.
+	Files map[string]string `json:"files,omitempty" msgpack:"files,omitempty"`
+	// Options are per-run limits.
+	Options RunOptions `json:"options" msgpack:"options"`
+	// CreatedAt is when the client built the request (informational).
+	CreatedAt time.Time `json:"created_at" msgpack:"created_at"`
+}
+
+// JobState is a job's lifecycle state, as stored in the fleet_jobs bucket and
+// reported in AgentResult.State.
+type JobState string
+
+// Job states. Succeeded, failed, dead and canceled are terminal.
+const (
+	StateQueued    JobState = "queued"
+	StateRunning   JobState = "running"
+	StateSucceeded JobState = "succeeded"
+	StateFailed    JobState = "failed"
+	StateDead      JobState = "dead"
+	StateCanceled  JobState = "canceled"
+)
+
+// Terminal reports whether s is a final state.
+func (s JobState) Terminal() bool {
+	switch s {
+	case StateSucceeded, StateFailed, StateDead, StateCanceled:
+		return true
+	}
+	return false
+}
+
+// StatusRecord is the value of a job's key in the fleet_jobs bucket. It is
+// always JSON, whatever the request's encoding. Writers update it with
+// compare-and-set on the key's revision.
+type StatusRecord struct {
+	JobID     string   `json:"job_id"`
+	Operation string   `json:"operation,omitempty"`
+	State     JobState `json:"state"`
+	// Worker is the worker that wrote the record ("" for clients).
+	Worker string `json:"worker,omitempty"`
+	// Attempt is the delivery attempt that wrote it (0 for clients).
+	Attempt int `json:"attempt,omitempty"`
+	// Code and Reason explain a failed, dead or canceled state.
+	Code   loop.ErrorCode `json:"code,omitempty"`
+	Reason string         `json:"reason,omitempty"`
+	// Seq is the request's FLEET_RUNS stream sequence when known (lets a
+	// client delete a queued request).
+	Seq       uint64    `json:"seq,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// ResultTimings locate a job in time. Durations are nanoseconds on the wire.
+type ResultTimings struct {
+	// EnqueuedAt is when the request was stored in FLEET_RUNS.
+	EnqueuedAt time.Time `json:"enqueued_at" msgpack:"enqueued_at"`
+	// StartedAt is when the attempt that produced the result began.
+	StartedAt time.Time `json:"started_at" msgpack:"started_at"`
+	// FinishedAt is when that attempt ended.
+	FinishedAt time.Time `json:"finished_at" msgpack:"finished_at"`
+	// Queued is StartedAt - EnqueuedAt.
+	Queued time.Duration `json:"queued_ns" msgpack:"queued_ns"`
+	// Run is FinishedAt - StartedAt.
+	Run time.Duration `json:"run_ns" msgpack:"run_ns"`
+	// Model and Tools split the loop's time (loop.Timings).
+	Model time.Duration `json:"model_ns" msgpack:"model_ns"`
+	Tools time.Duration `json:"tools_ns" msgpack:"tools_ns"`
+}
+
+// AgentResult is a job's final message, published on agents.results.<job_id>
+// (and <Reply-To>.result) with Nats-Msg-Id "<job_id>-result". It carries the
+// loop's Result fields plus the job's accounting.
+type AgentResult struct {
+	Version   int    `json:"version" msgpack:"version"`
+	JobID     string `json:"job_id" msgpack:"job_id"`
+	Operation string `json:"operation" msgpack:"operation"`
+	// State is the job-level outcome: succeeded, failed, dead or canceled.
+	State JobState `json:"state" msgpack:"state"`
+
+	// Status, WorkspaceID, ChangedFiles, Summary, Details, Error and
+	// ErrorCode are the loop's Result (seed 000's AgentResult). For queue
+	// failures Status is "failed" or "skipped" and ErrorCode a QUEUE_00x.
+	Status       loop.Status    `json:"status" msgpack:"status"`
+	WorkspaceID  string         `json:"workspace_id" msgpack:"workspace_id"`
+	ChangedFiles []string       `json:"changed_files" msgpack:"changed_files"`
+	Summary      string         `json:"summary" msgpack:"summary"`
+	Details      map[string]any `json:"details,omitempty" msgpack:"details,omitempty"`
+	Error        string         `json:"error,omitempty" msgpack:"error,omitempty"`
+	ErrorCode    loop.ErrorCode `json:"error_code,omitempty" msgpack:"error_code,omitempty"`
+	Turns        int            `json:"turns" msgpack:"turns"`
+	ToolCalls    int            `json:"tool_calls" msgpack:"tool_calls"`
+	Usage        loop.Usage     `json:"usage" msgpack:"usage"`
+	// Diff is the unified diff of the run's workspace changes ("" if none).
+	Diff string `json:"diff,omitempty" msgpack:"diff,omitempty"`
+
+	// Worker names the worker process that produced the result.
+	Worker string `json:"worker" msgpack:"worker"`
+	// Attempts is the delivery attempt (from 1) that produced the result.
+	Attempts int `json:"attempts" msgpack:"attempts"`
+	// EventsDropped counts events the worker could not publish.
+	EventsDropped int64         `json:"events_dropped,omitempty" msgpack:"events_dropped,omitempty"`
+	Timings       ResultTimings `json:"timings" msgpack:"timings"`
+}
+
+// SetLoopResult copies the loop's Result into r.
+func (r *AgentResult) SetLoopResult(lr *loop.Result) {
+	r.Status = lr.Status
+	r.WorkspaceID = lr.WorkspaceID
+	r.ChangedFiles = lr.ChangedFiles
+	r.Summary = lr.Summary
+	r.Details = lr.Details
+	r.Error = lr.Error
+	r.ErrorCode = lr.ErrorCode
+	r.Turns = lr.Turns
+	r.ToolCalls = lr.ToolCalls
+	r.Usage = lr.Usage
+	r.Timings.Model = lr.Timings.Model
+	r.Timings.Tools = lr.Timings.Tools
+}
+
+// Event is one loop event of a job, published in order on
+// agents.events.<job_id> (and <Reply-To>.events). The loop.Event fields are
+// inlined next to job_id and attempt.
+type Event struct {
+	JobID string `json:"job_id" msgpack:"job_id"`
+	// Attempt is the delivery attempt that emitted the event; listeners
+	// ignore events of an attempt older than the newest they have seen.
+	Attempt int `json:"attempt" msgpack:"attempt"`
+	loop.Event `msgpack:",inline"`
+}
+
+// ResultSubject is where a job's result is stored.
+func ResultSubject(jobID string) string { return SubjectResultsPrefix + jobID }
+
+// EventSubject is where a job's events are stored.
+func EventSubject(jobID string) string { return SubjectEventsPrefix + jobID }
+
+// CancelSubject is where a cancel for a job is published (core NATS).
+func CancelSubject(jobID string) string { return SubjectCancelPrefix + jobID }
+
+// RunSubject is where requests for an operation are published.
+func RunSubject(operation string) string { return SubjectRunPrefix + operation }
+
+// DLQSubject is where an operation's dead letters are stored.
+func DLQSubject(operation string) string { return SubjectDLQPrefix + operation }
+
+// ReplySubjects are the live subjects for a Reply-To prefix.
+func ReplySubjects(replyTo string) (result, events string) {
+	return replyTo + ".result", replyTo + ".events"
+}
+
+// ResultMsgID is the Nats-Msg-Id of a job's result.
+func ResultMsgID(jobID string) string { return jobID + "-result" }
+
+// DLQMsgID is the Nats-Msg-Id of a job's dead letter.
+func DLQMsgID(jobID string) string { return jobID + "-dlq" }
+
+// NewRequestMsg encodes req for publishing: subject agents.run.<operation>,
+// Nats-Msg-Id = job id, Content-Type, Fleet-Protocol, and Reply-To when
+// replyTo is not empty. It validates req first.
+func NewRequestMsg(req *RunRequest, enc Encoding, replyTo string) (*nats.Msg, error) {
+	if req.Version == 0 {
+		req.Version = ProtocolVersion
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if replyTo != "" {
+		if err := ValidateReplyTo(replyTo); err != nil {
+			return nil, err
+		}
+	}
+	data, err := enc.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("queue: encode request: %w", err)
+	}
+	if len(data) > MaxRequestBytes {
+		return nil, invalid("", "encoded request is %d bytes, more than %d", len(data), MaxRequestBytes)
+	}
+	m := &nats.Msg{Subject: RunSubject(req.Operation), Data: data, Header: nats.Header{}}
+	m.Header.Set(HeaderMsgID, req.JobID)
+	m.Header.Set(HeaderContentType, enc.ContentType())
+	m.Header.Set(HeaderProtocol, "1")
+	if replyTo != "" {
+		m.Header.Set(HeaderReplyTo, replyTo)
+	}
+	return m, nil
+}
+
+// DecodeRunRequest decodes and validates a run request. contentType is the
+// Content-Type header ("" = JSON). Every failure is a *RequestError:
+// CodeUndecodable when the bytes cannot be read as a RunRequest,
+// CodeInvalidRequest when a field is wrong. Whether the operation is served
+// is the worker's check (CodeUnknownOperation).
+func DecodeRunRequest(data []byte, contentType string) (*RunRequest, error) {
+	enc, err := EncodingFor(contentType)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxRequestBytes {
+		return nil, invalid("", "request is %d bytes, more than %d", len(data), MaxRequestBytes)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, &RequestError{Code: CodeUndecodable, Reason: "empty payload"}
+	}
+	req := new(RunRequest)
+	if enc == Msgpack {
+		// One msgpack value, nothing after it.
+		r := bytes.NewReader(data)
+		dec := msgpack.NewDecoder(r)
+		if err := dec.Decode(req); err != nil {
+			return nil, &RequestError{Code: CodeUndecodable, Reason: fmt.Sprintf("not a msgpack RunRequest: %v", err)}
+		}
+		if r.Len() != 0 {
+			return nil, &RequestError{Code: CodeUndecodable, Reason: fmt.Sprintf("%d bytes of trailing data after the msgpack value", r.Len())}
+		}
+	} else if err := json.Unmarshal(data, req); err != nil {
+		// json.Unmarshal also refuses trailing data.
+		return nil, &RequestError{Code: CodeUndecodable, Reason: fmt.Sprintf("not a JSON RunRequest: %v", err)}
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// DecodeAgentResult decodes a result message's body.
+func DecodeAgentResult(data []byte, contentType string) (*AgentResult, error) {
+	enc, err := EncodingFor(contentType)
+	if err != nil {
+		return nil, err
+	}
+	r := new(AgentResult)
+	if err := enc.Unmarshal(data, r); err != nil {
+		return nil, fmt.Errorf("queue: decode result: %w", err)
+	}
+	return r, nil
+}
+
+// DecodeEvent decodes an event message's body.
+func DecodeEvent(data []byte, contentType string) (*Event, error) {
+	enc, err := EncodingFor(contentType)
+	if err != nil {
+		return nil, err
+	}
+	e := new(Event)
+	if err := enc.Unmarshal(data, e); err != nil {
+		return nil, fmt.Errorf("queue: decode event: %w", err)
+	}
+	return e, nil
+}
