@@ -277,7 +277,9 @@ type RunOptions struct {
 }
 
 // StepTimeout is StepTimeoutMS as a duration.
-func (o RunOptions) StepTimeout() time.Duration { return time.Duration(o.StepTimeoutMS) * time.Millisecond }
+func (o RunOptions) StepTimeout() time.Duration {
+	return time.Duration(o.StepTimeoutMS) * time.Millisecond
+}
 
 // TotalTimeout is TotalTimeoutMS as a duration.
 func (o RunOptions) TotalTimeout() time.Duration {
@@ -285,7 +287,9 @@ func (o RunOptions) TotalTimeout() time.Duration {
 }
 
 // ToolTimeout is ToolTimeoutMS as a duration.
-func (o RunOptions) ToolTimeout() time.Duration { return time.Duration(o.ToolTimeoutMS) * time.Millisecond }
+func (o RunOptions) ToolTimeout() time.Duration {
+	return time.Duration(o.ToolTimeoutMS) * time.Millisecond
+}
 
 // RunRequest is one job: run the operation's agent on a node, in a workspace
 // holding Files. It is published to agents.run.<operation> with Nats-Msg-Id
@@ -427,7 +431,7 @@ type Event struct {
 	JobID string `json:"job_id" msgpack:"job_id"`
 	// Attempt is the delivery attempt that emitted the event; listeners
 	// ignore events of an attempt older than the newest they have seen.
-	Attempt int `json:"attempt" msgpack:"attempt"`
+	Attempt    int `json:"attempt" msgpack:"attempt"`
 	loop.Event `msgpack:",inline"`
 }
 
