@@ -1,0 +1,395 @@
+// Package config is the worker's configuration: one YAML file (every key
+// optional), environment overrides, documented defaults and one validation
+// pass with precise messages.
+//
+// Load applies, in order: the defaults (Default), the YAML file, then the
+// FLEET_<SECTION>_<FIELD> environment variables (for example FLEET_NATS_URL,
+// FLEET_WORKER_SLOTS, FLEET_MODEL_PATH, FLEET_NATS_TLS_CA), then Validate.
+// docs/CONFIG.md is the reference table; config/fleet.example.yaml lists
+// every key with its default.
+//
+// The package holds data only: it does not connect, load models or start
+// processes. cmd/worker maps each section onto the component it configures.
+package config
+
+import (
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/agentfleet/fleet/loop"
+)
+
+// EnvPrefix starts every environment override.
+const EnvPrefix = "FLEET_"
+
+// Model backends.
+const (
+	BackendLlama    = "llama"    // llama.cpp in process (inference/llama)
+	BackendRemote   = "remote"   // an OpenAI-compatible server (inference/remote)
+	BackendScripted = "scripted" // replays a script of responses (tests, queue benchmarks)
+)
+
+// Config is the worker's whole configuration. Durations are Go duration
+// strings in YAML and in the environment ("30s", "1m30s", "24h"); byte sizes
+// are integers or strings with a unit ("512MiB", "4GiB", "100MB").
+type Config struct {
+	// NATS says how to reach NATS, or how to run the embedded server.
+	NATS NATS `yaml:"nats"`
+	// Queue tunes the JetStream streams and consumers.
+	Queue Queue `yaml:"queue"`
+	// Worker sizes the worker: slots, agents, workspaces.
+	Worker Worker `yaml:"worker"`
+	// Model picks and tunes the inference backend.
+	Model Model `yaml:"model"`
+	// Loop bounds each agent run (loop.Config).
+	Loop Loop `yaml:"loop"`
+	// Monty tunes the .pym sandbox processes.
+	Monty Monty `yaml:"monty"`
+}
+
+// NATS is the connection to NATS. An empty URL embeds nats-server with
+// JetStream in the worker process (Embedded); a URL connects to a server
+// with at most one of Creds, NKeySeed, Token or User+Password.
+type NATS struct {
+	// URL of the server(s), comma-separated ("nats://host:4222"). Empty =
+	// run the embedded server.
+	URL string `yaml:"url"`
+	// Creds is a .creds file (JWT + nkey seed).
+	Creds string `yaml:"creds"`
+	// NKeySeed is a file holding an nkey seed ("SU...").
+	NKeySeed string `yaml:"nkey_seed"`
+	// User and Password authenticate with a user name and password.
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+	// Token authenticates with a token.
+	Token string `yaml:"token"`
+	// TLS configures TLS to the server.
+	TLS TLS `yaml:"tls"`
+	// Embedded configures the in-process server used when URL is empty.
+	Embedded Embedded `yaml:"embedded"`
+}
+
+// TLS holds PEM file paths. CA alone verifies the server; Cert and Key
+// (both or neither) add a client certificate.
+type TLS struct {
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// Embedded configures the nats-server the worker runs when NATS.URL is
+// empty.
+type Embedded struct {
+	// Listen is the client address; other processes on the machine publish
+	// jobs through it. Default 127.0.0.1:4222.
+	Listen string `yaml:"listen"`
+	// StoreDir holds JetStream's files. One worker process per folder.
+	// Default ./data/nats.
+	StoreDir string `yaml:"store_dir"`
+	// MaxMemory caps JetStream memory storage. Default 256MiB.
+	MaxMemory ByteSize `yaml:"max_memory"`
+	// MaxStore caps JetStream file storage. Default 4GiB.
+	MaxStore ByteSize `yaml:"max_store"`
+	// SyncAlways fsyncs every write (slower, survives power loss). Default
+	// false (nats-server's periodic sync).
+	SyncAlways bool `yaml:"sync_always"`
+}
+
+// Queue tunes the JetStream streams, the consumers and the job lifecycle.
+type Queue struct {
+	// StreamPrefix names the streams <prefix>_RUNS, <prefix>_RESULTS,
+	// <prefix>_DLQ and <prefix>_ADVISORIES and the KV bucket
+	// <lowercase prefix>_jobs. Default FLEET.
+	StreamPrefix string `yaml:"stream_prefix"`
+	// AckWait is how long a delivered job may go unacknowledged (and without
+	// a heartbeat) before JetStream redelivers it. Default 30s.
+	AckWait time.Duration `yaml:"ack_wait"`
+	// MaxDeliver is how many times a job is delivered before it is
+	// dead-lettered. Default 5.
+	MaxDeliver int `yaml:"max_deliver"`
+	// ResultsMaxAge is how long results and events are kept for late
+	// readers. Default 24h.
+	ResultsMaxAge time.Duration `yaml:"results_max_age"`
+	// DLQMaxAge is how long dead letters are kept. Default 168h (7 days).
+	DLQMaxAge time.Duration `yaml:"dlq_max_age"`
+	// Backoff is the delay before a job that failed transiently is
+	// redelivered (delayed Nak), by attempt; the last entry repeats.
+	// Default [1s, 5s, 15s, 30s].
+	Backoff []time.Duration `yaml:"backoff"`
+	// DrainGrace is how long running jobs may finish after SIGTERM/SIGINT
+	// before the rest are Nak'ed for redelivery. Default 30s.
+	DrainGrace time.Duration `yaml:"drain_grace"`
+	// HeartbeatEvery is how often a running job tells JetStream it is in
+	// progress. 0 = AckWait/3 (Validate fills it in); must be below AckWait.
+	HeartbeatEvery time.Duration `yaml:"heartbeat_every"`
+}
+
+// StreamNames are the JetStream names a Queue configuration implies.
+type StreamNames struct {
+	Runs, Results, DLQ, Advisories, JobsBucket string
+}
+
+// Names returns the stream and bucket names derived from StreamPrefix.
+func (q Queue) Names() StreamNames {
+	p := q.StreamPrefix
+	return StreamNames{
+		Runs:       p + "_RUNS",
+		Results:    p + "_RESULTS",
+		DLQ:        p + "_DLQ",
+		Advisories: p + "_ADVISORIES",
+		JobsBucket: lower(p) + "_jobs",
+	}
+}
+
+// Worker sizes the worker process.
+type Worker struct {
+	// Slots is how many jobs run at once, one per slot (one model context
+	// and one core each). Default: the number of CPUs (runtime.NumCPU).
+	Slots int `yaml:"slots"`
+	// AgentsDir holds one folder per operation with its agent YAML and .pym
+	// files (agents.LoadDir). Default ./agents.
+	AgentsDir string `yaml:"agents_dir"`
+	// Operations limits the operations served; empty = every agent found in
+	// AgentsDir.
+	Operations []string `yaml:"operations"`
+	// Name identifies the worker in results and logs. Default: the host
+	// name.
+	Name string `yaml:"name"`
+	// MetricsListen is the address of the Prometheus /metrics endpoint
+	// ("127.0.0.1:9090"). Default "" = off.
+	MetricsListen string `yaml:"metrics_listen"`
+	// WorkspaceDir holds the Cairn workspace files (stable and overlays).
+	// Default ./data/workspaces.
+	WorkspaceDir string `yaml:"workspace_dir"`
+}
+
+// Model picks the inference backend and tunes it.
+type Model struct {
+	// Backend is llama (default), remote or scripted.
+	Backend string `yaml:"backend"`
+	// Path is the default GGUF for agents that name none (llama backend).
+	// Default ./models/functiongemma-270m-random-q8_0.gguf, the generated
+	// model with random weights (make model); point it at a real
+	// FunctionGemma GGUF for useful answers.
+	Path string `yaml:"path"`
+	// Strict constrains tool calls with FunctionGemma's call grammar built
+	// from the tool catalog, so every call parses and validates. Default
+	// true.
+	Strict bool `yaml:"strict"`
+	// FastForward appends the tokens the grammar allows exactly one way
+	// without sampling them (strict mode only). Default true.
+	FastForward bool `yaml:"fast_forward"`
+	// Threads is llama.cpp threads per slot. Default 1.
+	Threads int `yaml:"threads"`
+	// BatchSize is the prefill chunk in tokens. Default 128.
+	BatchSize int `yaml:"batch_size"`
+	// ContextSize is each slot's context window in tokens. Default 4096.
+	ContextSize int `yaml:"context_size"`
+	// MaxTokens caps the tokens generated in one model turn. Default 256.
+	MaxTokens int `yaml:"max_tokens"`
+	// MaxContexts bounds the contexts (one per distinct model) a slot keeps.
+	// Default 2.
+	MaxContexts int `yaml:"max_contexts"`
+	// Temperature 0 (default) is greedy decoding.
+	Temperature float64 `yaml:"temperature"`
+	// TopK keeps the K most likely tokens. Default 64.
+	TopK int `yaml:"top_k"`
+	// TopP is nucleus sampling; 0 or 1 = off. Default 0.
+	TopP float64 `yaml:"top_p"`
+	// MinP drops tokens less likely than MinP × the best. Default 0 = off.
+	MinP float64 `yaml:"min_p"`
+	// Seed seeds sampling (slot i uses Seed+i). Default 0.
+	Seed uint64 `yaml:"seed"`
+	// Remote configures the remote backend.
+	Remote Remote `yaml:"remote"`
+	// Scripted configures the scripted backend.
+	Scripted Scripted `yaml:"scripted"`
+}
+
+// Remote is an OpenAI-compatible chat-completions server (vLLM,
+// llama-server, ollama).
+type Remote struct {
+	// BaseURL is the API root, e.g. http://127.0.0.1:8080/v1. Required for
+	// the remote backend.
+	BaseURL string `yaml:"base_url"`
+	// APIKeyEnv names the environment variable holding the API key (the key
+	// itself never goes in the file). Empty = no key.
+	APIKeyEnv string `yaml:"api_key_env"`
+	// Model is the model name sent with each request.
+	Model string `yaml:"model"`
+	// Timeout bounds one HTTP request. Default 60s.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxRetries is how many times a 429/5xx answer is retried before it is
+	// reported to the loop as overload. Default 2.
+	MaxRetries int `yaml:"max_retries"`
+}
+
+// Scripted configures the scripted backend: a file of model responses
+// replayed in order (for tests and queue benchmarks).
+type Scripted struct {
+	// Script is the path of the script file. Required for the scripted
+	// backend.
+	Script string `yaml:"script"`
+}
+
+// Loop bounds each agent run; it mirrors loop.Config (see LoopConfig).
+type Loop struct {
+	// MaxTurns bounds model calls per run for agents whose YAML sets no
+	// max_turns. Default 25.
+	MaxTurns int `yaml:"max_turns"`
+	// StepTimeout bounds one model call. Default 60s.
+	StepTimeout time.Duration `yaml:"step_timeout"`
+	// TotalTimeout bounds a whole run. Default 10m.
+	TotalTimeout time.Duration `yaml:"total_timeout"`
+	// ToolTimeout bounds one tool call with its context providers. Default
+	// 30s.
+	ToolTimeout time.Duration `yaml:"tool_timeout"`
+	// MaxToolCallsPerTurn caps the calls run from one model turn; -1 = no
+	// cap. Default 10.
+	MaxToolCallsPerTurn int `yaml:"max_tool_calls_per_turn"`
+}
+
+// LoopConfig returns the loop.Config these settings describe (the loop's
+// other fields keep their defaults).
+func (l Loop) LoopConfig() loop.Config {
+	return loop.Config{
+		MaxTurns:            l.MaxTurns,
+		StepTimeout:         l.StepTimeout,
+		TotalTimeout:        l.TotalTimeout,
+		ToolTimeout:         l.ToolTimeout,
+		MaxToolCallsPerTurn: l.MaxToolCallsPerTurn,
+	}
+}
+
+// Monty tunes the pool of Monty processes that run .pym tools.
+type Monty struct {
+	// Binary is the Monty executable (make monty fetches it). Default
+	// ./.build/monty/monty.
+	Binary string `yaml:"binary"`
+	// Pool is how many warm processes to keep. 0 = one per worker slot
+	// (Validate fills it in).
+	Pool int `yaml:"pool"`
+	// MaxRuns recycles a process after this many tool runs. Default 500.
+	MaxRuns int `yaml:"max_runs"`
+	// MemoryLimit is the heap limit of one tool run. Default 128MiB.
+	MemoryLimit ByteSize `yaml:"memory_limit"`
+	// RecursionLimit is the Python recursion limit. Default 400.
+	RecursionLimit int `yaml:"recursion_limit"`
+	// Timeout is the interpreter-time budget of one tool run (Monty's
+	// max_duration); wall-clock time is bounded by loop.tool_timeout.
+	// Default 10s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Defaults not derived from the machine.
+const (
+	DefaultNATSListen      = "127.0.0.1:4222"
+	DefaultNATSStoreDir    = "./data/nats"
+	DefaultNATSMaxMemory   = 256 * MiB
+	DefaultNATSMaxStore    = 4 * GiB
+	DefaultStreamPrefix    = "FLEET"
+	DefaultAckWait         = 30 * time.Second
+	DefaultMaxDeliver      = 5
+	DefaultResultsMaxAge   = 24 * time.Hour
+	DefaultDLQMaxAge       = 7 * 24 * time.Hour
+	DefaultDrainGrace      = 30 * time.Second
+	DefaultAgentsDir       = "./agents"
+	DefaultWorkspaceDir    = "./data/workspaces"
+	DefaultModelPath       = "./models/functiongemma-270m-random-q8_0.gguf"
+	DefaultThreads         = 1
+	DefaultBatchSize       = 128
+	DefaultContextSize     = 4096
+	DefaultMaxTokens       = 256
+	DefaultMaxContexts     = 2
+	DefaultTopK            = 64
+	DefaultRemoteTimeout   = 60 * time.Second
+	DefaultRemoteRetries   = 2
+	DefaultMontyBinary     = "./.build/monty/monty"
+	DefaultMontyMaxRuns    = 500
+	DefaultMontyMemory     = 128 * MiB
+	DefaultMontyRecursion  = 400
+	DefaultMontyTimeout    = 10 * time.Second
+	fallbackWorkerHostname = "fleet-worker"
+)
+
+// DefaultBackoff is Queue.Backoff's default.
+func DefaultBackoff() []time.Duration {
+	return []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}
+}
+
+// Default returns the configuration used when no file and no environment
+// variable say otherwise. Worker.Slots is runtime.NumCPU() and Worker.Name
+// the host name; Queue.HeartbeatEvery and Monty.Pool are 0 and derived by
+// Validate.
+func Default() *Config {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = fallbackWorkerHostname
+	}
+	return &Config{
+		NATS: NATS{
+			Embedded: Embedded{
+				Listen:    DefaultNATSListen,
+				StoreDir:  DefaultNATSStoreDir,
+				MaxMemory: DefaultNATSMaxMemory,
+				MaxStore:  DefaultNATSMaxStore,
+			},
+		},
+		Queue: Queue{
+			StreamPrefix:  DefaultStreamPrefix,
+			AckWait:       DefaultAckWait,
+			MaxDeliver:    DefaultMaxDeliver,
+			ResultsMaxAge: DefaultResultsMaxAge,
+			DLQMaxAge:     DefaultDLQMaxAge,
+			Backoff:       DefaultBackoff(),
+			DrainGrace:    DefaultDrainGrace,
+		},
+		Worker: Worker{
+			Slots:        runtime.NumCPU(),
+			AgentsDir:    DefaultAgentsDir,
+			Name:         host,
+			WorkspaceDir: DefaultWorkspaceDir,
+		},
+		Model: Model{
+			Backend:     BackendLlama,
+			Path:        DefaultModelPath,
+			Strict:      true,
+			FastForward: true,
+			Threads:     DefaultThreads,
+			BatchSize:   DefaultBatchSize,
+			ContextSize: DefaultContextSize,
+			MaxTokens:   DefaultMaxTokens,
+			MaxContexts: DefaultMaxContexts,
+			TopK:        DefaultTopK,
+			Remote: Remote{
+				Timeout:    DefaultRemoteTimeout,
+				MaxRetries: DefaultRemoteRetries,
+			},
+		},
+		Loop: Loop{
+			MaxTurns:            loop.DefaultMaxTurns,
+			StepTimeout:         loop.DefaultStepTimeout,
+			TotalTimeout:        loop.DefaultTotalTimeout,
+			ToolTimeout:         loop.DefaultToolTimeout,
+			MaxToolCallsPerTurn: loop.DefaultMaxToolCallsPerTurn,
+		},
+		Monty: Monty{
+			Binary:         DefaultMontyBinary,
+			MaxRuns:        DefaultMontyMaxRuns,
+			MemoryLimit:    DefaultMontyMemory,
+			RecursionLimit: DefaultMontyRecursion,
+			Timeout:        DefaultMontyTimeout,
+		},
+	}
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
