@@ -585,3 +585,9 @@ func TestNoForbiddenDeps(t *testing.T) {
 		}
 	}
 }
+
+// The scripted models pass the Model conformance suite.
+func TestScriptedConformance(t *testing.T) {
+	t.Parallel()
+	looptest.ExerciseModel(t, func(*testing.T) loop.Model { return looptest.NewNoop() })
+}

@@ -1,0 +1,52 @@
+package loop_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/loop/looptest"
+)
+
+// BenchmarkRunNoop measures the loop's own overhead: one turn whose only
+// call is submit_result, with the no-op model and fake tools.
+func BenchmarkRunNoop(b *testing.B) {
+	r, err := loop.New(loop.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := loop.Input{Agent: testAgent(6), Node: testNode, WorkspaceID: "ws", Model: looptest.NewNoop(), Tools: &looptest.Tools{}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := r.Run(ctx, in)
+		if err != nil || res.Status != loop.StatusSuccess {
+			b.Fatalf("%v %+v", err, res)
+		}
+	}
+}
+
+// BenchmarkRunTenTurns is a longer run: nine tool turns then submit_result,
+// with every event sent to a ChanSink.
+func BenchmarkRunTenTurns(b *testing.B) {
+	r, err := loop.New(loop.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	agent := testAgent(12)
+	var steps []looptest.Step
+	for i := range 9 {
+		steps = append(steps, looptest.Calls(looptest.Call("apply_fix", `{"line":`+string(rune('1'+i))+`,"text":"x"}`)))
+	}
+	steps = append(steps, looptest.Submit(`{"summary":"ok"}`))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		sink := loop.NewChanSink(128)
+		m := &looptest.Scripted{Steps: steps, DiscardRequests: true}
+		res, err := r.Run(ctx, loop.Input{Agent: agent, Node: testNode, Model: m, Tools: &looptest.Tools{}, Events: sink})
+		if err != nil || res.Status != loop.StatusSuccess || res.Turns != 10 {
+			b.Fatalf("%v %+v", err, res)
+		}
+	}
+}
