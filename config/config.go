@@ -111,7 +111,7 @@ type Queue struct {
 	// ResultsMaxAge is how long results and events are kept for late
 	// readers. Default 24h.
 	ResultsMaxAge time.Duration `yaml:"results_max_age"`
-	// DLQMaxAge is how long dead letters are kept. Default 168h (7 days).
+	// DLQMaxAge is how long dead letters are kept. Default 720h (30 days).
 	DLQMaxAge time.Duration `yaml:"dlq_max_age"`
 	// Backoff is the delay before a job that failed transiently is
 	// redelivered (delayed Nak), by attempt; the last entry repeats.
@@ -292,7 +292,7 @@ const (
 	DefaultAckWait         = 30 * time.Second
 	DefaultMaxDeliver      = 5
 	DefaultResultsMaxAge   = 24 * time.Hour
-	DefaultDLQMaxAge       = 7 * 24 * time.Hour
+	DefaultDLQMaxAge       = 30 * 24 * time.Hour
 	DefaultDrainGrace      = 30 * time.Second
 	DefaultAgentsDir       = "./agents"
 	DefaultWorkspaceDir    = "./data/workspaces"
