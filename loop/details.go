@@ -69,3 +69,14 @@ type CallRecord struct {
 	// Code is the envelope's error code when OK is false.
 	Code ToolErrorCode `json:"code,omitempty" msgpack:"code,omitempty"`
 }
+
+// InvalidStepTimeout is the invalid-response kind (Event.Code of
+// invalid_response events) of a model call that exceeded the step timeout.
+const InvalidStepTimeout InvalidResponseKind = "step_timeout"
+
+// Event.Code values of retry events.
+const (
+	RetryInvalidResponse = "invalid_response"
+	RetryStepTimeout     = "step_timeout"
+	RetryOverloaded      = "overloaded"
+)

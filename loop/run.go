@@ -192,14 +192,14 @@ func (s *run) callModel(ctx context.Context, tools []ToolSpec, require string, l
 			}
 			backoff := min(s.cfg.MaxOverloadBackoff, s.cfg.OverloadBackoff<<min(overloads-1, 30))
 			wait := s.jitter(backoff)
-			s.emit(Event{Kind: EventRetry, Code: "overloaded", Attempt: overloads, Duration: wait, Text: err.Error()})
+			s.emit(Event{Kind: EventRetry, Code: RetryOverloaded, Attempt: overloads, Duration: wait, Text: err.Error()})
 			if !sleepCtx(ctx, wait) {
 				return nil, s.ctxResult(ctx)
 			}
 			continue
 		case stepErr != nil:
 			stepTimeout = true
-			bad = &InvalidResponseError{Kind: "step_timeout",
+			bad = &InvalidResponseError{Kind: InvalidStepTimeout,
 				Detail: fmt.Sprintf("the model did not answer within the step timeout (%s)", s.cfg.StepTimeout)}
 		case errors.As(err, &bad):
 		case errors.Is(err, ErrInvalidResponse):
@@ -226,9 +226,9 @@ func (s *run) callModel(ctx context.Context, tools []ToolSpec, require string, l
 			return nil, s.fail(ctx, ErrCodeInvalidResponse,
 				"Invalid model response: "+bad.Detail, LimitInvalidResponse, extra)
 		}
-		code := "invalid_response"
+		code := RetryInvalidResponse
 		if stepTimeout {
-			code = "step_timeout"
+			code = RetryStepTimeout
 		}
 		s.emit(Event{Kind: EventRetry, Code: code, Attempt: invalid})
 		if !stepTimeout {

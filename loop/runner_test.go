@@ -591,3 +591,30 @@ func TestScriptedConformance(t *testing.T) {
 	t.Parallel()
 	looptest.ExerciseModel(t, func(*testing.T) loop.Model { return looptest.NewNoop() })
 }
+
+// A failing context provider is the tool's result; the tool does not run.
+func TestContextProviderFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, loop.Config{}, 6, looptest.Calls(looptest.Call("read_file", `{"path":"a"}`)), looptest.Submit(`{}`))
+	b.tools.ContextFunc = func(_ context.Context, tool string) ([]loop.ContextOutput, error) {
+		if tool == "read_file" {
+			return []loop.ContextOutput{{Provider: "one.pym", Text: "partial"}},
+				&loop.ToolError{Code: loop.CodeToolError, Message: "two.pym: NameError"}
+		}
+		return nil, nil
+	}
+	res := b.run(t)
+	if res.Status != loop.StatusSuccess {
+		t.Fatalf("got %s %s", res.Status, res.Error)
+	}
+	if slices.Contains(b.tools.Log(), `execute read_file {"path":"a"}`) {
+		t.Errorf("the tool ran after its provider failed")
+	}
+	msgs := b.lastRequest(t).Messages
+	if m := msgs[len(msgs)-2]; m.Content != "[Context] partial" {
+		t.Errorf("provider output before the failure not injected: %+v", m)
+	}
+	if env := envelope(t, msgs[len(msgs)-1]); env.OK || env.Error.Message != "two.pym: NameError" {
+		t.Errorf("envelope %+v", env.Error)
+	}
+}
