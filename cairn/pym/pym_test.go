@@ -120,7 +120,7 @@ func TestParseProblems(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name, src, want string
-		line         int
+		line            int
 	}{
 		{"input name mismatch", "x: str = Input(\"y\")\n", "must name its variable", 1},
 		{"input without annotation", "\nx = Input(\"x\")\n", "no type annotation", 2},
