@@ -15,11 +15,13 @@ import (
 // ErrInvalidDefinition is matched (errors.Is) by every *ValidationError.
 var ErrInvalidDefinition = errors.New("invalid agent definition")
 
-// HostInputs are the inputs the host merges into every tool call (the
-// node's text, the target file and the workspace id; pym-runtime.md §16.6).
-// They are hidden from the schema the model sees, so a schema derived from a
-// .pym file should leave them out.
-var HostInputs = []string{"node_text", "target_file", "workspace_id"}
+// HostInputs are the inputs the host merges into every tool call: the
+// node's fields, the target file and the workspace id (pym-runtime.md
+// §16.6, which names node_text, target_file and workspace_id; fleet also
+// passes the other node fields). They are hidden from the schema the model
+// sees, so a schema derived from a .pym file leaves them out. The list
+// equals cairn/pym.HostInputs (a test checks it).
+var HostInputs = []string{"node_text", "node_name", "node_type", "file_path", "target_file", "workspace_id"}
 
 // Problem is one thing wrong with a definition.
 type Problem struct {
