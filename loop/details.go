@@ -41,6 +41,12 @@ const (
 	DetailModelError = "model_error"
 	// DetailInvalidResponse (string): the last invalid response's problem.
 	DetailInvalidResponse = "invalid_response"
+	// DetailLastToolResult (string): the last tool message's envelope
+	// (capped), on a failed run.
+	DetailLastToolResult = "last_tool_result"
+	// DetailLastError (*ToolError): why the last-chance submit_result was
+	// refused.
+	DetailLastError = "last_error"
 )
 
 // Values of Details[DetailLimit].

@@ -40,8 +40,10 @@ type run struct {
 	dispatch int // tool calls dispatched, including refused ones
 	calls    []CallRecord
 	lastText string
-	usage    Usage
-	timings  Timings
+	// lastResult is the envelope of the last dispatched call.
+	lastResult string
+	usage      Usage
+	timings    Timings
 
 	invalidSubmits int
 	repeatKey      string
@@ -449,6 +451,7 @@ func (s *run) finishCall(c ToolCall, env Envelope, took time.Duration) {
 	}
 	s.calls = append(s.calls, s.record(c, env.OK, code))
 	s.appendToolMessage(c, env)
+	s.lastResult = s.msgs[len(s.msgs)-1].Content
 	s.emit(Event{Kind: EventToolResult, Tool: c.Name, CallID: c.ID, OK: env.OK, Code: string(code), Duration: took})
 }
 
@@ -612,7 +615,7 @@ func (s *run) lastChance(ctx context.Context) *Result {
 	if result == nil {
 		extra := map[string]any{}
 		if last.Error != nil {
-			extra["last_error"] = last.Error
+			extra[DetailLastError] = last.Error
 		}
 		return s.turnLimitResult(ctx, extra)
 	}
@@ -651,6 +654,9 @@ func (s *run) fail(ctx context.Context, code ErrorCode, msg, limit string, extra
 		DetailToolCalls: slices.Clone(calls),
 		DetailLastText:  s.lastText,
 		DetailLimit:     limit,
+	}
+	if s.lastResult != "" {
+		details[DetailLastToolResult] = capText(s.lastResult, s.cfg.EventTextCap)
 	}
 	if files, ok, err := s.changes(ctx); ok {
 		if err == nil {

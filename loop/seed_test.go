@@ -108,6 +108,9 @@ func TestSeed000NeverSubmits(t *testing.T) {
 	if recs := callRecords(t, res, loop.DetailToolCalls); len(recs) != 3 {
 		t.Errorf("details.tool_calls = %+v, want the 3 calls", recs)
 	}
+	if got := res.Details[loop.DetailLastToolResult]; got != `{"ok":true,"result":{"ok":true}}` {
+		t.Errorf("details.last_tool_result = %v", got)
+	}
 	if got := res.Details[loop.DetailChangedFiles]; !slices.Equal(got.([]string), []string{"a"}) {
 		t.Errorf("details.changed_files = %v", got)
 	}
