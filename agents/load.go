@@ -47,7 +47,12 @@ func LoadFileWith(path string, opts LoadOptions) (*Definition, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agents: %w", err)
 	}
-	d := &Definition{Path: path, Dir: filepath.Dir(abs)}
+	return parseDefinition(path, filepath.Dir(abs), data, opts)
+}
+
+// parseDefinition decodes and validates one definition's YAML.
+func parseDefinition(path, dir string, data []byte, opts LoadOptions) (*Definition, error) {
+	d := &Definition{Path: path, Dir: dir}
 	v := &validator{d: d, lines: map[string]int{}}
 	if !v.decode(data) {
 		return nil, v.err()

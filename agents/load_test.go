@@ -385,3 +385,56 @@ func keys(m map[string]*Definition) []string {
 	}
 	return out
 }
+
+func TestModelPath(t *testing.T) {
+	t.Parallel()
+	d, err := LoadFile(filepath.Join("testdata", "good", "lint", "agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(d.Dir, "models", "lint_functiongemma_q8.gguf"); d.ModelPath() != want {
+		t.Errorf("ModelPath = %q, want %q", d.ModelPath(), want)
+	}
+	d.Model = ""
+	if d.ModelPath() != "" {
+		t.Errorf("ModelPath without a model = %q", d.ModelPath())
+	}
+}
+
+func FuzzParseDefinition(f *testing.F) {
+	for _, p := range []string{
+		filepath.Join("testdata", "good", "lint", "agent.yaml"),
+		filepath.Join("testdata", "bad", "many.yaml"),
+		filepath.Join("testdata", "bad", "unknown_key.yaml"),
+		filepath.Join("testdata", "bad", "bad_schema.yaml"),
+	} {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("name: a\ntools:\n  - name: submit_result\n    parameters: &a {type: object, properties: {x: *a}}\n"))
+	f.Add([]byte("a: &a [*a, *a]\n"))
+	dir, err := filepath.Abs(filepath.Join("testdata", "good", "lint"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := parseDefinition("fuzz.yaml", dir, data, LoadOptions{})
+		if err != nil {
+			var ve *ValidationError
+			if !errors.As(err, &ve) || len(ve.Problems) == 0 {
+				t.Fatalf("error is not a *ValidationError with problems: %#v", err)
+			}
+			return
+		}
+		// What loads is valid, and its schemas compile.
+		if err := d.Validate(); err != nil {
+			t.Fatalf("loaded definition does not validate: %v", err)
+		}
+		if d.ToolByName(SubmitResultTool) == nil {
+			t.Fatal("loaded without submit_result")
+		}
+	})
+}

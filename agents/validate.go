@@ -97,8 +97,8 @@ func (d *Definition) Validate() error {
 	return v.err()
 }
 
-// ResolvePath returns the absolute path of p, a .pym path as written in the
-// definition. Relative paths are tried against d.Dir, then its parent (the
+// ResolvePath returns the absolute path of p, a .pym (or model) path as
+// written in the definition. Relative paths are tried against d.Dir, then its parent (the
 // agents root), then its grandparent (the folder holding the agents root, so
 // seed 001's repository-relative "agents/lint/tools/run_linter.pym" works);
 // the first existing file wins. When none exists, or d.Dir is empty, the
@@ -126,6 +126,16 @@ func (d *Definition) ResolvePath(p string) string {
 		}
 	}
 	return first
+}
+
+// ModelPath returns the absolute path of the agent's model (see
+// ResolvePath), or "" when the definition names none and the worker's
+// default model applies.
+func (d *Definition) ModelPath() string {
+	if d.Model == "" {
+		return ""
+	}
+	return d.ResolvePath(d.Model)
 }
 
 // validator collects problems for one definition.
