@@ -283,7 +283,7 @@ func TestSearchContent(t *testing.T) {
 		"z.py":      "import z\n",
 		"bin.dat":   "import\x00binary\n",
 	})
-	b.call(t, "write_file", "z.py", "import zz\n")        // shadows stable z.py
+	b.call(t, "write_file", "z.py", "import zz\n")         // shadows stable z.py
 	b.call(t, "write_file", "new.py", "y = 2\nimport q\n") // overlay-only
 	got := b.call(t, "search_content", "^import ([a-z]+)$")
 	want := []any{
