@@ -136,7 +136,9 @@ func (s *run) acceptResponse(resp *Response) Message {
 	if len(msg.ToolCalls) > 0 {
 		calls := slices.Clone(msg.ToolCalls)
 		for i := range calls {
-			if calls[i].ID == "" {
+			// A missing or duplicate id would leave a tool message that
+			// answers no call, or two.
+			if calls[i].ID == "" || slices.ContainsFunc(calls[:i], func(c ToolCall) bool { return c.ID == calls[i].ID }) {
 				calls[i].ID = "call_" + strconv.Itoa(s.turn) + "_" + strconv.Itoa(i+1)
 			}
 		}

@@ -55,7 +55,9 @@ func (r *Runner) Config() Config { return r.cfg }
 // set) and the rendered node context (role user). Each turn sends the whole
 // tool catalog; the calls of a turn run in order, each answered by its own
 // tool message (an Envelope) right after the assistant message, preceded by
-// its context providers' "[Context] ..." user messages.
+// its context providers' "[Context] ..." user messages. A call with no id,
+// or with an id used earlier in its turn, gets "call_<turn>_<i>" (both
+// 1-based).
 //
 // Outcomes (the error codes are documented in docs/PROTOCOL.md):
 //   - a valid submit_result: its status (default success), summary, details

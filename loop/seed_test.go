@@ -234,14 +234,15 @@ func TestSeed002HappyPath(t *testing.T) {
 }
 
 // Seed 002: several calls in one turn run in order; each gets its own tool
-// message after the assistant message, with missing ids filled in.
+// message after the assistant message, with missing or duplicate ids
+// replaced.
 func TestSeed002MultipleCallsOneTurn(t *testing.T) {
 	t.Parallel()
 	b := setup(t, loop.Config{}, 6,
 		looptest.Calls(
 			looptest.Call("read_file", `{"path":"a"}`),
 			loop.ToolCall{ID: "mine", Name: "apply_fix", Arguments: json.RawMessage(`{"text":"x","line":3}`)},
-			looptest.Call("read_file", ` {"path":"b"} `),
+			loop.ToolCall{ID: "mine", Name: "read_file", Arguments: json.RawMessage(` {"path":"b"} `)},
 		),
 		looptest.Submit(`{"summary":"ok"}`),
 	)
