@@ -12,12 +12,13 @@ const MaxGlobBytes = 1000
 // Glob is a compiled glob pattern over workspace paths ("/"-separated, as
 // stored). Syntax:
 //
-//   - any run of characters within one path segment (dot files included)
-//     ?        one character (not "/")
-//     [abc]    one character from the set; ranges as [a-z]; [!abc] or [^abc]
-//     negates; a "]" right after the "[" (or "[!") is literal
-//     **       as a whole segment: zero or more segments, so "**/*.py" matches
-//     "a.py" and "x/y/a.py"; inside a segment it acts as "*"
+//	pattern  matches
+//	*        any run of characters within one path segment (dot files included)
+//	?        one character (not "/")
+//	[abc]    one character from the set; ranges as [a-z]; [!abc] or [^abc]
+//	         negates; a "]" right after the "[" (or "[!") is literal
+//	**       as a whole segment: zero or more segments, so "**/*.py" matches
+//	         "a.py" and "x/y/a.py"; inside a segment it acts as "*"
 //
 // There is no escape character: "\" is rejected by CleanPath so it can never
 // occur in a path, and a literal metacharacter is written as a class ("[*]").
