@@ -273,12 +273,12 @@ func TestEveryExternalThroughTheOverlay(t *testing.T) {
 	}
 	var res struct {
 		Result struct {
-			OK       bool     `json:"ok"`
-			Gone     bool     `json:"gone"`
-			Names    []string `json:"names"`
-			Exists   []bool   `json:"exists"`
-			Found    []string `json:"found"`
-			Hits     []struct {
+			OK     bool     `json:"ok"`
+			Gone   bool     `json:"gone"`
+			Names  []string `json:"names"`
+			Exists []bool   `json:"exists"`
+			Found  []string `json:"found"`
+			Hits   []struct {
 				File string `json:"file"`
 				Line int    `json:"line"`
 				Text string `json:"text"`
