@@ -20,7 +20,7 @@ var brokenModels = map[string]struct {
 	failure string // a line the suite must report
 }{
 	"ignores_ctx": {
-		model: func() loop.Model { return ctxBlind{} },
+		model:   func() loop.Model { return ctxBlind{} },
 		opts:    []looptest.ExerciseOption{looptest.SkipRequireTool(), looptest.CancelBound(50 * time.Millisecond)},
 		failure: "with a cancelled ctx",
 	},
