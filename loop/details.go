@@ -44,8 +44,8 @@ const (
 	// DetailLastToolResult (string): the last tool message's envelope
 	// (capped), on a failed run.
 	DetailLastToolResult = "last_tool_result"
-	// DetailLastError (*ToolError): why the last-chance submit_result was
-	// refused.
+	// DetailLastError (map with "code" and "message"): why the last-chance
+	// submit_result was refused.
 	DetailLastError = "last_error"
 )
 

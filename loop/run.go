@@ -617,7 +617,7 @@ func (s *run) lastChance(ctx context.Context) *Result {
 	if result == nil {
 		extra := map[string]any{}
 		if last.Error != nil {
-			extra[DetailLastError] = last.Error
+			extra[DetailLastError] = map[string]any{"code": string(last.Error.Code), "message": last.Error.Message}
 		}
 		return s.turnLimitResult(ctx, extra)
 	}

@@ -74,6 +74,9 @@ func TestTurnLimitLastChance(t *testing.T) {
 			if n := b.model.CallCount(); n != 3 {
 				t.Errorf("model called %d times, want 3 (no retry on the last chance)", n)
 			}
+			if le, ok := res.Details[loop.DetailLastError].(map[string]any); tc.name == "invalid submit" && (!ok || le["code"] != "invalid_args") {
+				t.Errorf("details.last_error = %v", res.Details[loop.DetailLastError])
+			}
 		})
 	}
 }
