@@ -132,6 +132,9 @@ func compileSchema(name string, params json.RawMessage) (*jsonschema.Schema, err
 		return nil, fmt.Errorf("tool %s: parameters are not JSON: %w", name, err)
 	}
 	c := jsonschema.NewCompiler()
+	// Only the schema itself may be referenced: a $ref to a file or URL must
+	// not make the worker read the host's files or the network.
+	c.UseLoader(noLoader{})
 	url := "mem://tools/" + name + ".json"
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, fmt.Errorf("tool %s: %w", name, err)
@@ -141,4 +144,11 @@ func compileSchema(name string, params json.RawMessage) (*jsonschema.Schema, err
 		return nil, fmt.Errorf("tool %s: parameters schema does not compile: %w", name, err)
 	}
 	return s, nil
+}
+
+// noLoader refuses every external schema reference.
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("external schema references are not allowed (%s)", url)
 }
