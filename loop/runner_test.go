@@ -621,3 +621,29 @@ func TestContextProviderFails(t *testing.T) {
 		t.Errorf("envelope %+v", env.Error)
 	}
 }
+
+// One Runner serves concurrent runs (the worker's slots share it).
+func TestRunnerConcurrentRuns(t *testing.T) {
+	t.Parallel()
+	r, err := loop.New(loop.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, model := testAgent(6), looptest.NewNoop()
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			res, err := r.Run(context.Background(), loop.Input{Agent: agent, Node: testNode, WorkspaceID: fmt.Sprint(i),
+				Model: model, Tools: &looptest.Tools{}, Events: loop.NewChanSink(4)})
+			if err == nil && (res.Status != loop.StatusSuccess || res.WorkspaceID != fmt.Sprint(i)) {
+				err = fmt.Errorf("run %d: %+v", i, res)
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
