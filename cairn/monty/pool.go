@@ -201,6 +201,7 @@ func (p *Pool) Start(ctx context.Context) error {
 
 	err := p.start(ctx)
 	if err != nil {
+		p.log.Error("monty pool failed to start", "binary", p.cfg.Binary, "err", err)
 		p.Stop()
 	}
 	return err

@@ -371,7 +371,7 @@ func TestDeadlineWhileWaitingOnHostAborts(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	code := "try:\n    await slow()\nexcept BaseException:\n    pass\n'caught'"
 	_, err := p.Run(ctx, script(code, async("slow")...), nil, ext)
