@@ -110,7 +110,9 @@ func (e *LimitError) Is(target error) bool { return target == ErrLimit }
 // Python exception in the script. Type must be one of the names Monty
 // accepts (see AcceptedException); any other name is raised as RuntimeError.
 type PythonError struct {
-	Type    string
+	// Type is the exception's type name, e.g. "FileNotFoundError".
+	Type string
+	// Message is the exception's message.
 	Message string
 }
 

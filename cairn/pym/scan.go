@@ -45,6 +45,7 @@ type Input struct {
 
 // External is one @external function stub.
 type External struct {
+	// Name is the function's name.
 	Name string
 	// Async is true for `async def` stubs (the norm): the script awaits them.
 	Async bool
@@ -58,6 +59,7 @@ type External struct {
 
 // Param is one parameter of an external.
 type Param struct {
+	// Name is the parameter's name.
 	Name string
 	// Type is the annotation's source text.
 	Type string
@@ -70,13 +72,17 @@ type Param struct {
 
 // Problem is one thing wrong with a .pym file.
 type Problem struct {
+	// Line is the 1-based line the problem is on.
 	Line int
-	Msg  string
+	// Msg describes the problem.
+	Msg string
 }
 
 // Error is a .pym file that cannot be used, listing every problem found.
 type Error struct {
-	Path     string
+	// Path is the file's path.
+	Path string
+	// Problems lists the problems, by line.
 	Problems []Problem
 }
 
