@@ -1,0 +1,33 @@
+#include "textflag.h"
+
+// func sumAVX2(p *byte, n int) [4]uint64
+TEXT ·sumAVX2(SB), NOSPLIT, $0-48
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	SHRQ $8, CX
+	JZ   done
+
+loop:
+	VPADDQ 0(SI), Y0, Y0
+	VPADDQ 32(SI), Y1, Y1
+	VPADDQ 64(SI), Y2, Y2
+	VPADDQ 96(SI), Y3, Y3
+	VPADDQ 128(SI), Y0, Y0
+	VPADDQ 160(SI), Y1, Y1
+	VPADDQ 192(SI), Y2, Y2
+	VPADDQ 224(SI), Y3, Y3
+	ADDQ   $256, SI
+	DECQ   CX
+	JNZ    loop
+
+done:
+	VPADDQ  Y1, Y0, Y0
+	VPADDQ  Y3, Y2, Y2
+	VPADDQ  Y2, Y0, Y0
+	VMOVDQU Y0, ret+16(FP)
+	VZEROUPPER
+	RET
