@@ -5,6 +5,7 @@ package montytest
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"testing"
 
@@ -28,11 +29,15 @@ func Binary(tb testing.TB) string {
 }
 
 // Pool starts a pool on the test binary with cfg (Binary is filled in when
-// empty) and stops it when the test ends.
+// empty; a nil Logger logs warnings and errors to stderr) and stops it when
+// the test ends.
 func Pool(tb testing.TB, cfg monty.Config) *monty.Pool {
 	tb.Helper()
 	if cfg.Binary == "" {
 		cfg.Binary = Binary(tb)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	p, err := monty.NewPool(cfg)
 	if err != nil {
