@@ -1,0 +1,688 @@
+package functiongemma
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/agentfleet/fleet/loop"
+)
+
+// ErrUnsupportedSchema is wrapped by NewGrammar's errors for tool schemas the
+// strict grammar cannot express.
+var ErrUnsupportedSchema = errors.New("functiongemma: schema not supported by the strict grammar")
+
+// DefaultMaxCalls bounds the calls of one strict model turn (weak or random
+// weights otherwise emit long call chains).
+const DefaultMaxCalls = 4
+
+// maxDFAStates bounds the compiled automaton.
+const maxDFAStates = 1 << 17
+
+// Alphabet: bytes 0..255, then the special symbols.
+const (
+	symEscape    = 256
+	symCallStart = 257
+	symCallEnd   = 258
+	numSpecial   = 3
+)
+
+// GrammarOption configures NewGrammar.
+type GrammarOption interface{ apply(*grammarOptions) error }
+
+type grammarOptions struct{ maxCalls int }
+
+type maxCallsOpt int
+
+func (o maxCallsOpt) apply(g *grammarOptions) error {
+	if o < 1 {
+		return fmt.Errorf("functiongemma: WithMaxCalls(%d): must be at least 1", int(o))
+	}
+	g.maxCalls = int(o)
+	return nil
+}
+
+// WithMaxCalls sets how many calls one model turn may hold (default
+// DefaultMaxCalls).
+func WithMaxCalls(n int) GrammarOption { return maxCallsOpt(n) }
+
+// Grammar is the strict-mode grammar of a tool catalog, compiled to a
+// deterministic automaton over bytes and FunctionGemma's special tokens.
+// It is immutable and safe for concurrent use; build it once per catalog.
+//
+// The language it admits, in FunctionGemma's own syntax:
+//
+//	turn  = call{1,maxCalls}            then a stop token
+//	call  = <start_function_call> "call:" NAME args <end_function_call>
+//	args  = "{" key ":" value ("," key ":" value)* "}"   // or "{}"
+//
+// No text is allowed before, between or after the calls: in strict mode the
+// model must call. Only declared tools and keys appear; keys come in
+// alphabetical order (the order the declarations are rendered in); required
+// keys are mandatory and every other key optional (additionalProperties is
+// always treated as false); values follow the declared types: strings are
+// <escape>-delimited and never contain the text "<escape>", integers are
+// -?(0|[1-9][0-9]*), numbers add an optional fraction and exponent, booleans
+// are true/false, null is null; enum and const become alternations of their
+// literals; arrays and nested objects are compiled recursively; a type list
+// or anyOf/oneOf is an alternation of its branches; a property with no type
+// admits any scalar; an object without properties admits only {}. Length,
+// range and pattern keywords are not enforced: validate the parsed
+// arguments against the schema as always.
+type Grammar struct {
+	maxCalls  int
+	classes   [256]uint8 // byte -> class
+	nClasses  int
+	width     int // transitions per state: nClasses + numSpecial
+	trans     []int32
+	accept    []bool
+	forced    []int32 // the only admissible symbol of a state, or -1
+	callStart []bool  // state admits <start_function_call>
+	live      []int32 // number of admissible classes and specials
+	ltFree    []bool  // every byte string without '<' stays alive from here
+	starts    map[string]int32
+	tools     []string
+}
+
+// NewGrammar compiles the strict grammar for tools. The automaton holds one
+// start for any tool and one per tool (NewMatcher's requireTool).
+func NewGrammar(tools []loop.ToolSpec, opts ...GrammarOption) (*Grammar, error) {
+	o := grammarOptions{maxCalls: DefaultMaxCalls}
+	for _, op := range opts {
+		if err := op.apply(&o); err != nil {
+			return nil, err
+		}
+	}
+	if len(tools) == 0 {
+		return nil, errors.New("functiongemma: NewGrammar: no tools")
+	}
+	b := &nfaBuilder{}
+	seen := map[string]bool{}
+	schemas := make([]map[string]any, len(tools))
+	for i, t := range tools {
+		if err := checkName(t.Name); err != nil {
+			return nil, fmt.Errorf("functiongemma: NewGrammar: %w", err)
+		}
+		if seen[t.Name] {
+			return nil, fmt.Errorf("functiongemma: NewGrammar: tool %s declared twice", t.Name)
+		}
+		seen[t.Name] = true
+		s := map[string]any{}
+		if len(strings.TrimSpace(string(t.Parameters))) > 0 {
+			v, err := decodeJSON(t.Parameters)
+			if err != nil {
+				return nil, fmt.Errorf("functiongemma: NewGrammar: tool %s: parameters are not JSON: %v", t.Name, err)
+			}
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("functiongemma: NewGrammar: tool %s: parameters are not an object", t.Name)
+			}
+			s = m
+		}
+		schemas[i] = s
+	}
+	starts := map[string]int32{}
+	build := func(idx []int) (int32, error) {
+		start, p, accept := b.state(), b.state(), b.state()
+		b.sym(start, symCallStart, p)
+		q := b.lit(p, "call:")
+		for _, i := range idx {
+			in := b.state()
+			b.eps(q, in)
+			afterName := b.lit(in, tools[i].Name)
+			out := b.state()
+			if err := b.object(afterName, out, schemas[i], 0); err != nil {
+				return 0, fmt.Errorf("functiongemma: NewGrammar: tool %s: %w", tools[i].Name, err)
+			}
+			b.sym(out, symCallEnd, accept)
+		}
+		b.sym(accept, symCallStart, p)
+		b.states[accept].accept = true
+		return start, nil
+	}
+	all := make([]int, len(tools))
+	for i := range tools {
+		all[i] = i
+	}
+	var err error
+	nfaStarts := map[string]int32{}
+	if nfaStarts[""], err = build(all); err != nil {
+		return nil, err
+	}
+	names := make([]string, len(tools))
+	for i, t := range tools {
+		names[i] = t.Name
+		if nfaStarts[t.Name], err = build([]int{i}); err != nil {
+			return nil, err
+		}
+	}
+	g := &Grammar{maxCalls: o.maxCalls, tools: names}
+	if err := g.compile(b, nfaStarts, starts); err != nil {
+		return nil, err
+	}
+	g.starts = starts
+	return g, nil
+}
+
+// Tools returns the names of the grammar's tools, in catalog order.
+func (g *Grammar) Tools() []string { return slices.Clone(g.tools) }
+
+// MaxCalls returns the most calls one turn may hold.
+func (g *Grammar) MaxCalls() int { return g.maxCalls }
+
+// ---- NFA construction ----
+
+type nfaEdge struct {
+	lo, hi int // symbol range, inclusive
+	to     int32
+}
+
+type nfaState struct {
+	eps    []int32
+	edges  []nfaEdge
+	accept bool
+}
+
+type nfaBuilder struct{ states []nfaState }
+
+func (b *nfaBuilder) state() int32 {
+	b.states = append(b.states, nfaState{})
+	return int32(len(b.states) - 1)
+}
+
+func (b *nfaBuilder) eps(from, to int32) { b.states[from].eps = append(b.states[from].eps, to) }
+
+func (b *nfaBuilder) edge(from int32, lo, hi int, to int32) {
+	b.states[from].edges = append(b.states[from].edges, nfaEdge{lo, hi, to})
+}
+
+func (b *nfaBuilder) sym(from int32, sym int, to int32) { b.edge(from, sym, sym, to) }
+
+// lit adds the bytes of s after from and returns the state reached.
+func (b *nfaBuilder) lit(from int32, s string) int32 {
+	for i := 0; i < len(s); i++ {
+		n := b.state()
+		b.sym(from, int(s[i]), n)
+		from = n
+	}
+	return from
+}
+
+// segs adds rendered value segments (text as bytes, <escape> as its symbol).
+func (b *nfaBuilder) segs(from int32, segs []Segment) int32 {
+	for _, s := range segs {
+		if s.Special {
+			n := b.state()
+			b.sym(from, symEscape, n)
+			from = n
+			continue
+		}
+		from = b.lit(from, s.Text)
+	}
+	return from
+}
+
+const maxSchemaDepth = 16
+
+// value adds the values admitted by schema s between from and to.
+func (b *nfaBuilder) value(from, to int32, s map[string]any, depth int) error {
+	if depth > maxSchemaDepth {
+		return fmt.Errorf("%w: nested deeper than %d levels", ErrUnsupportedSchema, maxSchemaDepth)
+	}
+	if _, ok := s["$ref"]; ok {
+		return fmt.Errorf("%w: $ref", ErrUnsupportedSchema)
+	}
+	if c, ok := s["const"]; ok {
+		return b.literals(from, to, []any{c})
+	}
+	if e, ok := s["enum"]; ok {
+		list, ok := e.([]any)
+		if !ok || len(list) == 0 {
+			return fmt.Errorf("%w: enum is not a non-empty list", ErrUnsupportedSchema)
+		}
+		return b.literals(from, to, list)
+	}
+	for _, k := range []string{"anyOf", "oneOf"} {
+		if alts, ok := s[k].([]any); ok {
+			for _, a := range alts {
+				as, ok := a.(map[string]any)
+				if !ok {
+					return fmt.Errorf("%w: %s branch is not an object", ErrUnsupportedSchema, k)
+				}
+				if err := b.value(from, to, as, depth+1); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	var types []string
+	switch t := s["type"].(type) {
+	case string:
+		types = []string{t}
+	case []any:
+		for _, e := range t {
+			es, ok := e.(string)
+			if !ok {
+				return fmt.Errorf("%w: type list holds %v", ErrUnsupportedSchema, e)
+			}
+			types = append(types, es)
+		}
+	case nil:
+		switch {
+		case s["properties"] != nil:
+			types = []string{"object"}
+		case s["items"] != nil:
+			types = []string{"array"}
+		default:
+			types = []string{"string", "number", "boolean", "null"}
+		}
+	default:
+		return fmt.Errorf("%w: type is %v", ErrUnsupportedSchema, t)
+	}
+	for _, t := range types {
+		var err error
+		switch t {
+		case "string":
+			b.str(from, to)
+		case "integer":
+			b.integer(from, to, false)
+		case "number":
+			b.integer(from, to, true)
+		case "boolean":
+			b.eps(b.lit(from, "true"), to)
+			b.eps(b.lit(from, "false"), to)
+		case "null":
+			b.eps(b.lit(from, "null"), to)
+		case "object":
+			err = b.object(from, to, s, depth)
+		case "array":
+			err = b.array(from, to, s, depth)
+		default:
+			err = fmt.Errorf("%w: type %q", ErrUnsupportedSchema, t)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// literals adds an alternation of JSON literals in FunctionGemma syntax.
+func (b *nfaBuilder) literals(from, to int32, list []any) error {
+	n := 0
+	for _, v := range list {
+		if sv, ok := v.(string); ok && strings.Contains(sv, TokEscape) {
+			continue // cannot be written
+		}
+		w := valueWriter{}
+		if err := w.value(v); err != nil {
+			continue
+		}
+		b.eps(b.segs(from, w.segs), to)
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: no enum value can be written", ErrUnsupportedSchema)
+	}
+	return nil
+}
+
+var escapeText = []byte(TokEscape)
+
+// str adds <escape> body <escape>, where the body is any bytes that do not
+// contain the text "<escape>" (tracked like a KMP matcher: "<escape>" has no
+// border, so a mismatch falls back to 1 on '<' and 0 otherwise).
+func (b *nfaBuilder) str(from, to int32) {
+	var body [len(TokEscape)]int32
+	for i := range body {
+		body[i] = b.state()
+	}
+	b.sym(from, symEscape, body[0])
+	for j := range body {
+		b.sym(body[j], symEscape, to)
+		for c := 0; c < 256; c++ {
+			var next int
+			switch {
+			case escapeText[j] == byte(c):
+				next = j + 1
+			case c == '<':
+				next = 1
+			default:
+				next = 0
+			}
+			if next < len(body) {
+				b.sym(body[j], c, body[next])
+			}
+		}
+	}
+	// Merge single-byte edges into ranges.
+	for j := range body {
+		b.states[body[j]].edges = mergeEdges(b.states[body[j]].edges)
+	}
+}
+
+func mergeEdges(es []nfaEdge) []nfaEdge {
+	slices.SortFunc(es, func(a, b nfaEdge) int { return a.lo - b.lo })
+	out := es[:0]
+	for _, e := range es {
+		if n := len(out); n > 0 && out[n-1].to == e.to && out[n-1].hi+1 == e.lo {
+			out[n-1].hi = e.hi
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// integer adds -?(0|[1-9][0-9]*), plus (\.[0-9]+)?([eE][+-]?[0-9]+)? when
+// frac is set.
+func (b *nfaBuilder) integer(from, to int32, frac bool) {
+	sign, zero, nz := b.state(), b.state(), b.state()
+	b.eps(from, sign)
+	b.sym(from, '-', sign)
+	b.sym(sign, '0', zero)
+	b.edge(sign, '1', '9', nz)
+	b.edge(nz, '0', '9', nz)
+	intEnd := b.state()
+	b.eps(zero, intEnd)
+	b.eps(nz, intEnd)
+	b.eps(intEnd, to)
+	if !frac {
+		return
+	}
+	dot, fd := b.state(), b.state()
+	b.sym(intEnd, '.', dot)
+	b.edge(dot, '0', '9', fd)
+	b.edge(fd, '0', '9', fd)
+	b.eps(fd, to)
+	e, es, ed := b.state(), b.state(), b.state()
+	b.sym(intEnd, 'e', e)
+	b.sym(intEnd, 'E', e)
+	b.sym(fd, 'e', e)
+	b.sym(fd, 'E', e)
+	b.eps(e, es)
+	b.sym(e, '+', es)
+	b.sym(e, '-', es)
+	b.edge(es, '0', '9', ed)
+	b.edge(ed, '0', '9', ed)
+	b.eps(ed, to)
+}
+
+// object adds "{" pairs "}" for an object schema: declared keys in
+// alphabetical order, required ones mandatory.
+func (b *nfaBuilder) object(from, to int32, s map[string]any, depth int) error {
+	props, _ := s["properties"].(map[string]any)
+	keys := make([]string, 0, len(props))
+	for k := range props {
+		if err := checkKey(k); err != nil {
+			return fmt.Errorf("%w: %v", ErrUnsupportedSchema, err)
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	required := map[string]bool{}
+	if req, ok := s["required"].([]any); ok {
+		for _, r := range req {
+			rs, _ := r.(string)
+			if _, ok := props[rs]; !ok {
+				return fmt.Errorf("%w: required key %q is not a declared property", ErrUnsupportedSchema, rs)
+			}
+			required[rs] = true
+		}
+	}
+	open := b.state()
+	b.sym(from, '{', open)
+	// node[i][e]: before key i; e = a key was written (a comma is needed).
+	cur := [2]int32{open, b.state()}
+	for _, k := range keys {
+		ps, ok := props[k].(map[string]any)
+		if !ok {
+			if pb, isBool := props[k].(bool); isBool && pb {
+				ps = map[string]any{}
+			} else {
+				return fmt.Errorf("%w: property %s is not a schema object", ErrUnsupportedSchema, k)
+			}
+		}
+		next := [2]int32{b.state(), b.state()}
+		vin, vout := b.state(), b.state()
+		if err := b.value(vin, vout, ps, depth+1); err != nil {
+			return fmt.Errorf("property %s: %w", k, err)
+		}
+		b.eps(b.lit(cur[0], k+":"), vin)
+		b.eps(b.lit(cur[1], ","+k+":"), vin)
+		b.eps(vout, next[1])
+		if !required[k] {
+			b.eps(cur[0], next[0])
+			b.eps(cur[1], next[1])
+		}
+		cur = next
+	}
+	b.sym(cur[0], '}', to)
+	b.sym(cur[1], '}', to)
+	return nil
+}
+
+// array adds "[" (item ("," item)*)? "]".
+func (b *nfaBuilder) array(from, to int32, s map[string]any, depth int) error {
+	items := map[string]any{}
+	switch it := s["items"].(type) {
+	case map[string]any:
+		items = it
+	case nil, bool:
+	default:
+		return fmt.Errorf("%w: items is not a schema object", ErrUnsupportedSchema)
+	}
+	open, in, out := b.state(), b.state(), b.state()
+	b.sym(from, '[', open)
+	b.sym(open, ']', to)
+	b.eps(open, in)
+	if err := b.value(in, out, items, depth+1); err != nil {
+		return fmt.Errorf("items: %w", err)
+	}
+	b.sym(out, ',', in)
+	b.sym(out, ']', to)
+	return nil
+}
+
+// ---- subset construction ----
+
+func (g *Grammar) compile(b *nfaBuilder, nfaStarts map[string]int32, starts map[string]int32) error {
+	// Byte classes: bytes that every edge treats alike.
+	var boundary [257]bool
+	boundary[0] = true
+	for _, st := range b.states {
+		for _, e := range st.edges {
+			if e.lo < 256 {
+				boundary[e.lo] = true
+				hi := min(e.hi, 255)
+				boundary[hi+1] = true
+			}
+		}
+	}
+	cls := -1
+	reps := []int{}
+	for c := 0; c < 256; c++ {
+		if boundary[c] {
+			cls++
+			reps = append(reps, c)
+		}
+		g.classes[c] = uint8(cls)
+	}
+	g.nClasses = cls + 1
+	g.width = g.nClasses + numSpecial
+	symbols := append(reps, symEscape, symCallStart, symCallEnd)
+
+	ids := map[string]int32{}
+	var sets [][]int32
+	closure := func(set []int32) []int32 {
+		seen := map[int32]bool{}
+		stack := append([]int32(nil), set...)
+		var out []int32
+		for len(stack) > 0 {
+			s := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if seen[s] {
+				continue
+			}
+			seen[s] = true
+			out = append(out, s)
+			stack = append(stack, b.states[s].eps...)
+		}
+		slices.Sort(out)
+		return out
+	}
+	key := func(set []int32) string {
+		var sb strings.Builder
+		for _, s := range set {
+			sb.WriteString(strconv.Itoa(int(s)))
+			sb.WriteByte(',')
+		}
+		return sb.String()
+	}
+	add := func(set []int32) (int32, error) {
+		k := key(set)
+		if id, ok := ids[k]; ok {
+			return id, nil
+		}
+		if len(sets) >= maxDFAStates {
+			return 0, fmt.Errorf("%w: the automaton exceeds %d states", ErrUnsupportedSchema, maxDFAStates)
+		}
+		id := int32(len(sets))
+		ids[k] = id
+		sets = append(sets, set)
+		return id, nil
+	}
+	// State 0 is the dead state.
+	if _, err := add(nil); err != nil {
+		return err
+	}
+	for name, s := range nfaStarts {
+		id, err := add(closure([]int32{s}))
+		if err != nil {
+			return err
+		}
+		starts[name] = id
+	}
+	for cur := 0; cur < len(sets); cur++ {
+		set := sets[cur]
+		row := make([]int32, g.width)
+		acc := false
+		for _, s := range set {
+			if b.states[s].accept {
+				acc = true
+			}
+		}
+		for col, sym := range symbols {
+			var next []int32
+			for _, s := range set {
+				for _, e := range b.states[s].edges {
+					if sym >= e.lo && sym <= e.hi {
+						next = append(next, e.to)
+					}
+				}
+			}
+			if len(next) == 0 {
+				continue
+			}
+			id, err := add(closure(next))
+			if err != nil {
+				return err
+			}
+			row[col] = id
+		}
+		g.trans = append(g.trans, row...)
+		g.accept = append(g.accept, acc)
+	}
+	n := len(sets)
+	g.forced = make([]int32, n)
+	g.callStart = make([]bool, n)
+	g.live = make([]int32, n)
+	classSize := make([]int, g.nClasses)
+	for c := 0; c < 256; c++ {
+		classSize[g.classes[c]]++
+	}
+	for s := 0; s < n; s++ {
+		g.forced[s] = -1
+		row := g.trans[s*g.width : (s+1)*g.width]
+		var live int32
+		only := -1
+		for col, t := range row {
+			if t != 0 {
+				live++
+				only = col
+			}
+		}
+		g.live[s] = live
+		g.callStart[s] = row[g.nClasses+symCallStart-256] != 0
+		if s == 0 || g.accept[s] || live != 1 {
+			continue
+		}
+		if only >= g.nClasses {
+			g.forced[s] = int32(256 + only - g.nClasses)
+		} else if classSize[only] == 1 {
+			g.forced[s] = int32(reps[only])
+		}
+	}
+	g.computeLTFree()
+	return nil
+}
+
+// computeLTFree marks the states from which every byte string without '<'
+// stays alive (a greatest fixed point): string bodies, where only the text
+// "<escape>" is excluded. AllowedTokens takes whole trie subtrees there.
+func (g *Grammar) computeLTFree() {
+	n := len(g.accept)
+	g.ltFree = make([]bool, n)
+	for s := 1; s < n; s++ {
+		g.ltFree[s] = true
+	}
+	lt := int(g.classes['<'])
+	ltOnly := true // the class of '<' holds only '<'
+	for c := 0; c < 256; c++ {
+		if c != '<' && int(g.classes[c]) == lt {
+			ltOnly = false
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		for s := 1; s < n; s++ {
+			if !g.ltFree[s] {
+				continue
+			}
+			for c := 0; c < g.nClasses; c++ {
+				if c == lt && ltOnly {
+					continue
+				}
+				if t := g.trans[s*g.width+c]; t == 0 || !g.ltFree[t] {
+					g.ltFree[s] = false
+					changed = true
+					break
+				}
+			}
+		}
+	}
+}
+
+// next returns the state after symbol sym (a byte or a special symbol).
+func (g *Grammar) next(s int32, sym int) int32 {
+	if sym < 256 {
+		return g.trans[int(s)*g.width+int(g.classes[sym])]
+	}
+	return g.trans[int(s)*g.width+g.nClasses+sym-256]
+}
+
+// symText is the text of a symbol.
+func symText(sym int32) string {
+	switch sym {
+	case symEscape:
+		return TokEscape
+	case symCallStart:
+		return TokStartFunctionCall
+	case symCallEnd:
+		return TokEndFunctionCall
+	}
+	return string([]byte{byte(sym)})
+}
