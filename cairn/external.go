@@ -284,7 +284,7 @@ func (o *Overlay) SearchContent(ctx context.Context, pattern, scope string) ([]M
 	var prefix string
 	var keep func(string) bool
 	if strings.ContainsAny(scope, "*?[") {
-		g, err := CompileGlob(scope)
+		g, err := compileGlob(op, scope)
 		if err != nil {
 			return nil, err
 		}

@@ -18,12 +18,13 @@ const MaxGlobBytes = 1000
 //	[abc]    one character from the set; ranges as [a-z]; [!abc] or [^abc]
 //	         negates; a "]" right after the "[" (or "[!") is literal
 //	**       as a whole segment: zero or more segments, so "**/*.py" matches
-//	         "a.py" and "x/y/a.py"; inside a segment it acts as "*"
+//	         "a.py" and "x/y/a.py"; at the end one or more ("src/**" is
+//	         every file below src); inside a segment it acts as "*"
 //
 // There is no escape character: "\" is rejected by CleanPath so it can never
 // occur in a path, and a literal metacharacter is written as a class ("[*]").
-// A leading "/" or "./" and empty segments are ignored; the pattern "" (or
-// "/") matches nothing. Matching runs in O(len(pattern)·len(path)).
+// A leading "/" or "./" and empty segments are ignored, a ".." segment is
+// an ErrPathTraversal error, and the pattern "" (or "/") matches nothing. Matching runs in O(len(pattern)·len(path)).
 type Glob struct {
 	pattern string
 	segs    []globSeg
@@ -56,7 +57,10 @@ type globTok struct {
 // an empty class, a reversed range, invalid UTF-8, NUL) or one over
 // MaxGlobBytes is an *Error of kind ErrBadPattern.
 func CompileGlob(pattern string) (*Glob, error) {
-	const op = "search_files"
+	return compileGlob("glob", pattern)
+}
+
+func compileGlob(op, pattern string) (*Glob, error) {
 	if len(pattern) > MaxGlobBytes {
 		return nil, newErr(op, "", ErrBadPattern, fmt.Sprintf("glob pattern is %d bytes; the limit is %d", len(pattern), MaxGlobBytes))
 	}
@@ -72,6 +76,9 @@ func CompileGlob(pattern string) (*Glob, error) {
 		if seg == "" || seg == "." {
 			continue
 		}
+		if seg == ".." {
+			return nil, newErr(op, pattern, ErrPathTraversal, "'..' segments are not allowed in a pattern; it matches workspace paths only")
+		}
 		if seg == "**" {
 			// Consecutive "**" are equivalent to one.
 			if n := len(g.segs); n > 0 && g.segs[n-1].double {
@@ -85,6 +92,11 @@ func CompileGlob(pattern string) (*Glob, error) {
 			return nil, newErr(op, "", ErrBadPattern, fmt.Sprintf("glob %q: %s", truncate(pattern, 200), err))
 		}
 		g.segs = append(g.segs, s)
+	}
+	// A trailing "**" matches one or more segments ("src/**" is what is
+	// below src, not a file named src): append a "*" segment.
+	if n := len(g.segs); n > 0 && g.segs[n-1].double {
+		g.segs = append(g.segs, globSeg{toks: []globTok{{kind: tokStar}}})
 	}
 	return g, nil
 }

@@ -661,7 +661,7 @@ func (o *Overlay) ListDir(ctx context.Context, p string) ([]string, error) {
 // Glob returns the sorted visible file paths matching pattern (see Glob
 // for the syntax). Directories are not returned.
 func (o *Overlay) Glob(ctx context.Context, pattern string) ([]string, error) {
-	g, err := CompileGlob(pattern)
+	g, err := compileGlob("search_files", pattern)
 	if err != nil {
 		return nil, err
 	}

@@ -401,6 +401,13 @@ func TestPathEscapesRejected(t *testing.T) {
 			}
 		}
 	}
+	// Patterns cannot climb out either.
+	for _, args := range [][]any{{"search_files", "../*"}, {"search_files", "a/../../**"}, {"search_content", "x", "../**/*.py"}} {
+		ce := b.callErr(t, args[0].(string), args[1:], nil)
+		if !errors.Is(ce, cairn.ErrPathTraversal) || ce.PythonException() != "PermissionError" {
+			t.Errorf("%v: %v", args, ce)
+		}
+	}
 	// The empty path is a ValueError for files.
 	if ce := b.callErr(t, "read_file", []any{""}, nil); !errors.Is(ce, cairn.ErrPathInvalid) {
 		t.Errorf("empty path: %v", ce)

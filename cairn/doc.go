@@ -1,0 +1,39 @@
+// Package cairn implements fleet's copy-on-write workspaces
+// (pym-runtime.md §15 and §17.8): a Stable workspace, the source of truth,
+// and one Overlay per agent run, both SQLite files (pure-Go
+// modernc.org/sqlite, WAL mode).
+//
+// # Files
+//
+// A workspace folder holds the overlays of the runs:
+//
+//	<dir>/agent-{operation}-{node}.db
+//
+// where operation matches [A-Za-z0-9_]{1,64} and node is the node id
+// escaped into a safe, injective file name (OverlayID documents the
+// mapping; "src/app.py::main" becomes "src~2Fapp.py~3A~3Amain"). The name
+// without ".db" is the workspace id (Overlay.ID), reported as
+// AgentResult.workspace_id.
+//
+// # Semantics
+//
+// Reads fall through overlay → stable; writes and deletes touch only the
+// overlay; a delete of a stable file is a tombstone, and writing the path
+// again cancels it. Directories are implied by file paths: a directory
+// exists while a visible file lies below it, list_dir names it without a
+// trailing slash, and a path cannot be a file and a directory at once
+// (ErrIsDir / ErrNotDir). Each path the run touches has stable's sha256 at
+// that moment recorded ("absent" when stable had none); Accept refuses to
+// merge a path whose stable content has changed since (ErrStaleBase)
+// unless forced, merges in one transaction and keeps an undo snapshot
+// (Stable.Undo). Reject deletes the overlay file; Cleanup removes old ones.
+//
+// # Scripts
+//
+// Overlay.CallExternal serves the external functions of §15.2 (see
+// ExternalNames) to the Monty runner with the safety rules of §15.3: paths
+// pass CleanPath (relative only, no "..", no NUL, control characters or
+// backslashes, length caps), content is capped at MaxContentBytes, regexes
+// at MaxRegexBytes and MaxMatches. Every failure is an *Error whose
+// PythonException method names the builtin exception to raise.
+package cairn
