@@ -1,0 +1,704 @@
+package reliability
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue"
+)
+
+// childEnv, when set in a process started from this test binary, turns it
+// into a worker process (childMain) instead of running tests.
+const childEnv = "FLEET_RELIABILITY_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
+	os.Exit(m.Run())
+}
+
+// scale reads FLEET_RELIABILITY_SCALE for a test.
+func scale(t *testing.T) int {
+	t.Helper()
+	n, err := Scale()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// report logs the test's summary line.
+func report(t *testing.T, s Summary) {
+	t.Helper()
+	t.Log(s.String())
+}
+
+// ---------------------------------------------------------------------------
+// The worker process.
+//
+// A child is this test binary re-executed with FLEET_RELIABILITY_CHILD set:
+// a real OS process running queue.Worker over TCP (or over its own embedded
+// server) with a scripted processor that holds each job for a while. It can
+// be SIGKILLed like any worker binary.
+
+// childConfig is what a child reads from its environment.
+type childConfig struct {
+	URL        string        // server to connect to (FLEET_REL_URL)
+	EmbedStore string        // run an embedded server on this folder (FLEET_REL_EMBED_STORE)
+	EmbedPort  int           // its client port (FLEET_REL_EMBED_PORT)
+	Name       string        // worker name (FLEET_REL_NAME)
+	Slots      int           // FLEET_REL_SLOTS
+	Job        time.Duration // how long each job runs (FLEET_REL_JOB)
+	Streams    streamsEnv
+}
+
+// streamsEnv is the stream configuration every process of a test must share
+// (EnsureStreams updates the consumers to the last caller's settings).
+type streamsEnv struct {
+	AckWait    time.Duration // FLEET_REL_ACK_WAIT
+	MaxDeliver int           // FLEET_REL_MAX_DELIVER
+	Replicas   int           // FLEET_REL_REPLICAS
+}
+
+func (s streamsEnv) config() queue.StreamsConfig {
+	return queue.StreamsConfig{Operations: []string{"lint"}, AckWait: s.AckWait, MaxDeliver: s.MaxDeliver, Replicas: s.Replicas}
+}
+
+func (c childConfig) env() []string {
+	return []string{
+		childEnv + "=worker",
+		"FLEET_REL_URL=" + c.URL,
+		"FLEET_REL_EMBED_STORE=" + c.EmbedStore,
+		"FLEET_REL_EMBED_PORT=" + strconv.Itoa(c.EmbedPort),
+		"FLEET_REL_NAME=" + c.Name,
+		"FLEET_REL_SLOTS=" + strconv.Itoa(c.Slots),
+		"FLEET_REL_JOB=" + c.Job.String(),
+		"FLEET_REL_ACK_WAIT=" + c.Streams.AckWait.String(),
+		"FLEET_REL_MAX_DELIVER=" + strconv.Itoa(c.Streams.MaxDeliver),
+		"FLEET_REL_REPLICAS=" + strconv.Itoa(c.Streams.Replicas),
+	}
+}
+
+func readChildConfig() (childConfig, error) {
+	var c childConfig
+	var err error
+	get := func(k string) string { return os.Getenv("FLEET_REL_" + k) }
+	atoi := func(k string) int {
+		n, e := strconv.Atoi(get(k))
+		if e != nil {
+			err = errors.Join(err, fmt.Errorf("%s: %w", k, e))
+		}
+		return n
+	}
+	dur := func(k string) time.Duration {
+		d, e := time.ParseDuration(get(k))
+		if e != nil {
+			err = errors.Join(err, fmt.Errorf("%s: %w", k, e))
+		}
+		return d
+	}
+	c.URL, c.EmbedStore, c.Name = get("URL"), get("EMBED_STORE"), get("NAME")
+	c.EmbedPort, c.Slots, c.Job = atoi("EMBED_PORT"), atoi("SLOTS"), dur("JOB")
+	c.Streams = streamsEnv{AckWait: dur("ACK_WAIT"), MaxDeliver: atoi("MAX_DELIVER"), Replicas: atoi("REPLICAS")}
+	return c, err
+}
+
+// childMain runs a worker until SIGTERM (graceful) or SIGKILL. It prints
+// "READY" on stdout once the worker pulls jobs.
+func childMain() int {
+	cfg, err := readChildConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child config:", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var nc *nats.Conn
+	var srv *queue.Embedded
+	if cfg.EmbedStore != "" {
+		srv, err = queue.StartEmbedded(ctx, queue.EmbeddedConfig{StoreDir: cfg.EmbedStore,
+			Listen: fmt.Sprintf("127.0.0.1:%d", cfg.EmbedPort), ServerName: cfg.Name, Logger: log})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "embedded server:", err)
+			return 1
+		}
+		defer srv.Shutdown()
+		nc, err = srv.Connect()
+	} else {
+		nc, err = queue.Connect(ctx, queue.ConnectOptions{URL: cfg.URL, Name: cfg.Name, ReconnectWait: 50 * time.Millisecond})
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "connect:", err)
+		return 1
+	}
+	defer nc.Close()
+	w, err := queue.NewWorker(queue.Config{
+		Conn: nc, Operations: []string{"lint"}, Slots: cfg.Slots, Name: cfg.Name,
+		NewProcessor: func(int) (queue.Processor, error) { return holdProcessor(cfg.Job), nil },
+		PullExpiry:   time.Second, DrainGrace: 5 * time.Second,
+		RetryBackoff: 50 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond,
+		Streams: cfg.Streams.config(), Logger: log,
+	})
+	if err == nil {
+		err = startRetrying(ctx, w)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	fmt.Println("READY")
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	if err := w.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop:", err)
+	}
+	_ = nc.Drain()
+	return 0
+}
+
+// startRetrying starts w, retrying while the JetStream API is not ready (a
+// cluster electing its meta leader, a server still recovering its streams).
+func startRetrying(ctx context.Context, w *queue.Worker) error {
+	for {
+		err := w.Start(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// holdProcessor holds each job for d (honouring cancellation), emitting one
+// event, and succeeds: a scripted stand-in for the model and tools whose
+// only job is to be mid-run when a fault strikes.
+func holdProcessor(d time.Duration) queue.Processor {
+	return queue.ProcessorFunc(func(ctx context.Context, req *queue.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
+		events.Emit(loop.Event{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		return &queue.Outcome{Result: loop.Result{Status: loop.StatusSuccess, Summary: "held " + req.JobID, Turns: 1}}, nil
+	})
+}
+
+// proc is a running child worker process.
+type proc struct {
+	t       *testing.T
+	name    string
+	cmd     *exec.Cmd
+	ready   chan struct{}
+	exited  chan struct{}
+	waitErr error
+	logPath string
+}
+
+// startChild starts a worker process and waits until it is READY.
+func startChild(t *testing.T, cfg childConfig) *proc {
+	t.Helper()
+	p := launchChild(t, cfg)
+	p.waitReady(60 * time.Second)
+	return p
+}
+
+// launchChild starts a worker process without waiting for it.
+func launchChild(t *testing.T, cfg childConfig) *proc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), cfg.env()...)
+	logPath := filepath.Join(t.TempDir(), cfg.Name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{t: t, name: cfg.Name, cmd: cmd, ready: make(chan struct{}), exited: make(chan struct{}), logPath: logPath}
+	go func() {
+		sc := bufio.NewScanner(out)
+		once := sync.Once{}
+		for sc.Scan() {
+			if strings.TrimSpace(sc.Text()) == "READY" {
+				once.Do(func() { close(p.ready) })
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+		p.waitErr = cmd.Wait()
+		_ = logf.Close()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p
+}
+
+func (p *proc) waitReady(d time.Duration) {
+	p.t.Helper()
+	select {
+	case <-p.ready:
+	case <-p.exited:
+		p.t.Fatalf("worker %s exited before READY (%v):\n%s", p.name, p.waitErr, p.logTail())
+	case <-time.After(d):
+		p.t.Fatalf("worker %s not READY after %s:\n%s", p.name, d, p.logTail())
+	}
+}
+
+// kill SIGKILLs the process and waits for it to be gone.
+func (p *proc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+// alive reports whether the process is still running.
+func (p *proc) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop SIGTERMs the process (graceful drain) and waits up to d.
+func (p *proc) stop(d time.Duration) error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return p.waitErr
+	case <-time.After(d):
+		p.kill()
+		return fmt.Errorf("worker %s did not stop within %s", p.name, d)
+	}
+}
+
+func (p *proc) logTail() string {
+	b, _ := os.ReadFile(p.logPath)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// ---------------------------------------------------------------------------
+// Servers.
+
+// freePort returns a TCP port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startServer starts an embedded server listening on port with its store in
+// dir. It is shut down at cleanup (Shutdown is idempotent).
+func startServer(t *testing.T, dir string, port int) *queue.Embedded {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv, err := queue.StartEmbedded(ctx, queue.EmbeddedConfig{StoreDir: dir, Listen: fmt.Sprintf("127.0.0.1:%d", port),
+		ServerName: "rel-" + strconv.Itoa(port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+// dial connects to url(s) over TCP; the connection reconnects forever,
+// quickly, and is closed at cleanup.
+func dial(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond),
+		nats.ReconnectBufSize(-1)}, opts...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// ensureStreams creates the streams from the test process, retrying while
+// the JetStream API is not ready.
+func ensureStreams(t *testing.T, js jetstream.JetStream, cfg queue.StreamsConfig) *queue.Streams {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		s, err := queue.EnsureStreams(ctx, js, cfg)
+		if err == nil {
+			return s
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("ensure streams: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Jobs and results.
+
+// newJob is a valid request for the "lint" operation.
+func newJob(id string) *queue.RunRequest {
+	return &queue.RunRequest{JobID: id, Operation: "lint",
+		Node:  agents.Node{ID: "a.py::f", Name: "f", Type: "function", FilePath: "a.py", Text: "def f():\n    return 1\n"},
+		Files: map[string]string{"a.py": "import os\ndef f():\n    return 1\n"}}
+}
+
+func jobID(prefix string, i int) string { return fmt.Sprintf("%s-%05d", prefix, i) }
+
+// enqueue publishes jobs prefix-00000.. prefix-(n-1), each retried (same
+// Nats-Msg-Id, so JetStream keeps one copy) until the server acknowledges
+// it, and returns how many were acknowledged. It keeps going through server
+// outages until ctx ends.
+func enqueue(ctx context.Context, js jetstream.JetStream, prefix string, from, n int, onAck func(i int)) (int, error) {
+	acked := 0
+	for i := from; i < from+n; i++ {
+		m, err := queue.NewRequestMsg(newJob(jobID(prefix, i)), queue.JSON, "")
+		if err != nil {
+			return acked, err
+		}
+		for {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := js.PublishMsg(pctx, m)
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return acked, fmt.Errorf("enqueue %s: %w (last: %v)", m.Header.Get(queue.HeaderMsgID), ctx.Err(), err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		acked++
+		if onAck != nil {
+			onAck(i)
+		}
+	}
+	return acked, nil
+}
+
+// tracker watches results live (core subscription on agents.results.>): it
+// counts every result message published, including the ones JetStream's
+// dedupe window drops, and lets a test wait for "the next result after t".
+type tracker struct {
+	mu        sync.Mutex
+	published map[string]int       // job id -> result messages seen
+	first     map[string]time.Time // job id -> first seen
+	last      time.Time
+	changed   chan struct{}
+}
+
+func newTracker(t *testing.T, nc *nats.Conn) *tracker {
+	t.Helper()
+	tr := &tracker{published: map[string]int{}, first: map[string]time.Time{}, changed: make(chan struct{})}
+	sub, err := nc.Subscribe(queue.SubjectResultsPrefix+"*", func(m *nats.Msg) {
+		id := strings.TrimPrefix(m.Subject, queue.SubjectResultsPrefix)
+		now := time.Now()
+		tr.mu.Lock()
+		tr.published[id]++
+		if _, ok := tr.first[id]; !ok {
+			tr.first[id] = now
+		}
+		tr.last = now
+		close(tr.changed)
+		tr.changed = make(chan struct{})
+		tr.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return tr
+}
+
+// distinct is how many job ids have a result.
+func (tr *tracker) distinct() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return len(tr.first)
+}
+
+// extra is how many result messages were published beyond one per job.
+func (tr *tracker) extra() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	n := 0
+	for _, c := range tr.published {
+		n += c - 1
+	}
+	return n
+}
+
+// waitDistinct waits until at least n job ids have a result.
+func (tr *tracker) waitDistinct(n int, d time.Duration) bool {
+	deadline := time.After(d)
+	for {
+		tr.mu.Lock()
+		got, ch := len(tr.first), tr.changed
+		tr.mu.Unlock()
+		if got >= n {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// nextAfter waits for a result message published after t and returns when
+// it arrived.
+func (tr *tracker) nextAfter(t time.Time, d time.Duration) (time.Time, bool) {
+	deadline := time.After(d)
+	for {
+		tr.mu.Lock()
+		last, ch := tr.last, tr.changed
+		tr.mu.Unlock()
+		if last.After(t) {
+			return last, true
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return time.Time{}, false
+		}
+	}
+}
+
+// storedResults reads every stored result of jobs prefix-from..prefix-(n-1)
+// from FLEET_RESULTS and returns the number of stored result messages per
+// job id (subject counts) and the decoded last result of each job.
+func storedResults(t *testing.T, js jetstream.JetStream, prefix string, n int) (counts map[string]uint64, results map[string]*queue.AgentResult) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var s jetstream.Stream
+	var info *jetstream.StreamInfo
+	var err error
+	for {
+		if s, err = js.Stream(ctx, queue.StreamResults); err == nil {
+			if info, err = s.Info(ctx, jetstream.WithSubjectFilter(queue.SubjectResultsPrefix+"*")); err == nil {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("results stream info: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	counts = map[string]uint64{}
+	for subj, c := range info.State.Subjects {
+		if id := strings.TrimPrefix(subj, queue.SubjectResultsPrefix); strings.HasPrefix(id, prefix+"-") {
+			counts[id] = c
+		}
+	}
+	results = map[string]*queue.AgentResult{}
+	for id := range counts {
+		var m *jetstream.RawStreamMsg
+		for {
+			m, err = s.GetLastMsgForSubject(ctx, queue.ResultSubject(id))
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // a cluster electing a stream leader
+		}
+		if err != nil {
+			t.Fatalf("result of %s: %v", id, err)
+		}
+		r, err := queue.DecodeAgentResult(m.Data, m.Header.Get(queue.HeaderContentType))
+		if err != nil {
+			t.Fatalf("result of %s: %v", id, err)
+		}
+		results[id] = r
+	}
+	return counts, results
+}
+
+// verdict compares the stored results of n jobs against "exactly one
+// succeeded result per job id" and fills lost, duplicated and redelivered.
+func verdict(t *testing.T, js jetstream.JetStream, prefix string, n int, s *Summary) map[string]*queue.AgentResult {
+	t.Helper()
+	counts, results := storedResults(t, js, prefix, n)
+	for i := 0; i < n; i++ {
+		id := jobID(prefix, i)
+		c := counts[id]
+		switch {
+		case c == 0:
+			s.Lost++
+			t.Errorf("job %s: no result stored (lost)", id)
+		case c > 1:
+			s.Duplicated += int(c - 1)
+			t.Errorf("job %s: %d results stored, want exactly 1", id, c)
+		}
+		if r := results[id]; r != nil {
+			if r.State != queue.StateSucceeded {
+				t.Errorf("job %s: state %s (%s), want succeeded", id, r.State, r.Error)
+			}
+			if r.Attempts > 1 {
+				s.Redelivered++
+			}
+		}
+	}
+	if len(counts) != n {
+		t.Errorf("%d jobs have results, want %d", len(counts), n)
+	}
+	return results
+}
+
+// runsLeft is how many requests are still in FLEET_RUNS.
+func runsLeft(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		s, err := js.Stream(ctx, queue.StreamRuns)
+		if err == nil {
+			var info *jetstream.StreamInfo
+			if info, err = s.Info(ctx); err == nil {
+				return info.State.Msgs
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("runs stream info: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// statusWatch keeps the latest fleet_jobs record of every job.
+type statusWatch struct {
+	mu      sync.Mutex
+	recs    map[string]queue.StatusRecord
+	changed chan struct{}
+}
+
+func watchStatus(t *testing.T, js jetstream.JetStream) *statusWatch {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, queue.BucketJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.WatchAll(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := &statusWatch{recs: map[string]queue.StatusRecord{}, changed: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range w.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var rec queue.StatusRecord
+			if queue.JSON.Unmarshal(e.Value(), &rec) != nil {
+				continue
+			}
+			sw.mu.Lock()
+			sw.recs[e.Key()] = rec
+			close(sw.changed)
+			sw.changed = make(chan struct{})
+			sw.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { _ = w.Stop(); <-done })
+	return sw
+}
+
+// running lists the jobs whose latest status says worker is running them.
+func (sw *statusWatch) running(worker string) []string {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	var ids []string
+	for id, r := range sw.recs {
+		if r.State == queue.StateRunning && r.Worker == worker {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// waitRunning waits until worker runs at least one job and returns them.
+func (sw *statusWatch) waitRunning(worker string, d time.Duration) []string {
+	deadline := time.After(d)
+	for {
+		sw.mu.Lock()
+		ch := sw.changed
+		sw.mu.Unlock()
+		if ids := sw.running(worker); len(ids) > 0 {
+			return ids
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return nil
+		}
+	}
+}
