@@ -281,6 +281,9 @@ func (o *Overlay) Accept(ctx context.Context, opts AcceptOptions) (AcceptResult,
 	var res AcceptResult
 	o.writeMu.Lock()
 	defer o.writeMu.Unlock()
+	if o.closed.Load() {
+		return res, ErrClosed
+	}
 	es, err := o.entries(ctx)
 	if err != nil {
 		return res, err

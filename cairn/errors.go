@@ -146,8 +146,8 @@ func (e *StaleBaseError) Code() string { return ErrStaleBase.code }
 // but the method keeps every error of this package uniform).
 func (e *StaleBaseError) PythonException() string { return ErrStaleBase.python }
 
-// errClosed is returned after Close or Reject.
-var errClosed = errors.New("cairn: workspace is closed")
+// ErrClosed is returned by an Overlay's methods after Close or Reject.
+var ErrClosed = errors.New("cairn: workspace is closed")
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

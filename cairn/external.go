@@ -77,10 +77,13 @@ func ExternalNames() []string {
 // Every failure is an *Error whose PythonException method names the
 // exception to raise (FileNotFoundError, PermissionError, ValueError,
 // IsADirectoryError, NotADirectoryError, TypeError, NameError) and whose
-// message is meant for the script; other errors (a closed database, ctx
-// ending) are host failures. CallExternal is safe for concurrent use;
+// message is meant for the script; other errors (ErrClosed, ctx ending,
+// SQLite failures) are host failures. CallExternal is safe for concurrent use;
 // writes are applied one at a time.
 func (o *Overlay) CallExternal(ctx context.Context, name string, args []any, kwargs map[string]any) (any, error) {
+	if o.closed.Load() {
+		return nil, ErrClosed
+	}
 	ext, ok := externals[name]
 	if !ok {
 		return nil, newErr(name, "", ErrUnknownFunction, fmt.Sprintf("the workspace has no external function %q", truncate(name, 100)))

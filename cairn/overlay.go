@@ -473,11 +473,13 @@ func (o *Overlay) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, ok, err := o.readVisible(ctx, cp)
-	if err != nil {
+	// Record the base first: if stable changes between the two, the run
+	// saw the newer content but Accept conservatively reports it stale.
+	if err := o.recordBase(ctx, cp); err != nil {
 		return nil, err
 	}
-	if err := o.recordBase(ctx, cp); err != nil {
+	c, ok, err := o.readVisible(ctx, cp)
+	if err != nil {
 		return nil, err
 	}
 	if !ok {

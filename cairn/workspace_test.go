@@ -942,3 +942,62 @@ func TestLoadFilesAllOrNothing(t *testing.T) {
 		t.Fatalf("loaded %v", ps)
 	}
 }
+
+func TestConcurrentReadersDuringAcceptAndLoad(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	files := map[string]string{}
+	for i := range 20 {
+		files[fmt.Sprintf("f%02d.txt", i)] = "v1\n"
+	}
+	b := setup(t, files)
+	for i := range 10 {
+		b.call(t, "write_file", fmt.Sprintf("f%02d.txt", i), "run\n")
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	stop := make(chan struct{})
+	for r := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := fmt.Sprintf("f%02d.txt", (i+r)%20)
+				c, err := b.stable.ReadFile(ctx, p)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if s := string(c); s != "v1\n" && s != "run\n" && s != "load\n" {
+					errs <- fmt.Errorf("%s: torn content %q", p, s)
+					return
+				}
+				if _, err := b.ov.CallExternal(ctx, "read_file", []any{p}, nil); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	if _, err := b.stable.LoadFiles(ctx, map[string][]byte{"f15.txt": []byte("load\n")}); err != nil {
+		t.Error(err)
+	}
+	if res, err := b.ov.Accept(ctx, cairn.AcceptOptions{}); err != nil || res.FilesMerged != 10 {
+		t.Errorf("accept = %+v, %v", res, err)
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	b.ov.Close()
+	if _, err := b.ov.CallExternal(ctx, "read_file", []any{"f00.txt"}, nil); !errors.Is(err, cairn.ErrClosed) {
+		t.Fatalf("call after Close: %v", err)
+	}
+}
