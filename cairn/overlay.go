@@ -702,3 +702,23 @@ func (o *Overlay) GetKV(ctx context.Context, key string, dst any) (bool, error) 
 	}
 	return true, json.Unmarshal([]byte(v), dst)
 }
+
+// Files returns the merged view of the workspace (overlay over stable,
+// tombstones honoured): every visible file and its content.
+func (o *Overlay) Files(ctx context.Context) (map[string][]byte, error) {
+	paths, _, err := o.visiblePaths(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(paths))
+	for _, p := range paths {
+		c, ok, err := o.readVisible(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out[p] = c
+		}
+	}
+	return out, nil
+}

@@ -203,6 +203,10 @@ func TestTombstonesAndRecreate(t *testing.T) {
 	if !slices.Equal(ch, []string{"d", "d/x.txt"}) {
 		t.Fatalf("ChangedFiles = %v", ch)
 	}
+	view, err := b.ov.Files(ctx)
+	if err != nil || len(view) != 2 || string(view["a.txt"]) != "A\n" || string(view["d"]) != "now a file" {
+		t.Fatalf("Files = %q, %v", view, err)
+	}
 }
 
 func TestListDirUnion(t *testing.T) {
