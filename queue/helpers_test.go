@@ -1,0 +1,331 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/loop/looptest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testBundle is one embedded server with a client connection.
+type testBundle struct {
+	t   *testing.T
+	srv *Embedded
+	nc  *nats.Conn
+	js  jetstream.JetStream
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := srv.Connect()
+	if err != nil {
+		srv.Shutdown()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		nc.Close()
+		srv.Shutdown()
+	})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testBundle{t: t, srv: srv, nc: nc, js: js}
+}
+
+// worker starts a worker on its own connection with test-friendly timings;
+// mut adjusts the config. It is stopped at cleanup.
+func (b *testBundle) worker(proc func(slot int) Processor, mut func(*Config)) *Worker {
+	b.t.Helper()
+	nc, err := b.srv.Connect()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	cfg := Config{
+		Conn: nc, Operations: []string{"lint"}, Slots: 2, Name: "test-worker",
+		NewProcessor: func(i int) (Processor, error) { return proc(i), nil },
+		PullExpiry:   500 * time.Millisecond, DrainGrace: 5 * time.Second,
+		RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond,
+		Streams: StreamsConfig{AckWait: 2 * time.Second},
+	}
+	if mut != nil {
+		mut(&cfg)
+	}
+	w, err := NewWorker(cfg)
+	if err != nil {
+		nc.Close()
+		b.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		nc.Close()
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() {
+		if err := w.Stop(); err != nil {
+			b.t.Errorf("stop: %v", err)
+		}
+		nc.Close()
+	})
+	return w
+}
+
+func newReq(id string) *RunRequest {
+	return &RunRequest{JobID: id, Operation: "lint",
+		Node:  agents.Node{ID: "a.py::f", Name: "f", Type: "function", FilePath: "a.py", Text: "def f():\n    return 1\n"},
+		Files: map[string]string{"a.py": "import os\ndef f():\n    return 1\n"}}
+}
+
+// publish enqueues req and returns the PubAck.
+func (b *testBundle) publish(req *RunRequest, enc Encoding, replyTo string) *jetstream.PubAck {
+	b.t.Helper()
+	m, err := NewRequestMsg(req, enc, replyTo)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return b.publishMsg(m)
+}
+
+func (b *testBundle) publishMsg(m *nats.Msg) *jetstream.PubAck {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ack, err := b.js.PublishMsg(ctx, m)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return ack
+}
+
+// subscribe listens on subject (core) before a job is published.
+func (b *testBundle) subscribe(subject string) *nats.Subscription {
+	b.t.Helper()
+	sub, err := b.nc.SubscribeSync(subject)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if err := b.nc.Flush(); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return sub
+}
+
+// result waits for the next result on sub and decodes it.
+func (b *testBundle) result(sub *nats.Subscription) *AgentResult {
+	b.t.Helper()
+	m, err := sub.NextMsg(15 * time.Second)
+	if err != nil {
+		b.t.Fatalf("no result on %s: %v", sub.Subject, err)
+	}
+	r, err := DecodeAgentResult(m.Data, m.Header.Get(HeaderContentType))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return r
+}
+
+// status waits until a job's status record reaches state (the worker
+// writes it right after the result, so a reader of the result may see the
+// previous state for a moment) and returns it.
+func (b *testBundle) status(jobID string, state JobState) StatusRecord {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := b.js.KeyValue(ctx, BucketJobs)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	wt, err := kv.Watch(ctx, jobID)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer func() { _ = wt.Stop() }()
+	var last StatusRecord
+	for {
+		select {
+		case e := <-wt.Updates():
+			if e == nil {
+				continue // end of the initial values
+			}
+			if err := json.Unmarshal(e.Value(), &last); err != nil {
+				b.t.Fatal(err)
+			}
+			if last.State == state {
+				return last
+			}
+		case <-ctx.Done():
+			b.t.Fatalf("status of %s is %+v, want state %s", jobID, last, state)
+		}
+	}
+}
+
+// countSubject counts the messages stored on subject in stream.
+func (b *testBundle) countSubject(stream, subject string) uint64 {
+	b.t.Helper()
+	s, err := b.js.Stream(context.Background(), stream)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return info.State.Subjects[subject]
+}
+
+// consumerInfo returns the operation consumer's state.
+func (b *testBundle) consumerInfo(op string) *jetstream.ConsumerInfo {
+	b.t.Helper()
+	c, err := b.js.Consumer(context.Background(), StreamRuns, op)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	info, err := c.Info(context.Background())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return info
+}
+
+// storedEvents reads all stored events of a job (late attach).
+func (b *testBundle) storedEvents(jobID string) []*Event {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := b.js.OrderedConsumer(ctx, StreamResults, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{EventSubject(jobID)}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	n := b.countSubject(StreamResults, EventSubject(jobID))
+	var out []*Event
+	for uint64(len(out)) < n {
+		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		e, err := DecodeEvent(m.Data(), m.Headers().Get(HeaderContentType))
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// loopProcessor runs the real loop.Runner with a scripted model and fake
+// tools: the path the worker takes in production, minus inference and the
+// sandbox.
+type loopProcessor struct {
+	runner *loop.Runner
+	agent  *agents.Definition
+	model  func() loop.Model
+	calls  *atomic.Int64
+}
+
+var benchAgent = &agents.Definition{
+	Name: "lint_agent", Operation: "lint", MaxTurns: 4,
+	InitialContext: agents.InitialContext{SystemPrompt: "You fix lint issues.", NodeContext: "Fix {{ node_name }}:\n{{ node_text }}"},
+	Tools:          []*agents.Tool{{Name: "submit_result"}},
+}
+
+func newLoopProcessor(tb testing.TB, model func() loop.Model, calls *atomic.Int64) *loopProcessor {
+	r, err := loop.New(loop.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if model == nil {
+		model = func() loop.Model { return looptest.NewNoop() }
+	}
+	return &loopProcessor{runner: r, agent: benchAgent, model: model, calls: calls}
+}
+
+func (p *loopProcessor) Process(ctx context.Context, req *RunRequest, events loop.EventSink) (*Outcome, error) {
+	if p.calls != nil {
+		p.calls.Add(1)
+	}
+	res, err := p.runner.Run(ctx, loop.Input{Agent: p.agent, Node: req.Node, WorkspaceID: "ws-" + req.JobID,
+		Model: p.model(), Tools: noTools{}, Events: events})
+	if err != nil {
+		return nil, err
+	}
+	return &Outcome{Result: *res, Diff: "--- a/a.py\n+++ b/a.py\n"}, nil
+}
+
+// noTools is a ToolExecutor with no tools that records nothing.
+type noTools struct{}
+
+func (noTools) Context(context.Context, string) ([]loop.ContextOutput, error) { return nil, nil }
+func (noTools) Execute(context.Context, string, json.RawMessage) (json.RawMessage, error) {
+	return json.RawMessage(`{}`), nil
+}
+
+// gate is a processor whose runs block until released; started receives each
+// run's job id and attempt as it begins.
+type gate struct {
+	started chan string
+	release chan struct{}
+	calls   atomic.Int64
+	// honourCtx makes a blocked run end when its context ends.
+	honourCtx bool
+}
+
+func newGate(honourCtx bool) *gate {
+	return &gate{started: make(chan string, 16), release: make(chan struct{}), honourCtx: honourCtx}
+}
+
+func (g *gate) Process(ctx context.Context, req *RunRequest, events loop.EventSink) (*Outcome, error) {
+	n := g.calls.Add(1)
+	events.Emit(loop.Event{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
+	g.started <- fmt.Sprintf("%s#%d", req.JobID, n)
+	if g.honourCtx {
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	} else {
+		<-g.release
+	}
+	events.Emit(loop.Event{Kind: loop.EventFinished, Seq: 2, Turn: 1, Time: time.Now(), Status: loop.StatusSuccess})
+	return &Outcome{Result: loop.Result{Status: loop.StatusSuccess, Summary: "released"}}, nil
+}
+
+func (g *gate) waitStarted(t *testing.T) string {
+	t.Helper()
+	select {
+	case s := <-g.started:
+		return s
+	case <-time.After(15 * time.Second):
+		t.Fatal("processor did not start")
+		return ""
+	}
+}
+
+var errTransient = errors.New("model server unreachable")
+
+var _ = sync.Mutex{}

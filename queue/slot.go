@@ -1,0 +1,776 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/loop"
+)
+
+// A slot runs one job at a time: it pulls exactly one message when idle (no
+// client-side pre-buffer), processes it, publishes events, result and status,
+// and acknowledges it. It owns a heartbeat goroutine and an event publisher
+// goroutine for its whole life.
+type slot struct {
+	w    *Worker
+	idx  int
+	proc Processor
+	nc   *nats.Conn
+	log  loggerish
+
+	// pull state
+	inbox    string
+	sub      *nats.Subscription
+	ch       chan *nats.Msg
+	rot      int
+	pullSubj []string
+	pullBody []byte
+	noWait   []byte
+
+	// heartbeat state
+	hbMu       sync.Mutex
+	hbMsg      *nats.Msg
+	hbDeadline time.Time
+
+	evch chan evItem
+}
+
+type loggerish interface {
+	Debug(msg string, args ...any)
+	Info(msg string, args ...any)
+	Warn(msg string, args ...any)
+	Error(msg string, args ...any)
+}
+
+// job is one delivery being handled.
+type job struct {
+	msg       *nats.Msg
+	meta      *nats.MsgMetadata
+	req       *RunRequest
+	id, op    string
+	attempt   int
+	enc       Encoding
+	replyTo   string
+	rev       uint64 // status revision this attempt owns
+	started   time.Time
+	enqueued  time.Time
+	dropped   atomic.Int64
+	evSubject string
+}
+
+type evItem struct {
+	job   *job
+	ev    loop.Event
+	flush chan []jetstream.PubAckFuture
+}
+
+func newSlot(w *Worker, idx int, p Processor) *slot {
+	s := &slot{w: w, idx: idx, proc: p, nc: w.cfg.Conn, log: w.log.With("slot", idx),
+		evch: make(chan evItem, w.cfg.EventBuffer)}
+	for _, op := range w.cfg.Operations {
+		s.pullSubj = append(s.pullSubj, "$JS.API.CONSUMER.MSG.NEXT."+StreamRuns+"."+op)
+	}
+	s.rot = idx % len(s.pullSubj)
+	s.pullBody = fmt.Appendf(nil, `{"batch":1,"expires":%d}`, w.cfg.PullExpiry.Nanoseconds())
+	s.noWait = []byte(`{"batch":1,"no_wait":true}`)
+	return s
+}
+
+func (s *slot) run() {
+	var bg sync.WaitGroup
+	bg.Add(2)
+	hbStop := make(chan struct{})
+	go func() { defer bg.Done(); s.heartbeat(hbStop) }()
+	go func() { defer bg.Done(); s.publishEvents() }()
+	defer func() {
+		close(hbStop)
+		close(s.evch)
+		bg.Wait()
+	}()
+	if err := s.subscribe(); err != nil {
+		s.log.Error("cannot subscribe pull inbox", "err", err)
+		return
+	}
+	defer s.drainInbox()
+	for {
+		m := s.next()
+		if m == nil {
+			return
+		}
+		s.handle(m)
+	}
+}
+
+func (s *slot) subscribe() error {
+	if s.sub != nil {
+		_ = s.sub.Unsubscribe()
+	}
+	s.inbox = s.nc.NewInbox()
+	s.ch = make(chan *nats.Msg, 8)
+	sub, err := s.nc.ChanSubscribe(s.inbox, s.ch)
+	if err != nil {
+		return err
+	}
+	s.sub = sub
+	return nil
+}
+
+// drainInbox removes the pull inbox's interest (the server drops this slot's
+// waiting pull requests) and hands back any job that was already on its way.
+func (s *slot) drainInbox() {
+	if s.sub == nil {
+		return
+	}
+	closed := s.sub.StatusChanged(nats.SubscriptionClosed)
+	if err := s.sub.Drain(); err != nil {
+		return
+	}
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case m := <-s.ch:
+			if isJobMsg(m) {
+				_ = m.Nak()
+			}
+		case <-closed:
+			for {
+				select {
+				case m := <-s.ch:
+					if isJobMsg(m) {
+						_ = m.Nak()
+					}
+				default:
+					return
+				}
+			}
+		case <-t.C:
+			return
+		}
+	}
+}
+
+func isJobMsg(m *nats.Msg) bool { return strings.HasPrefix(m.Reply, "$JS.ACK.") }
+
+func (s *slot) stopping() bool {
+	select {
+	case <-s.w.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// next returns the slot's next job, or nil when the worker stops. It has at
+// most one pull request outstanding, for one message.
+func (s *slot) next() *nats.Msg {
+	n := len(s.pullSubj)
+	for !s.stopping() {
+		if n > 1 {
+			// Several operations: sweep them without waiting first, so a
+			// backlog on any of them is found at once.
+			for i := 0; i < n; i++ {
+				op := (s.rot + i) % n
+				m, ok := s.pull(op, s.noWait, 2*time.Second)
+				if m != nil {
+					s.rot = (op + 1) % n
+					return m
+				}
+				if !ok {
+					break
+				}
+			}
+		}
+		m, _ := s.pull(s.rot, s.pullBody, s.w.cfg.PullExpiry+2*time.Second)
+		if m != nil {
+			if n > 1 {
+				s.rot = (s.rot + 1) % n
+			}
+			return m
+		}
+		if n > 1 {
+			s.rot = (s.rot + 1) % n
+		}
+	}
+	return nil
+}
+
+// pull sends one pull request for one message and waits for its answer. It
+// returns the job message, or nil and whether the exchange ended normally
+// (ok=false after an error, a lost request or a stop).
+func (s *slot) pull(op int, body []byte, wait time.Duration) (*nats.Msg, bool) {
+	if err := s.nc.PublishRequest(s.pullSubj[op], s.inbox, body); err != nil {
+		s.log.Warn("pull request failed", "err", err)
+		s.pause(250 * time.Millisecond)
+		return nil, false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case m := <-s.ch:
+			if isJobMsg(m) {
+				return m, true
+			}
+			switch code := m.Header.Get("Status"); code {
+			case "404", "408":
+				return nil, true
+			case "100":
+				continue // idle heartbeat
+			case "":
+				continue // stray message on our inbox
+			default:
+				s.log.Warn("pull refused", "status", code, "description", m.Header.Get("Description"),
+					"operation", strings.TrimPrefix(s.pullSubj[op], "$JS.API.CONSUMER.MSG.NEXT."+StreamRuns+"."))
+				s.pause(time.Second)
+				return nil, false
+			}
+		case <-t.C:
+			// The request or its answer was lost (reconnect?). A fresh
+			// inbox makes sure a late delivery cannot pile up behind us.
+			if err := s.subscribe(); err != nil {
+				s.log.Error("cannot resubscribe pull inbox", "err", err)
+				s.pause(time.Second)
+			}
+			return nil, false
+		case <-s.w.stopping:
+			return nil, false
+		}
+	}
+}
+
+func (s *slot) pause(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.w.stopping:
+	}
+}
+
+// heartbeat sends InProgress for the slot's current job every Heartbeat,
+// on its own goroutine so that it never waits behind inference.
+func (s *slot) heartbeat(stop <-chan struct{}) {
+	if s.w.cfg.Heartbeat < 0 {
+		<-stop
+		return
+	}
+	t := time.NewTicker(s.w.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			s.hbMu.Lock()
+			m, deadline := s.hbMsg, s.hbDeadline
+			s.hbMu.Unlock()
+			if m != nil && (deadline.IsZero() || now.Before(deadline)) {
+				if err := m.InProgress(); err != nil {
+					s.log.Warn("heartbeat failed", "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (s *slot) setHeartbeat(m *nats.Msg, deadline time.Time) {
+	s.hbMu.Lock()
+	s.hbMsg, s.hbDeadline = m, deadline
+	s.hbMu.Unlock()
+}
+
+// Emit implements loop.EventSink for the slot's current job; it never
+// blocks: a full buffer drops the event and counts it.
+type jobSink struct {
+	s *slot
+	j *job
+}
+
+func (k jobSink) Emit(e loop.Event) {
+	select {
+	case k.s.evch <- evItem{job: k.j, ev: e}:
+	default:
+		k.j.dropped.Add(1)
+	}
+}
+
+// publishEvents publishes events in order (JetStream async publishes on one
+// connection keep their order) and hands the pending acks to the slot at each
+// flush.
+func (s *slot) publishEvents() {
+	var futures []jetstream.PubAckFuture
+	for it := range s.evch {
+		if it.flush != nil {
+			it.flush <- futures
+			futures = nil
+			continue
+		}
+		j := it.job
+		data, err := j.enc.Marshal(&Event{JobID: j.id, Attempt: j.attempt, Event: it.ev})
+		if err != nil {
+			j.dropped.Add(1)
+			continue
+		}
+		m := &nats.Msg{Subject: j.evSubject, Data: data, Header: outHeader(j)}
+		f, err := s.w.js.PublishMsgAsync(m)
+		if err != nil {
+			j.dropped.Add(1)
+			continue
+		}
+		futures = append(futures, f)
+		if j.replyTo != "" {
+			_ = s.nc.PublishMsg(&nats.Msg{Subject: j.replyTo + ".events", Data: data, Header: m.Header})
+		}
+	}
+}
+
+func outHeader(j *job) nats.Header {
+	return nats.Header{
+		HeaderContentType: {j.enc.ContentType()},
+		HeaderProtocol:    {"1"},
+		HeaderJobID:       {j.id},
+		HeaderAttempt:     {strconv.Itoa(j.attempt)},
+	}
+}
+
+// flushEvents waits until every event emitted so far was handed to the
+// connection and returns their pending acks.
+func (s *slot) flushEvents() []jetstream.PubAckFuture {
+	ch := make(chan []jetstream.PubAckFuture, 1)
+	s.evch <- evItem{flush: ch}
+	return <-ch
+}
+
+// handle processes one delivery end to end.
+func (s *slot) handle(m *nats.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		s.log.Error("job message without metadata", "reply", m.Reply, "err", err)
+		_ = m.Term()
+		return
+	}
+	j := &job{msg: m, meta: meta, op: strings.TrimPrefix(m.Subject, SubjectRunPrefix),
+		attempt: int(meta.NumDelivered), started: time.Now(), enqueued: meta.Timestamp}
+	j.id = m.Header.Get(HeaderMsgID)
+	enc, encErr := EncodingFor(m.Header.Get(HeaderContentType))
+	j.enc = enc
+	req, err := DecodeRunRequest(m.Data, m.Header.Get(HeaderContentType))
+	if encErr != nil {
+		err = encErr
+	}
+	if err == nil {
+		j.req = req
+		err = s.check(j)
+	}
+	if err != nil {
+		var re *RequestError
+		if !errors.As(err, &re) {
+			re = &RequestError{Code: CodeInvalidRequest, Reason: err.Error()}
+		}
+		s.poison(j, re.Code, re.Error())
+		return
+	}
+	j.evSubject = EventSubject(j.id)
+	s.runJob(j)
+}
+
+// check applies the worker-side rules: the operation is served and matches
+// the subject, the dedupe id is the job id, Reply-To is usable.
+func (s *slot) check(j *job) error {
+	req := j.req
+	served := false
+	for _, op := range s.w.cfg.Operations {
+		served = served || op == req.Operation
+	}
+	if !served || req.Operation != j.op {
+		if !ValidJobID(j.id) {
+			j.id = req.JobID
+		}
+		return &RequestError{Code: CodeUnknownOperation, Field: "operation",
+			Reason: fmt.Sprintf("%q is not served here (subject %s, served %v)", clip(req.Operation), j.msg.Subject, s.w.cfg.Operations)}
+	}
+	if j.id != "" && j.id != req.JobID {
+		bad := j.id
+		j.id = req.JobID
+		return invalid(HeaderMsgID, "%q differs from job_id %q", clip(bad), req.JobID)
+	}
+	j.id = req.JobID
+	if r := j.msg.Header.Get(HeaderReplyTo); r != "" {
+		if err := ValidateReplyTo(r); err != nil {
+			return err
+		}
+		j.replyTo = r
+	}
+	return nil
+}
+
+func (s *slot) runJob(j *job) {
+	w := s.w
+	ctx, cancel := context.WithCancelCause(w.runCtx)
+	defer cancel(nil)
+	w.running.Store(j.id, &runningJob{cancel: cancel})
+	defer w.running.Delete(j.id)
+
+	// Claim the job: skip it if it already ended, else mark it running.
+	skip, err := s.claim(ctx, j)
+	if err != nil {
+		s.log.Warn("cannot claim job; retrying later", "job", j.id, "err", err)
+		w.st.retried.Add(1)
+		_ = j.msg.NakWithDelay(w.backoff(j.attempt))
+		return
+	}
+	if skip {
+		return
+	}
+	if c, ok := context.Cause(ctx).(*CanceledError); ok && c != nil {
+		s.cancelled(j, c)
+		return
+	}
+
+	var deadline time.Time
+	if t := j.req.Options.TotalTimeout(); t > 0 {
+		deadline = j.started.Add(t + w.cfg.Streams.ackWait())
+	}
+	s.setHeartbeat(j.msg, deadline)
+	w.st.started.Add(1)
+	out, perr, panicked := s.process(ctx, j)
+	s.setHeartbeat(nil, time.Time{})
+
+	cause := context.Cause(ctx)
+	var ce *CanceledError
+	switch {
+	case panicked != "":
+		s.poison(j, CodeProcessorPanic, string(CodeProcessorPanic)+": processor panicked: "+panicked)
+	case errors.Is(cause, ErrShutdown):
+		s.requeue(j, "worker shutdown")
+	case errors.As(cause, &ce):
+		s.cancelled(j, ce)
+	case perr != nil:
+		s.transient(j, perr)
+	case out == nil:
+		s.poison(j, CodeProcessorPanic, string(CodeProcessorPanic)+": processor returned neither an outcome nor an error")
+	default:
+		s.complete(j, out)
+	}
+}
+
+func (s *slot) process(ctx context.Context, j *job) (out *Outcome, err error, panicked string) {
+	defer func() {
+		if r := recover(); r != nil {
+			panicked = fmt.Sprintf("%v", r)
+			s.log.Error("processor panicked", "job", j.id, "panic", panicked, "stack", string(debug.Stack()))
+		}
+	}()
+	out, err = s.proc.Process(ctx, j.req, jobSink{s: s, j: j})
+	return out, err, ""
+}
+
+// claim reads the job's status. A terminal status (or a stored result on a
+// redelivery) means the job already ran: the delivery is acknowledged and
+// skip is true. Otherwise the status becomes running with compare-and-set.
+func (s *slot) claim(ctx context.Context, j *job) (skip bool, err error) {
+	w := s.w
+	kv := w.streams.Status
+	for try := 0; try < 5; try++ {
+		var rev uint64
+		e, err := kv.Get(ctx, j.id)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return false, fmt.Errorf("read status: %w", err)
+		default:
+			rev = e.Revision()
+			var rec StatusRecord
+			if JSON.Unmarshal(e.Value(), &rec) == nil && rec.State.Terminal() {
+				if rec.State == StateCanceled {
+					s.cancelled(j, &CanceledError{JobID: j.id, Reason: rec.Reason})
+					return true, nil
+				}
+				w.st.duplicates.Add(1)
+				s.log.Info("job already ended; acknowledging without running", "job", j.id, "state", rec.State)
+				s.ack(j)
+				return true, nil
+			}
+		}
+		if j.attempt > 1 && try == 0 {
+			if done, err := s.storedResult(ctx, j, rev); err != nil || done {
+				return done, err
+			}
+		}
+		f, err := s.w.writeStatus(j, StateRunning, "", "", rev)
+		if err != nil {
+			return false, err
+		}
+		if j.rev, err = waitStatus(ctx, f); err == nil {
+			return false, nil
+		} else if !isWrongSeq(err) {
+			return false, fmt.Errorf("write status: %w", err)
+		}
+		// Someone wrote in between (a client's cancel, another attempt):
+		// read again.
+	}
+	return false, errors.New("status kept changing under us")
+}
+
+// storedResult handles a redelivered job whose result is already stored (a
+// worker died between publishing it and acknowledging): its status is set
+// from the result and the delivery acknowledged.
+func (s *slot) storedResult(ctx context.Context, j *job, rev uint64) (bool, error) {
+	rm, err := s.w.streams.Results.GetLastMsgForSubject(ctx, ResultSubject(j.id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up stored result: %w", err)
+	}
+	res, err := DecodeAgentResult(rm.Data, rm.Header.Get(HeaderContentType))
+	if err != nil || !res.State.Terminal() {
+		return false, nil
+	}
+	s.w.st.duplicates.Add(1)
+	if f, err := s.w.writeStatus(j, res.State, res.ErrorCode, "", rev); err == nil {
+		_, _ = waitStatus(ctx, f)
+	}
+	s.ack(j)
+	return true, nil
+}
+
+// writeStatus publishes the job's status record with compare-and-set on rev
+// (0 = the key must not exist) and returns the pending ack.
+func (w *Worker) writeStatus(j *job, state JobState, code loop.ErrorCode, reason string, rev uint64) (jetstream.PubAckFuture, error) {
+	rec := StatusRecord{JobID: j.id, Operation: j.op, State: state, Worker: w.cfg.Name, Attempt: j.attempt,
+		Code: code, Reason: reason, Seq: j.meta.Sequence.Stream, UpdatedAt: time.Now().UTC()}
+	data, err := JSON.Marshal(&rec)
+	if err != nil {
+		return nil, err
+	}
+	m := &nats.Msg{Subject: "$KV." + BucketJobs + "." + j.id, Data: data,
+		Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)}}}
+	return w.js.PublishMsgAsync(m)
+}
+
+func waitStatus(ctx context.Context, f jetstream.PubAckFuture) (uint64, error) {
+	select {
+	case a := <-f.Ok():
+		return a.Sequence, nil
+	case err := <-f.Err():
+		return 0, err
+	case <-ctx.Done():
+		return 0, context.Cause(ctx)
+	}
+}
+
+func isWrongSeq(err error) bool {
+	var ae *jetstream.APIError
+	return errors.As(err, &ae) && ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// finishStatus moves the status to a terminal (or back to queued) state. A
+// lost compare-and-set means another attempt owns the job now.
+func (s *slot) finishStatus(j *job, state JobState, code loop.ErrorCode, reason string) (jetstream.PubAckFuture, error) {
+	return s.w.writeStatus(j, state, code, reason, j.rev)
+}
+
+func (w *Worker) newResult(j *job, state JobState) *AgentResult {
+	now := time.Now()
+	r := &AgentResult{Version: ProtocolVersion, JobID: j.id, Operation: j.op, State: state, Worker: w.cfg.Name,
+		Attempts: j.attempt, ChangedFiles: []string{}}
+	r.Timings.EnqueuedAt = j.enqueued.UTC()
+	r.Timings.StartedAt = j.started.UTC()
+	r.Timings.FinishedAt = now.UTC()
+	r.Timings.Queued = j.started.Sub(j.enqueued)
+	r.Timings.Run = now.Sub(j.started)
+	return r
+}
+
+// publishResult flushes the job's events, publishes the result and the
+// terminal status together and waits for all of them to be stored.
+// statusLost is true when the status compare-and-set failed.
+func (s *slot) publishResult(j *job, res *AgentResult, code loop.ErrorCode, reason string) (statusLost bool, err error) {
+	return s.w.storeResult(j, res, code, reason, s.flushEvents())
+}
+
+// storeResult publishes the result and the status (compare-and-set on j.rev)
+// and waits for them and for the given event acks.
+func (w *Worker) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reason string, futures []jetstream.PubAckFuture) (statusLost bool, err error) {
+	res.EventsDropped = j.dropped.Load()
+	data, err := j.enc.Marshal(res)
+	if err != nil {
+		return false, fmt.Errorf("encode result: %w", err)
+	}
+	h := outHeader(j)
+	h.Set(HeaderMsgID, ResultMsgID(j.id))
+	rf, err := w.js.PublishMsgAsync(&nats.Msg{Subject: ResultSubject(j.id), Data: data, Header: h})
+	if err != nil {
+		return false, fmt.Errorf("publish result: %w", err)
+	}
+	sf, serr := w.writeStatus(j, res.State, code, reason, j.rev)
+	if j.replyTo != "" {
+		_ = w.cfg.Conn.PublishMsg(&nats.Msg{Subject: j.replyTo + ".result", Data: data, Header: h})
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case <-f.Err():
+			res.EventsDropped++
+			j.dropped.Add(1)
+		}
+	}
+	w.st.eventsDropped.Add(j.dropped.Load())
+	select {
+	case <-rf.Ok():
+	case err := <-rf.Err():
+		return false, fmt.Errorf("publish result: %w", err)
+	}
+	if serr != nil {
+		return false, fmt.Errorf("write status: %w", serr)
+	}
+	select {
+	case <-sf.Ok():
+	case err := <-sf.Err():
+		if isWrongSeq(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("write status: %w", err)
+	}
+	return false, nil
+}
+
+func (s *slot) ack(j *job) {
+	if err := j.msg.AckSync(nats.AckWait(5 * time.Second)); err != nil && !errors.Is(err, nats.ErrMsgAlreadyAckd) {
+		s.log.Warn("ack failed", "job", j.id, "err", err)
+	}
+}
+
+func (s *slot) term(j *job, reason string) {
+	if len(reason) > 1000 {
+		reason = reason[:1000]
+	}
+	if err := s.nc.Publish(j.msg.Reply, []byte("+TERM "+reason)); err != nil {
+		s.log.Warn("term failed", "job", j.id, "err", err)
+	}
+}
+
+// complete publishes the outcome of a job that ran.
+func (s *slot) complete(j *job, out *Outcome) {
+	state := StateSucceeded
+	if out.Result.Status == loop.StatusFailed {
+		state = StateFailed
+	}
+	res := s.w.newResult(j, state)
+	res.SetLoopResult(&out.Result)
+	if res.ChangedFiles == nil {
+		res.ChangedFiles = []string{}
+	}
+	res.Diff = out.Diff
+	lost, err := s.publishResult(j, res, res.ErrorCode, "")
+	if err != nil {
+		s.log.Warn("cannot store result; retrying the job later", "job", j.id, "err", err)
+		s.w.st.retried.Add(1)
+		_ = j.msg.NakWithDelay(s.w.backoff(j.attempt))
+		return
+	}
+	if state == StateSucceeded {
+		s.w.st.succeeded.Add(1)
+	} else {
+		s.w.st.failed.Add(1)
+	}
+	if lost {
+		s.settleLost(j)
+		return
+	}
+	s.ack(j)
+}
+
+// settleLost handles a finished attempt whose status was taken over: if the
+// job has ended the delivery is acknowledged; if a newer attempt is running,
+// this (stale) delivery is left alone so its ack cannot remove the newer
+// attempt's message.
+func (s *slot) settleLost(j *job) {
+	e, err := s.w.streams.Status.Get(context.Background(), j.id)
+	if err == nil {
+		var rec StatusRecord
+		if JSON.Unmarshal(e.Value(), &rec) == nil && !rec.State.Terminal() && rec.Attempt > j.attempt {
+			s.log.Info("a newer attempt owns the job; leaving this delivery", "job", j.id, "attempt", j.attempt, "owner", rec.Attempt)
+			return
+		}
+	}
+	s.ack(j)
+}
+
+// cancelled publishes a canceled result and terminates the message.
+func (s *slot) cancelled(j *job, ce *CanceledError) {
+	res := s.w.newResult(j, StateCanceled)
+	res.Status = loop.StatusSkipped
+	res.ErrorCode = CodeCanceled
+	res.Error = string(CodeCanceled) + ": " + ce.Error()
+	if _, err := s.publishResult(j, res, CodeCanceled, ce.Reason); err != nil {
+		s.log.Warn("cannot store canceled result", "job", j.id, "err", err)
+	}
+	s.w.st.canceled.Add(1)
+	s.term(j, "canceled")
+}
+
+// requeue hands a job back (worker shutdown): status queued, immediate Nak.
+func (s *slot) requeue(j *job, why string) {
+	s.flushEvents()
+	if f, err := s.finishStatus(j, StateQueued, "", why); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = waitStatus(ctx, f)
+		cancel()
+	}
+	s.w.st.requeued.Add(1)
+	if err := j.msg.Nak(); err != nil {
+		s.log.Warn("nak failed", "job", j.id, "err", err)
+	}
+}
+
+// transient retries a job after a processor error, or dead-letters it when
+// its deliveries are exhausted.
+func (s *slot) transient(j *job, perr error) {
+	md := s.w.cfg.Streams.MaxDeliver
+	if md > 0 && j.attempt >= md {
+		s.deadLetter(j, CodeMaxDeliveries, fmt.Sprintf("%s: max deliveries (%d) reached; last error: %v", CodeMaxDeliveries, md, perr))
+		return
+	}
+	s.log.Warn("transient failure; retrying later", "job", j.id, "attempt", j.attempt, "err", perr)
+	s.flushEvents()
+	if f, err := s.finishStatus(j, StateQueued, "", perr.Error()); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = waitStatus(ctx, f)
+		cancel()
+	}
+	s.w.st.retried.Add(1)
+	_ = j.msg.NakWithDelay(s.w.backoff(j.attempt))
+}
+
+// poison dead-letters a request that can never succeed.
+func (s *slot) poison(j *job, code loop.ErrorCode, reason string) {
+	s.log.Warn("poison request terminated", "job", j.id, "subject", j.msg.Subject, "reason", reason)
+	s.deadLetter(j, code, reason)
+}
+
+// deadLetter copies the request to the DLQ, publishes a dead result and
+// status when the job id is usable, and terminates the message.
+func (s *slot) deadLetter(j *job, code loop.ErrorCode, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.w.deadLetter(ctx, j, code, reason, s.flushEvents()); err != nil {
+		// Without the copy, terminating would lose the request: retry later.
+		s.log.Error("cannot publish dead letter; retrying later", "job", j.id, "err", err)
+		_ = j.msg.NakWithDelay(s.w.backoff(j.attempt))
+		return
+	}
+	s.term(j, reason)
+}

@@ -1,0 +1,260 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults for StreamsConfig's zero values.
+const (
+	DefaultDedupeWindow  = 10 * time.Minute
+	DefaultResultsMaxAge = 24 * time.Hour
+	DefaultDLQMaxAge     = 30 * 24 * time.Hour
+	DefaultStatusTTL     = 72 * time.Hour
+	DefaultAckWait       = 60 * time.Second
+	DefaultMaxDeliver    = 4
+	DefaultMaxAckPending = 1000
+	DefaultMaxWaiting    = 512
+)
+
+// ErrInvalidConfig is wrapped by every configuration error of this package.
+var ErrInvalidConfig = errors.New("queue: invalid config")
+
+// StreamsConfig shapes the streams, consumers and bucket of docs/PROTOCOL.md
+// §3. The zero value of each field means its default.
+type StreamsConfig struct {
+	// Operations gets one durable pull consumer each (filter
+	// agents.run.<operation>). Required.
+	Operations []string
+	// Replicas of every stream and the bucket; 0 = 1. Use 3 on a cluster.
+	Replicas int
+	// Memory stores the streams in memory instead of files (tests and
+	// benchmarks only: a server restart loses every queued job).
+	Memory bool
+	// DedupeWindow is the Nats-Msg-Id window of FLEET_RUNS and FLEET_RESULTS.
+	DedupeWindow time.Duration
+	// RunsMaxBytes and RunsMaxMsgs cap FLEET_RUNS; a full stream refuses new
+	// requests (Discard: New). 0 = no cap.
+	RunsMaxBytes int64
+	RunsMaxMsgs  int64
+	// ResultsMaxAge is how long results and events are kept.
+	ResultsMaxAge time.Duration
+	// DLQMaxAge is how long dead letters are kept.
+	DLQMaxAge time.Duration
+	// StatusTTL is how long a job's status key lives after its last write.
+	StatusTTL time.Duration
+	// AckWait is how long a delivered job may go without an ack or a
+	// heartbeat before it is redelivered. Ignored by the server when BackOff
+	// is set (BackOff[0] is the first wait).
+	AckWait time.Duration
+	// MaxDeliver bounds delivery attempts per job; -1 = unlimited (not
+	// recommended: a crashing job would never be dead-lettered).
+	MaxDeliver int
+	// BackOff optionally sets the ack-timeout redelivery delays (not used
+	// for Naks). At most MaxDeliver entries.
+	BackOff []time.Duration
+	// MaxAckPending caps jobs in flight per operation across all workers
+	// (delivery pauses silently at the cap). Set it to the fleet's total
+	// slots for the operation to make it a global concurrency limit.
+	MaxAckPending int
+	// MaxWaiting caps waiting pull requests per consumer (one per idle slot).
+	MaxWaiting int
+}
+
+func (c *StreamsConfig) validate() error {
+	if len(c.Operations) == 0 {
+		return fmt.Errorf("%w: StreamsConfig.Operations is empty", ErrInvalidConfig)
+	}
+	seen := map[string]bool{}
+	for _, op := range c.Operations {
+		if !ValidOperation(op) {
+			return fmt.Errorf("%w: operation %q must be 1-%d characters of [a-z0-9_-]", ErrInvalidConfig, op, MaxOperationLength)
+		}
+		if seen[op] {
+			return fmt.Errorf("%w: operation %q listed twice", ErrInvalidConfig, op)
+		}
+		seen[op] = true
+	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		return fmt.Errorf("%w: Replicas must be 0..5, got %d", ErrInvalidConfig, c.Replicas)
+	}
+	for name, d := range map[string]time.Duration{"DedupeWindow": c.DedupeWindow, "ResultsMaxAge": c.ResultsMaxAge,
+		"DLQMaxAge": c.DLQMaxAge, "StatusTTL": c.StatusTTL, "AckWait": c.AckWait} {
+		if d < 0 {
+			return fmt.Errorf("%w: %s must not be negative, got %s", ErrInvalidConfig, name, d)
+		}
+	}
+	if c.RunsMaxBytes < 0 || c.RunsMaxMsgs < 0 || c.MaxAckPending < 0 || c.MaxWaiting < 0 {
+		return fmt.Errorf("%w: RunsMaxBytes, RunsMaxMsgs, MaxAckPending and MaxWaiting must not be negative", ErrInvalidConfig)
+	}
+	if c.MaxDeliver < -1 {
+		return fmt.Errorf("%w: MaxDeliver must be >= -1, got %d", ErrInvalidConfig, c.MaxDeliver)
+	}
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	c.DedupeWindow = cmp.Or(c.DedupeWindow, DefaultDedupeWindow)
+	c.ResultsMaxAge = cmp.Or(c.ResultsMaxAge, DefaultResultsMaxAge)
+	c.DLQMaxAge = cmp.Or(c.DLQMaxAge, DefaultDLQMaxAge)
+	c.StatusTTL = cmp.Or(c.StatusTTL, DefaultStatusTTL)
+	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
+	c.MaxAckPending = cmp.Or(c.MaxAckPending, DefaultMaxAckPending)
+	c.MaxWaiting = cmp.Or(c.MaxWaiting, DefaultMaxWaiting)
+	if c.DedupeWindow > c.ResultsMaxAge {
+		return fmt.Errorf("%w: DedupeWindow (%s) cannot exceed ResultsMaxAge (%s)", ErrInvalidConfig, c.DedupeWindow, c.ResultsMaxAge)
+	}
+	if len(c.BackOff) > 0 {
+		if c.MaxDeliver > 0 && len(c.BackOff) > c.MaxDeliver {
+			return fmt.Errorf("%w: BackOff has %d entries, more than MaxDeliver %d", ErrInvalidConfig, len(c.BackOff), c.MaxDeliver)
+		}
+		for _, d := range c.BackOff {
+			if d <= 0 {
+				return fmt.Errorf("%w: BackOff entries must be positive", ErrInvalidConfig)
+			}
+		}
+	}
+	return nil
+}
+
+// ackWait is the first ack timeout the server applies.
+func (c *StreamsConfig) ackWait() time.Duration {
+	if len(c.BackOff) > 0 {
+		m := c.BackOff[0]
+		for _, d := range c.BackOff {
+			m = min(m, d)
+		}
+		return m
+	}
+	return c.AckWait
+}
+
+// Streams are the handles EnsureStreams created or found.
+type Streams struct {
+	Runs, Results, DLQ, Advisories jetstream.Stream
+	// Status is the fleet_jobs bucket.
+	Status jetstream.KeyValue
+	// Consumers maps each operation to its durable pull consumer.
+	Consumers map[string]jetstream.Consumer
+	// Config is the effective configuration (defaults filled in).
+	Config StreamsConfig
+}
+
+// EnsureStreams creates or updates FLEET_RUNS, FLEET_RESULTS, FLEET_DLQ,
+// FLEET_ADVISORIES, the fleet_jobs bucket and one durable consumer per
+// operation, so that several workers may call it concurrently and
+// repeatedly. An existing stream whose settings cannot be changed in place
+// (for example its retention) is an error naming it.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfig) (*Streams, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	storage := jetstream.FileStorage
+	if cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	s := &Streams{Consumers: make(map[string]jetstream.Consumer, len(cfg.Operations)), Config: cfg}
+	var err error
+	runsMaxBytes, runsMaxMsgs := int64(-1), int64(-1)
+	if cfg.RunsMaxBytes > 0 {
+		runsMaxBytes = cfg.RunsMaxBytes
+	}
+	if cfg.RunsMaxMsgs > 0 {
+		runsMaxMsgs = cfg.RunsMaxMsgs
+	}
+	if s.Runs, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamRuns,
+		Description: "fleet run requests (fleet protocol v1)",
+		Subjects:    []string{SubjectRunPrefix + ">"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Discard:     jetstream.DiscardNew,
+		MaxBytes:    runsMaxBytes,
+		MaxMsgs:     runsMaxMsgs,
+		Duplicates:  cfg.DedupeWindow,
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+		AllowDirect: true,
+	}); err != nil {
+		return nil, fmt.Errorf("queue: stream %s: %w", StreamRuns, err)
+	}
+	if s.Results, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamResults,
+		Description: "fleet results and events (fleet protocol v1)",
+		Subjects:    []string{SubjectResultsPrefix + ">", SubjectEventsPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      cfg.ResultsMaxAge,
+		Duplicates:  cfg.DedupeWindow,
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+		AllowDirect: true,
+	}); err != nil {
+		return nil, fmt.Errorf("queue: stream %s: %w", StreamResults, err)
+	}
+	if s.DLQ, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamDLQ,
+		Description: "fleet dead-lettered run requests",
+		Subjects:    []string{SubjectDLQPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      cfg.DLQMaxAge,
+		Duplicates:  min(cfg.DedupeWindow, cfg.DLQMaxAge),
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+		AllowDirect: true,
+	}); err != nil {
+		return nil, fmt.Errorf("queue: stream %s: %w", StreamDLQ, err)
+	}
+	if s.Advisories, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamAdvisories,
+		Description: "max-deliveries advisories of FLEET_RUNS, read by the dead-letter mover",
+		Subjects:    []string{AdvisoryMaxDeliveriesPrefix + StreamRuns + ".*"},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      24 * time.Hour,
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("queue: stream %s: %w", StreamAdvisories, err)
+	}
+	if _, err = s.Advisories.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       ConsumerDLQMover,
+		Description:   "fleet workers' dead-letter mover",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    20,
+		MaxAckPending: 100,
+	}); err != nil {
+		return nil, fmt.Errorf("queue: consumer %s: %w", ConsumerDLQMover, err)
+	}
+	if s.Status, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      BucketJobs,
+		Description: "fleet job status (fleet protocol v1)",
+		History:     1,
+		TTL:         cfg.StatusTTL,
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("queue: bucket %s: %w", BucketJobs, err)
+	}
+	for _, op := range cfg.Operations {
+		cc := jetstream.ConsumerConfig{
+			Durable:       op,
+			Description:   "fleet workers for operation " + op,
+			FilterSubject: RunSubject(op),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       cfg.AckWait,
+			MaxDeliver:    cfg.MaxDeliver,
+			BackOff:       cfg.BackOff,
+			MaxAckPending: cfg.MaxAckPending,
+			MaxWaiting:    cfg.MaxWaiting,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		}
+		c, err := s.Runs.CreateOrUpdateConsumer(ctx, cc)
+		if err != nil {
+			return nil, fmt.Errorf("queue: consumer %s on %s: %w", op, StreamRuns, err)
+		}
+		s.Consumers[op] = c
+	}
+	return s, nil
+}

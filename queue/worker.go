@@ -1,0 +1,405 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/loop"
+)
+
+// Processor runs one job. The worker calls it from one slot at a time; each
+// slot has its own Processor (made by Config.NewProcessor), so an
+// implementation need not be safe for concurrent use.
+//
+// Process must honour ctx: it is canceled when the job is canceled
+// (context.Cause is a *CanceledError), when the worker shuts down past its
+// grace period (cause ErrShutdown), or when the job's status is taken over.
+// It emits the run's events to events, which never blocks.
+//
+// A nil error means the job ran, whatever its outcome (a failed agent is an
+// Outcome with Result.Status failed). A non-nil error means a transient
+// infrastructure failure (the model server is down): the job is retried
+// after a delay, and dead-lettered with QUEUE_004 when its deliveries are
+// exhausted. A panic is caught and treated as poison (QUEUE_006).
+type Processor interface {
+	Process(ctx context.Context, req *RunRequest, events loop.EventSink) (*Outcome, error)
+}
+
+// ProcessorFunc adapts a function to Processor.
+type ProcessorFunc func(ctx context.Context, req *RunRequest, events loop.EventSink) (*Outcome, error)
+
+// Process calls f.
+func (f ProcessorFunc) Process(ctx context.Context, req *RunRequest, events loop.EventSink) (*Outcome, error) {
+	return f(ctx, req, events)
+}
+
+// Outcome is what a Processor returns for a job that ran.
+type Outcome struct {
+	// Result is the loop's result.
+	Result loop.Result
+	// Diff is the unified diff of the run's workspace changes.
+	Diff string
+}
+
+// ErrShutdown is the context cause of jobs canceled because the worker
+// stopped and its grace period ran out. Such jobs are handed back to the
+// queue, not failed.
+var ErrShutdown = errors.New("queue: worker shutting down")
+
+// CanceledError is the context cause of a job canceled on request.
+type CanceledError struct {
+	JobID  string
+	Reason string
+}
+
+// Error implements error.
+func (e *CanceledError) Error() string {
+	if e.Reason == "" {
+		return "job " + e.JobID + " canceled"
+	}
+	return "job " + e.JobID + " canceled: " + e.Reason
+}
+
+// Defaults for Config's zero values.
+const (
+	DefaultPullExpiry      = 5 * time.Second
+	DefaultDrainGrace      = 30 * time.Second
+	DefaultRetryBackoff    = time.Second
+	DefaultMaxRetryBackoff = time.Minute
+	DefaultEventBuffer     = 1024
+)
+
+// Config configures a Worker. The zero value of a field means its default.
+type Config struct {
+	// Conn is the NATS connection; required. The worker never closes it.
+	Conn *nats.Conn
+	// Operations are the operations this worker serves; required.
+	Operations []string
+	// Slots is the number of jobs run at once; 0 = runtime.NumCPU().
+	Slots int
+	// NewProcessor makes slot i's Processor (0 <= i < Slots); required. It is
+	// called once per slot in Start.
+	NewProcessor func(slot int) (Processor, error)
+	// Name identifies the worker in results and status; "" = hostname-pid.
+	Name string
+	// Streams configures the streams and consumers Start ensures. Its
+	// Operations default to Config.Operations.
+	Streams StreamsConfig
+	// Heartbeat is the interval of InProgress heartbeats for running jobs;
+	// 0 = the ack wait / 3; -1 = no heartbeats (tests of redelivery).
+	Heartbeat time.Duration
+	// PullExpiry is how long an idle slot's pull request waits on the server
+	// before it is renewed (with several operations, before the slot moves
+	// on to the next one). 0 = DefaultPullExpiry.
+	PullExpiry time.Duration
+	// DrainGrace is how long Stop lets running jobs finish before canceling
+	// them with ErrShutdown and handing them back. 0 = DefaultDrainGrace;
+	// -1 = cancel at once.
+	DrainGrace time.Duration
+	// RetryBackoff is the first NakWithDelay after a transient failure; it
+	// doubles per attempt up to MaxRetryBackoff, with jitter.
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	// EventBuffer is each slot's event buffer; events beyond it are dropped
+	// and counted in AgentResult.EventsDropped. 0 = DefaultEventBuffer.
+	EventBuffer int
+	// NoAdvisoryMover disables the dead-letter mover that turns max-deliveries
+	// advisories into dead letters (run it in one place if you disable it).
+	NoAdvisoryMover bool
+	// Logger receives the worker's logs; nil = discard.
+	Logger *slog.Logger
+}
+
+func (c *Config) validate() error {
+	if c.Conn == nil {
+		return fmt.Errorf("%w: Config.Conn is required", ErrInvalidConfig)
+	}
+	if len(c.Operations) == 0 {
+		return fmt.Errorf("%w: Config.Operations is empty", ErrInvalidConfig)
+	}
+	if c.NewProcessor == nil {
+		return fmt.Errorf("%w: Config.NewProcessor is required", ErrInvalidConfig)
+	}
+	if c.Slots < 0 {
+		return fmt.Errorf("%w: Slots must not be negative, got %d", ErrInvalidConfig, c.Slots)
+	}
+	if c.Heartbeat < -1 || c.DrainGrace < -1 || c.PullExpiry < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 || c.EventBuffer < 0 {
+		return fmt.Errorf("%w: durations and sizes must not be negative (Heartbeat and DrainGrace may be -1)", ErrInvalidConfig)
+	}
+	if len(c.Streams.Operations) == 0 {
+		c.Streams.Operations = c.Operations
+	} else {
+		served := map[string]bool{}
+		for _, op := range c.Streams.Operations {
+			served[op] = true
+		}
+		for _, op := range c.Operations {
+			if !served[op] {
+				return fmt.Errorf("%w: operation %q is served but not in Streams.Operations", ErrInvalidConfig, op)
+			}
+		}
+	}
+	if err := c.Streams.validate(); err != nil {
+		return err
+	}
+	c.Slots = cmp.Or(c.Slots, runtime.NumCPU())
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = fmt.Sprintf("%s-%d", cmp.Or(host, "worker"), os.Getpid())
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = max(c.Streams.ackWait()/3, time.Millisecond)
+	}
+	if c.Heartbeat > 0 && c.Heartbeat >= c.Streams.ackWait() {
+		return fmt.Errorf("%w: Heartbeat (%s) must be shorter than the ack wait (%s)", ErrInvalidConfig, c.Heartbeat, c.Streams.ackWait())
+	}
+	c.PullExpiry = cmp.Or(c.PullExpiry, DefaultPullExpiry)
+	if c.PullExpiry < 10*time.Millisecond {
+		return fmt.Errorf("%w: PullExpiry must be at least 10ms, got %s", ErrInvalidConfig, c.PullExpiry)
+	}
+	c.DrainGrace = cmp.Or(c.DrainGrace, DefaultDrainGrace)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, DefaultRetryBackoff)
+	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, DefaultMaxRetryBackoff)
+	if c.MaxRetryBackoff < c.RetryBackoff {
+		return fmt.Errorf("%w: MaxRetryBackoff (%s) < RetryBackoff (%s)", ErrInvalidConfig, c.MaxRetryBackoff, c.RetryBackoff)
+	}
+	c.EventBuffer = cmp.Or(c.EventBuffer, DefaultEventBuffer)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Stats counts what a worker did. All fields are totals since Start.
+type Stats struct {
+	// Started counts processor runs begun.
+	Started int64
+	// Succeeded, Failed and Canceled count results published by state.
+	Succeeded, Failed, Canceled int64
+	// Dead counts requests dead-lettered (poison, exhausted, by advisory).
+	Dead int64
+	// Duplicates counts deliveries acknowledged without running because the
+	// job already had a terminal status or a stored result.
+	Duplicates int64
+	// Retried counts transient failures handed back with a delay.
+	Retried int64
+	// Requeued counts jobs handed back by a shutdown.
+	Requeued int64
+	// EventsDropped counts events not published.
+	EventsDropped int64
+}
+
+type stats struct {
+	started, succeeded, failed, canceled, dead, duplicates, retried, requeued, eventsDropped atomic.Int64
+}
+
+// Worker pulls run requests for its operations, one job per slot at a time,
+// runs them through its Processors and publishes events, results and status.
+// Start and Stop are idempotent; Stop is safe before Start.
+type Worker struct {
+	cfg Config
+	js  jetstream.JetStream
+	log *slog.Logger
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	streams  *Streams
+	stopping chan struct{} // closed by Stop: slots stop pulling
+	runCtx   context.Context
+	cancel   context.CancelCauseFunc // cancels running jobs with ErrShutdown
+	slotsWG  sync.WaitGroup
+	bgWG     sync.WaitGroup
+	bgCancel context.CancelFunc
+	cancelSb *nats.Subscription
+
+	running sync.Map // job id -> *runningJob
+	st      stats
+}
+
+// NewWorker validates cfg and returns a Worker; nothing happens until Start.
+func NewWorker(cfg Config) (*Worker, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	return &Worker{cfg: cfg, js: js, log: cfg.Logger.With("worker", cfg.Name)}, nil
+}
+
+// Name is the worker's name as it appears in results and status.
+func (w *Worker) Name() string { return w.cfg.Name }
+
+// Config returns the effective configuration (defaults filled in).
+func (w *Worker) Config() Config { return w.cfg }
+
+// Streams returns the stream handles once Start has succeeded, else nil.
+func (w *Worker) Streams() *Streams {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.streams
+}
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() Stats {
+	return Stats{
+		Started: w.st.started.Load(), Succeeded: w.st.succeeded.Load(), Failed: w.st.failed.Load(),
+		Canceled: w.st.canceled.Load(), Dead: w.st.dead.Load(), Duplicates: w.st.duplicates.Load(),
+		Retried: w.st.retried.Load(), Requeued: w.st.requeued.Load(), EventsDropped: w.st.eventsDropped.Load(),
+	}
+}
+
+// Start ensures the streams, makes one Processor per slot and starts pulling.
+// ctx bounds only the setup; the worker runs until Stop. Calling Start again
+// returns nil.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return nil
+	}
+	if w.stopped {
+		return errors.New("queue: worker already stopped")
+	}
+	streams, err := EnsureStreams(ctx, w.js, w.cfg.Streams)
+	if err != nil {
+		return err
+	}
+	procs := make([]Processor, w.cfg.Slots)
+	for i := range procs {
+		if procs[i], err = w.cfg.NewProcessor(i); err != nil {
+			return fmt.Errorf("queue: processor for slot %d: %w", i, err)
+		}
+		if procs[i] == nil {
+			return fmt.Errorf("queue: NewProcessor(%d) returned nil", i)
+		}
+	}
+	sub, err := w.cfg.Conn.Subscribe(SubjectCancelPrefix+"*", w.onCancel)
+	if err != nil {
+		return fmt.Errorf("queue: subscribe to cancels: %w", err)
+	}
+	w.cancelSb = sub
+	w.streams = streams
+	w.stopping = make(chan struct{})
+	w.runCtx, w.cancel = context.WithCancelCause(context.Background())
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	w.bgCancel = bgCancel
+	for i, p := range procs {
+		s := newSlot(w, i, p)
+		w.slotsWG.Add(1)
+		go func() {
+			defer w.slotsWG.Done()
+			s.run()
+		}()
+	}
+	if !w.cfg.NoAdvisoryMover {
+		w.bgWG.Add(1)
+		go func() {
+			defer w.bgWG.Done()
+			w.moveDeadLetters(bgCtx)
+		}()
+	}
+	w.started = true
+	w.log.Info("worker started", "operations", w.cfg.Operations, "slots", w.cfg.Slots)
+	return nil
+}
+
+// Stop drains the worker: slots stop pulling, running jobs get DrainGrace to
+// finish, then are canceled with ErrShutdown and handed back to the queue
+// (status queued, Nak). Every acknowledgement and publish is flushed to the
+// server before Stop returns. Stop is idempotent and safe before Start.
+func (w *Worker) Stop() error {
+	w.mu.Lock()
+	if w.stopped || !w.started {
+		w.stopped = true
+		w.mu.Unlock()
+		return nil
+	}
+	w.stopped = true
+	close(w.stopping)
+	w.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		w.slotsWG.Wait()
+		close(done)
+	}()
+	if w.cfg.DrainGrace < 0 {
+		w.cancel(ErrShutdown)
+	} else {
+		t := time.NewTimer(w.cfg.DrainGrace)
+		select {
+		case <-done:
+		case <-t.C:
+			w.log.Warn("drain grace period over; handing running jobs back", "grace", w.cfg.DrainGrace)
+			w.cancel(ErrShutdown)
+		}
+		t.Stop()
+	}
+	<-done
+	w.cancel(ErrShutdown)
+	w.bgCancel()
+	w.bgWG.Wait()
+	var err error
+	if w.cancelSb != nil {
+		err = w.cancelSb.Unsubscribe()
+	}
+	if ferr := w.cfg.Conn.FlushTimeout(5 * time.Second); ferr != nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
+		err = errors.Join(err, fmt.Errorf("queue: flush on stop: %w", ferr))
+	}
+	w.log.Info("worker stopped")
+	return err
+}
+
+// runningJob is a job being processed, found by its cancel subject.
+type runningJob struct {
+	cancel context.CancelCauseFunc
+}
+
+func (w *Worker) onCancel(m *nats.Msg) {
+	jobID := strings.TrimPrefix(m.Subject, SubjectCancelPrefix)
+	v, ok := w.running.Load(jobID)
+	if !ok {
+		return
+	}
+	reason := ""
+	if len(m.Data) > 0 {
+		var body struct {
+			Reason string `json:"reason"`
+		}
+		if err := JSON.Unmarshal(m.Data, &body); err == nil {
+			reason = clip(body.Reason)
+		}
+	}
+	w.log.Info("cancel requested", "job", jobID, "reason", reason)
+	v.(*runningJob).cancel(&CanceledError{JobID: jobID, Reason: reason})
+}
+
+// backoff is the delay before retry number attempt (from 1), with jitter in
+// [d/2, d].
+func (w *Worker) backoff(attempt int) time.Duration {
+	d := w.cfg.RetryBackoff
+	for i := 1; i < attempt && d < w.cfg.MaxRetryBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, w.cfg.MaxRetryBackoff)
+	half := int64(d / 2)
+	if half <= 0 {
+		return d
+	}
+	return time.Duration(half + time.Now().UnixNano()%half)
+}

@@ -1,0 +1,554 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/loop"
+)
+
+func TestRequestResultBothEncodings(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int64
+	b.worker(func(int) Processor { return newLoopProcessor(t, nil, &calls) }, nil)
+	for _, enc := range []Encoding{JSON, Msgpack} {
+		id := "job-" + strings.TrimPrefix(enc.ContentType(), "application/")
+		sub := b.subscribe(ResultSubject(id))
+		ack := b.publish(newReq(id), enc, "")
+		m, err := sub.NextMsg(15 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ct := m.Header.Get(HeaderContentType); ct != enc.ContentType() {
+			t.Fatalf("result content type %q, want %q", ct, enc.ContentType())
+		}
+		if m.Header.Get(HeaderJobID) != id || m.Header.Get(HeaderProtocol) != "1" {
+			t.Fatalf("result headers %v", m.Header)
+		}
+		r, err := DecodeAgentResult(m.Data, enc.ContentType())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.JobID != id || r.State != StateSucceeded || r.Status != loop.StatusSuccess || r.Summary != "noop" ||
+			r.Attempts != 1 || r.Worker != "test-worker" || r.Operation != "lint" || r.Turns != 1 || r.Diff == "" ||
+			r.WorkspaceID != "ws-"+id {
+			t.Fatalf("%s result: %+v", enc, r)
+		}
+		if r.Timings.StartedAt.Before(r.Timings.EnqueuedAt) || r.Timings.Run <= 0 {
+			t.Fatalf("timings %+v", r.Timings)
+		}
+		st := b.status(id, StateSucceeded)
+		if st.State != StateSucceeded || st.Worker != "test-worker" || st.Seq != ack.Sequence {
+			t.Fatalf("status %+v (seq want %d)", st, ack.Sequence)
+		}
+		// Late attach: the events are stored, in order, ending with finished.
+		evs := b.storedEvents(id)
+		if len(evs) < 2 || evs[len(evs)-1].Kind != loop.EventFinished || evs[0].Kind != loop.EventTurnStarted {
+			t.Fatalf("events %+v", evs)
+		}
+		for i, e := range evs {
+			if e.Seq != i+1 || e.JobID != id || e.Attempt != 1 {
+				t.Fatalf("event %d: %+v", i, e)
+			}
+		}
+		if got := b.countSubject(StreamResults, ResultSubject(id)); got != 1 {
+			t.Fatalf("%d stored results", got)
+		}
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("processor ran %d times", calls.Load())
+	}
+	if info := b.consumerInfo("lint"); info.NumPending != 0 || info.NumAckPending != 0 {
+		t.Fatalf("consumer not empty: pending %d ack pending %d", info.NumPending, info.NumAckPending)
+	}
+}
+
+func TestReplyToGetsLiveCopies(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
+	sub := b.subscribe("coord.replies.>")
+	b.publish(newReq("reply-1"), JSON, "coord.replies.r1")
+	var kinds []loop.EventKind
+	for {
+		m, err := sub.NextMsg(15 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Subject == "coord.replies.r1.events" {
+			e, err := DecodeEvent(m.Data, m.Header.Get(HeaderContentType))
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds = append(kinds, e.Kind)
+			continue
+		}
+		if m.Subject != "coord.replies.r1.result" {
+			t.Fatalf("unexpected subject %s", m.Subject)
+		}
+		r, err := DecodeAgentResult(m.Data, m.Header.Get(HeaderContentType))
+		if err != nil || r.State != StateSucceeded {
+			t.Fatalf("result %+v %v", r, err)
+		}
+		break
+	}
+	if len(kinds) < 2 || kinds[len(kinds)-1] != loop.EventFinished {
+		t.Fatalf("live events before the result: %v", kinds)
+	}
+}
+
+func TestUnackedJobIsRedeliveredAndCompletesOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	g := newGate(false)
+	// The first attempt hangs without heartbeats; the redelivery (to the
+	// other slot) completes at once.
+	var first atomic.Bool
+	proc := ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
+		if first.CompareAndSwap(false, true) {
+			return g.Process(ctx, req, ev)
+		}
+		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess, Summary: "second"}}, nil
+	})
+	w := b.worker(func(int) Processor { return proc }, func(c *Config) {
+		c.Heartbeat = -1
+		c.Streams.AckWait = 300 * time.Millisecond
+	})
+	sub := b.subscribe(ResultSubject("hang-1"))
+	b.publish(newReq("hang-1"), JSON, "")
+	g.waitStarted(t)
+	r := b.result(sub)
+	if r.Attempts != 2 || r.Summary != "second" || r.State != StateSucceeded {
+		t.Fatalf("result %+v", r)
+	}
+	close(g.release) // the stale first attempt finishes late
+	// Its result must be deduplicated and its ack must not matter.
+	stopCtx := w
+	_ = stopCtx.Stop()
+	if n := b.countSubject(StreamResults, ResultSubject("hang-1")); n != 1 {
+		t.Fatalf("%d stored results, want 1", n)
+	}
+	if st := b.status("hang-1", StateSucceeded); st.State != StateSucceeded || st.Attempt != 2 {
+		t.Fatalf("status %+v", st)
+	}
+	if info := b.consumerInfo("lint"); info.NumPending != 0 || info.NumAckPending != 0 {
+		t.Fatalf("consumer: pending %d ack pending %d", info.NumPending, info.NumAckPending)
+	}
+}
+
+func TestDuplicateJobRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int64
+	w := b.worker(func(int) Processor { return newLoopProcessor(t, nil, &calls) }, nil)
+	sub := b.subscribe(ResultSubject("dup-1"))
+	a1 := b.publish(newReq("dup-1"), JSON, "")
+	a2 := b.publish(newReq("dup-1"), Msgpack, "")
+	if a1.Duplicate || !a2.Duplicate || a2.Sequence != a1.Sequence {
+		t.Fatalf("acks %+v %+v", a1, a2)
+	}
+	b.result(sub)
+
+	// Outside the dedupe window the status decides: a job whose status is
+	// terminal is acknowledged without running.
+	kv, err := b.js.KeyValue(context.Background(), BucketJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), "done-1", []byte(`{"job_id":"done-1","state":"succeeded"}`)); err != nil {
+		t.Fatal(err)
+	}
+	b.publish(newReq("done-1"), JSON, "")
+	// A job published after it shows that done-1 was passed over.
+	sub2 := b.subscribe(ResultSubject("after-1"))
+	b.publish(newReq("after-1"), JSON, "")
+	b.result(sub2)
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("processor ran %d times, want 2 (dup-1 once, after-1)", calls.Load())
+	}
+	if st := w.Stats(); st.Duplicates != 1 || st.Succeeded != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	if n := b.countSubject(StreamResults, ResultSubject("done-1")); n != 0 {
+		t.Fatalf("done-1 got %d results", n)
+	}
+	if info := b.consumerInfo("lint"); info.NumPending != 0 || info.NumAckPending != 0 {
+		t.Fatalf("consumer: pending %d ack pending %d", info.NumPending, info.NumAckPending)
+	}
+}
+
+func TestPoisonIsDeadLetteredAndWorkerGoesOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int64
+	w := b.worker(func(int) Processor { return newLoopProcessor(t, nil, &calls) }, func(c *Config) { c.Slots = 1 })
+
+	cases := []struct {
+		id   string
+		msg  func() *nats.Msg
+		code loop.ErrorCode
+		want string
+	}{
+		{"bad-bytes", func() *nats.Msg {
+			m := nats.NewMsg(RunSubject("lint"))
+			m.Data = []byte("{not json")
+			m.Header.Set(HeaderMsgID, "bad-bytes")
+			return m
+		}, CodeUndecodable, "not a JSON RunRequest"},
+		{"bad-op", func() *nats.Msg {
+			r := newReq("bad-op")
+			r.Operation = "docstring"
+			m, _ := NewRequestMsg(r, JSON, "")
+			m.Subject = RunSubject("lint")
+			return m
+		}, CodeUnknownOperation, `"docstring" is not served`},
+		{"bad-path", func() *nats.Msg {
+			m, _ := NewRequestMsg(newReq("bad-path"), Msgpack, "")
+			r := newReq("bad-path")
+			r.Files["../../etc/passwd"] = "x"
+			m.Data, _ = Msgpack.Marshal(r)
+			return m
+		}, CodeInvalidRequest, "escapes the workspace"},
+	}
+	for _, c := range cases {
+		sub := b.subscribe(ResultSubject(c.id))
+		b.publishMsg(c.msg())
+		r := b.result(sub)
+		if r.State != StateDead || r.ErrorCode != c.code || !strings.Contains(r.Error, c.want) || r.Status != loop.StatusFailed {
+			t.Fatalf("%s: result %+v", c.id, r)
+		}
+		if st := b.status(c.id, StateDead); st.State != StateDead || st.Code != c.code {
+			t.Fatalf("%s: status %+v", c.id, st)
+		}
+	}
+	// A payload with no usable id still lands in the DLQ.
+	m := nats.NewMsg(RunSubject("lint"))
+	m.Data = []byte{0xc1}
+	m.Header.Set(HeaderContentType, ContentTypeMsgpack)
+	b.publishMsg(m)
+
+	good := b.subscribe(ResultSubject("good-1"))
+	b.publish(newReq("good-1"), JSON, "")
+	if r := b.result(good); r.State != StateSucceeded {
+		t.Fatalf("good job after poison: %+v", r)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("processor ran %d times, want 1", calls.Load())
+	}
+	dlq, err := b.js.Stream(context.Background(), StreamDLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := dlq.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 4 {
+		t.Fatalf("DLQ holds %d messages, want 4", info.State.Msgs)
+	}
+	for seq := uint64(1); seq <= 4; seq++ {
+		dm, err := dlq.GetMsg(context.Background(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dm.Subject != DLQSubject("lint") || dm.Header.Get(HeaderDLQCode) == "" || dm.Header.Get(HeaderDLQReason) == "" ||
+			dm.Header.Get(HeaderOrigSubject) != RunSubject("lint") || dm.Header.Get(HeaderOrigSeq) == "" {
+			t.Fatalf("dead letter %d: %s %v", seq, dm.Subject, dm.Header)
+		}
+		if seq == 1 && (string(dm.Data) != "{not json" || dm.Header.Get(HeaderDLQCode) != string(CodeUndecodable)) {
+			t.Fatalf("dead letter 1 lost the original: %q %v", dm.Data, dm.Header)
+		}
+	}
+	if st := w.Stats(); st.Dead != 4 {
+		t.Fatalf("stats %+v", st)
+	}
+	if info := b.consumerInfo("lint"); info.NumPending != 0 || info.NumAckPending != 0 {
+		t.Fatalf("consumer: pending %d ack pending %d", info.NumPending, info.NumAckPending)
+	}
+}
+
+func TestDrainFinishesRunningAndLeavesUnstarted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	g := newGate(true)
+	w := b.worker(func(int) Processor { return g }, func(c *Config) { c.Slots = 1 })
+	sub := b.subscribe(ResultSubject("drain-1"))
+	for _, id := range []string{"drain-1", "drain-2", "drain-3"} {
+		b.publish(newReq(id), JSON, "")
+	}
+	if got := g.waitStarted(t); got != "drain-1#1" {
+		t.Fatalf("first run %s", got)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Stop() }()
+	<-w.stopping // Stop has begun: the slot pulls nothing more
+	close(g.release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if r := b.result(sub); r.State != StateSucceeded {
+		t.Fatalf("running job: %+v", r)
+	}
+	if g.calls.Load() != 1 {
+		t.Fatalf("%d runs", g.calls.Load())
+	}
+	info := b.consumerInfo("lint")
+	if info.NumPending != 2 || info.NumAckPending != 0 {
+		t.Fatalf("after drain: pending %d ack pending %d, want 2 and 0", info.NumPending, info.NumAckPending)
+	}
+	// A new worker takes the rest.
+	sub3 := b.subscribe(ResultSubject("drain-3"))
+	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
+	if r := b.result(sub3); r.State != StateSucceeded || r.Attempts != 1 {
+		t.Fatalf("drain-3: %+v", r)
+	}
+}
+
+func TestDrainGraceOverRequeuesRunningJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	g := newGate(true)
+	w := b.worker(func(int) Processor { return g }, func(c *Config) { c.Slots = 1; c.DrainGrace = -1 })
+	b.publish(newReq("grace-1"), JSON, "")
+	g.waitStarted(t)
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.status("grace-1", StateQueued); st.State != StateQueued {
+		t.Fatalf("status after shutdown %+v", st)
+	}
+	if n := b.countSubject(StreamResults, ResultSubject("grace-1")); n != 0 {
+		t.Fatalf("a requeued job published %d results", n)
+	}
+	sub := b.subscribe(ResultSubject("grace-1"))
+	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
+	if r := b.result(sub); r.State != StateSucceeded || r.Attempts != 2 {
+		t.Fatalf("requeued job: %+v", r)
+	}
+	if w.Stats().Requeued != 1 {
+		t.Fatalf("stats %+v", w.Stats())
+	}
+}
+
+func TestLongJobIsNotRedeliveredWhileHeartbeating(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int64
+	proc := ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
+		calls.Add(1)
+		// The job's own work: four ack waits long.
+		select {
+		case <-time.After(1200 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
+	})
+	b.worker(func(int) Processor { return proc }, func(c *Config) { c.Streams.AckWait = 300 * time.Millisecond })
+	sub := b.subscribe(ResultSubject("long-1"))
+	b.publish(newReq("long-1"), JSON, "")
+	r := b.result(sub)
+	if r.Attempts != 1 || calls.Load() != 1 || r.Timings.Run < 1200*time.Millisecond {
+		t.Fatalf("attempts %d, runs %d, run %s", r.Attempts, calls.Load(), r.Timings.Run)
+	}
+	if info := b.consumerInfo("lint"); info.NumRedelivered != 0 {
+		t.Fatalf("%d redelivered", info.NumRedelivered)
+	}
+}
+
+func TestCancelRunningAndQueuedJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	g := newGate(true)
+	w := b.worker(func(int) Processor { return g }, nil)
+	sub := b.subscribe(ResultSubject("cancel-1"))
+	b.publish(newReq("cancel-1"), JSON, "")
+	g.waitStarted(t)
+	if err := b.nc.Publish(CancelSubject("cancel-1"), []byte(`{"reason":"user pressed ^C"}`)); err != nil {
+		t.Fatal(err)
+	}
+	r := b.result(sub)
+	if r.State != StateCanceled || r.ErrorCode != CodeCanceled || !strings.Contains(r.Error, "user pressed ^C") {
+		t.Fatalf("result %+v", r)
+	}
+	if st := b.status("cancel-1", StateCanceled); st.State != StateCanceled {
+		t.Fatalf("status %+v", st)
+	}
+
+	// A queued job canceled through its status never runs.
+	kv, err := b.js.KeyValue(context.Background(), BucketJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(context.Background(), "cancel-2", []byte(`{"job_id":"cancel-2","state":"canceled","reason":"changed my mind"}`)); err != nil {
+		t.Fatal(err)
+	}
+	sub2 := b.subscribe(ResultSubject("cancel-2"))
+	b.publish(newReq("cancel-2"), JSON, "")
+	if r := b.result(sub2); r.State != StateCanceled || r.ErrorCode != CodeCanceled {
+		t.Fatalf("queued cancel: %+v", r)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if g.calls.Load() != 1 || w.Stats().Canceled != 2 {
+		t.Fatalf("runs %d, stats %+v", g.calls.Load(), w.Stats())
+	}
+	if info := b.consumerInfo("lint"); info.NumPending != 0 || info.NumAckPending != 0 {
+		t.Fatalf("consumer: pending %d ack pending %d", info.NumPending, info.NumAckPending)
+	}
+}
+
+func TestTransientFailuresExhaustToDLQ(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int64
+	proc := ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
+		calls.Add(1)
+		return nil, errTransient
+	})
+	w := b.worker(func(int) Processor { return proc }, func(c *Config) { c.Streams.MaxDeliver = 3 })
+	sub := b.subscribe(ResultSubject("flaky-1"))
+	b.publish(newReq("flaky-1"), JSON, "")
+	r := b.result(sub)
+	if r.State != StateDead || r.ErrorCode != CodeMaxDeliveries || !strings.Contains(r.Error, errTransient.Error()) || r.Attempts != 3 {
+		t.Fatalf("result %+v", r)
+	}
+	if calls.Load() != 3 || w.Stats().Retried != 2 {
+		t.Fatalf("runs %d stats %+v", calls.Load(), w.Stats())
+	}
+	if n := b.countSubject(StreamDLQ, DLQSubject("lint")); n != 1 {
+		t.Fatalf("%d dead letters", n)
+	}
+}
+
+func TestMaxDeliveriesWithoutAckGoToDLQ(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	g := newGate(true)
+	// Three slots: two hang on the two deliveries; the idle third keeps a
+	// pull request waiting, which is when the server notices the exhausted
+	// job and sends the advisory.
+	b.worker(func(int) Processor { return g }, func(c *Config) {
+		c.Slots = 3
+		c.Heartbeat = -1
+		c.DrainGrace = -1
+		c.Streams.AckWait = 200 * time.Millisecond
+		c.Streams.MaxDeliver = 2
+	})
+	sub := b.subscribe(ResultSubject("stuck-1"))
+	ack := b.publish(newReq("stuck-1"), JSON, "")
+	g.waitStarted(t)
+	g.waitStarted(t) // the redelivery hangs too
+	r := b.result(sub)
+	if r.State != StateDead || r.ErrorCode != CodeMaxDeliveries || r.Attempts != 2 {
+		t.Fatalf("result %+v", r)
+	}
+	if n := b.countSubject(StreamDLQ, DLQSubject("lint")); n != 1 {
+		t.Fatalf("%d dead letters", n)
+	}
+	runs, err := b.js.Stream(context.Background(), StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.GetMsg(context.Background(), ack.Sequence); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("the original request is still in %s: %v", StreamRuns, err)
+	}
+	if st := b.status("stuck-1", StateDead); st.State != StateDead {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+func TestWorkerServesSeveralOperations(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, func(c *Config) {
+		c.Slots = 1
+		c.Operations = []string{"lint", "docstring", "test"}
+	})
+	subs := map[string]*nats.Subscription{}
+	for _, op := range []string{"test", "docstring", "lint"} {
+		id := "multi-" + op
+		subs[id] = b.subscribe(ResultSubject(id))
+		r := newReq(id)
+		r.Operation = op
+		b.publish(r, JSON, "")
+	}
+	for id, sub := range subs {
+		if r := b.result(sub); r.State != StateSucceeded || r.JobID != id {
+			t.Fatalf("%s: %+v", id, r)
+		}
+	}
+}
+
+func TestStopIsIdempotentAndSafeBeforeStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	nc, err := b.srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: 1,
+		NewProcessor: func(int) (Processor, error) { return newLoopProcessor(t, nil, nil), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err == nil {
+		t.Fatal("Start after Stop succeeded")
+	}
+	w2 := b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
+	if err := w2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	nc := &nats.Conn{}
+	np := func(int) (Processor, error) { return nil, nil }
+	cases := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no conn", Config{Operations: []string{"lint"}, NewProcessor: np}, "Conn"},
+		{"no ops", Config{Conn: nc, NewProcessor: np}, "Operations"},
+		{"no processor", Config{Conn: nc, Operations: []string{"lint"}}, "NewProcessor"},
+		{"bad op", Config{Conn: nc, Operations: []string{"Lint.x"}, NewProcessor: np}, "operation"},
+		{"dup op", Config{Conn: nc, Operations: []string{"a", "a"}, NewProcessor: np}, "twice"},
+		{"heartbeat too slow", Config{Conn: nc, Operations: []string{"a"}, NewProcessor: np, Heartbeat: time.Minute,
+			Streams: StreamsConfig{AckWait: time.Second}}, "Heartbeat"},
+		{"backoff too long", Config{Conn: nc, Operations: []string{"a"}, NewProcessor: np,
+			Streams: StreamsConfig{MaxDeliver: 1, BackOff: []time.Duration{time.Second, time.Second}}}, "BackOff"},
+		{"negative slots", Config{Conn: nc, Operations: []string{"a"}, NewProcessor: np, Slots: -1}, "Slots"},
+		{"unserved stream op", Config{Conn: nc, Operations: []string{"a"}, NewProcessor: np,
+			Streams: StreamsConfig{Operations: []string{"b"}}}, "not in Streams.Operations"},
+	}
+	for _, c := range cases {
+		_, err := NewWorker(c.cfg)
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
