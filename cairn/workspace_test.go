@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -1005,3 +1006,42 @@ func TestConcurrentReadersDuringAcceptAndLoad(t *testing.T) {
 		t.Fatalf("call after Close: %v", err)
 	}
 }
+
+func TestLoggerStablePathsAndHashes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	h := slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), nil)
+	b := setup(t, map[string]string{"d/a.txt": "a"}, cairn.WithLogger(slog.New(h)))
+	b.call(t, "log", "checking d")
+	mu.Lock()
+	if !strings.Contains(buf.String(), `msg="[agent-lint-src~2Fapp.py~3A~3Amain] checking d"`) || !strings.Contains(buf.String(), "workspace=agent-lint-") {
+		t.Errorf("log output %q", buf.String())
+	}
+	mu.Unlock()
+	if _, err := b.stable.ReadFile(ctx, "d"); !errors.Is(err, cairn.ErrIsDir) {
+		t.Errorf("stable read of a dir: %v", err)
+	}
+	if _, err := b.stable.ReadFile(ctx, "x"); !errors.Is(err, cairn.ErrNotFound) {
+		t.Errorf("stable read of nothing: %v", err)
+	}
+	if h, err := b.stable.SHA256(ctx, "d/a.txt"); err != nil || h != "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb" {
+		t.Errorf("SHA256 = %s, %v", h, err)
+	}
+	if h, _ := b.stable.SHA256(ctx, "nope"); h != "absent" {
+		t.Errorf("SHA256 of nothing = %s", h)
+	}
+	p, err := cairn.OverlayPath("/ws", "lint", "a/b")
+	if err != nil || p != "/ws/agent-lint-a~2Fb.db" {
+		t.Errorf("OverlayPath = %s, %v", p, err)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
