@@ -1,0 +1,121 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEmbeddedRefusesSharedStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: dir, NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = StartEmbedded(ctx, EmbeddedConfig{StoreDir: dir, NoListen: true})
+	if !errors.Is(err, ErrStoreLocked) {
+		a.Shutdown()
+		t.Fatalf("second server on the same store: %v", err)
+	}
+	a.Shutdown()
+	a.Shutdown() // idempotent
+	b, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: dir, NoListen: true})
+	if err != nil {
+		t.Fatalf("store not released: %v", err)
+	}
+	b.Shutdown()
+}
+
+func TestEmbeddedTCPWithToken(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", Token: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	url := srv.ClientURL()
+	if !strings.HasPrefix(url, "nats://127.0.0.1:") || strings.HasSuffix(url, ":4222") {
+		t.Fatalf("client URL %q", url)
+	}
+	nc, err := Connect(ctx, ConnectOptions{URL: url, Token: "s3cret", MaxReconnects: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nc.IsConnected() {
+		t.Fatal("not connected")
+	}
+	nc.Close()
+	if nc, err := Connect(ctx, ConnectOptions{URL: url, Token: "wrong", MaxReconnects: -1}); err == nil {
+		nc.Close()
+		t.Fatal("connected with a wrong token")
+	}
+	// A worker can run over TCP as well.
+	nc, err = Connect(ctx, ConnectOptions{URL: url, Token: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, PullExpiry: 200 * time.Millisecond,
+		NewProcessor: func(int) (Processor, error) { return newLoopProcessor(t, nil, nil), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := nc.SubscribeSync(ResultSubject("tcp-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewRequestMsg(newReq("tcp-1"), JSON, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rm, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := DecodeAgentResult(rm.Data, rm.Header.Get(HeaderContentType)); err != nil || r.State != StateSucceeded {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEmbeddedAndConnectValidation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, c := range []EmbeddedConfig{
+		{},
+		{StoreDir: "x", Listen: "nohost"},
+		{StoreDir: "x", Token: "a", User: "u", Password: "p"},
+		{StoreDir: "x", User: "u"},
+		{StoreDir: "x", MaxMemory: -1},
+	} {
+		if _, err := StartEmbedded(ctx, c); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+	for _, o := range []ConnectOptions{
+		{},
+		{URL: "nats://x", Token: "a", User: "u"},
+		{URL: "nats://x", CredsFile: "c", NKeyFile: "n"},
+		{URL: "nats://x", TLSCert: "c"},
+		{URL: "nats://x", MaxReconnects: -2},
+	} {
+		if _, err := Connect(ctx, o); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+}
