@@ -1,0 +1,17 @@
+# The JetStream queue and worker engine (queue/, docs/PROTOCOL.md).
+# `make bench-queue` prints, in one run, no-op jobs/s through the whole path
+# against raw JetStream publish+consume+ack (and their ratio), then the
+# single-job dispatch latency p50/p99 next to a raw JetStream round trip.
+# FLEET_BENCH_SLOTS sets the worker's slots in the throughput run (default 8).
+
+BENCH_TARGETS += bench-queue
+
+.PHONY: bench-queue fuzz-queue
+
+bench-queue: ## queue figures: no-op jobs/s vs raw JetStream, dispatch p50/p99
+	@echo "queue: machine load before the run: $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
+	$(GO) test -run '^$$' -bench 'BenchmarkNoopJobs' -benchtime 20000x -count 1 -timeout 20m ./queue/
+	$(GO) test -run '^$$' -bench 'BenchmarkDispatchLatency' -benchtime 3000x -count 1 -timeout 20m ./queue/
+
+fuzz-queue: ## fuzz the run-request decoders (JSON and msgpack) for FUZZTIME (default 60s)
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRunRequest -fuzztime $${FUZZTIME:-60s} ./queue/

@@ -1,0 +1,324 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// benchSlots is the worker's slot count in the throughput benchmark
+// (FLEET_BENCH_SLOTS, default 8: no-op jobs are round-trip bound, so more
+// slots than cores keep the CPUs busy).
+func benchSlots() int {
+	if n, err := strconv.Atoi(os.Getenv("FLEET_BENCH_SLOTS")); err == nil && n > 0 {
+		return n
+	}
+	return 8
+}
+
+type benchEnv struct {
+	srv *Embedded
+	nc  *nats.Conn // client
+	js  jetstream.JetStream
+}
+
+func newBenchEnv(b *testing.B) *benchEnv {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: b.TempDir(), NoListen: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	nc, err := srv.Connect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		nc.Close()
+		srv.Shutdown()
+	})
+	return &benchEnv{srv: srv, nc: nc, js: js}
+}
+
+// startWorker runs a worker whose slots each own a loop.Runner with the
+// scripted no-op model (submit_result on the first turn).
+func (e *benchEnv) startWorker(b *testing.B, slots int) *Worker {
+	b.Helper()
+	nc, err := e.srv.Connect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: slots, Name: "bench",
+		NewProcessor: func(int) (Processor, error) { return newLoopProcessor(b, nil, nil), nil }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = w.Stop()
+		nc.Close()
+	})
+	return w
+}
+
+func benchRequestMsg(b *testing.B, id string) *nats.Msg {
+	m, err := NewRequestMsg(newReq(id), JSON, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+// BenchmarkNoopJobs measures no-op jobs through the whole path — publish
+// request, worker slot pulls it, loop.Runner with the scripted model that
+// submits at once, events + result + status published to JetStream, ack;
+// the client collects the results — against raw JetStream
+// publish+consume+ack of the same payloads in the same process, and reports
+// the ratio.
+func BenchmarkNoopJobs(b *testing.B) {
+	slots := benchSlots()
+	n := b.N
+
+	// Raw JetStream: the same request bytes, S pullers taking one message
+	// at a time (PullMaxMessages(1)) and acking.
+	rawRate := func() float64 {
+		e := newBenchEnv(b)
+		ctx := context.Background()
+		s, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"},
+			Retention: jetstream.WorkQueuePolicy, Duplicates: DefaultDedupeWindow})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cons, err := s.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy,
+			AckWait: time.Minute, FilterSubject: "raw.lint"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		msgs := make([]*nats.Msg, n)
+		for i := range msgs {
+			msgs[i] = benchRequestMsg(b, fmt.Sprintf("raw-%d", i))
+			msgs[i].Subject = "raw.lint"
+		}
+		var done atomic.Int64
+		finished := make(chan struct{})
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range slots {
+			wnc, err := e.srv.Connect()
+			if err != nil {
+				b.Fatal(err)
+			}
+			wjs, _ := jetstream.New(wnc)
+			wc, _ := wjs.Consumer(ctx, "RAW", "raw")
+			it, err := wc.Messages(jetstream.PullMaxMessages(1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer wnc.Close()
+				for {
+					m, err := it.Next()
+					if err != nil {
+						return
+					}
+					_ = m.Ack()
+					if done.Add(1) == int64(n) {
+						close(finished)
+					}
+				}
+			}()
+			defer it.Stop()
+		}
+		publishAll(b, e.js, msgs)
+		<-finished
+		el := time.Since(start)
+		_ = cons
+		return float64(n) / el.Seconds()
+	}()
+
+	e := newBenchEnv(b)
+	w := e.startWorker(b, slots)
+	msgs := make([]*nats.Msg, n)
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	for i := range msgs {
+		msgs[i] = benchRequestMsg(b, fmt.Sprintf("b%s-%d", run, i))
+	}
+	var got, bad atomic.Int64
+	finished := make(chan struct{})
+	sub, err := e.nc.Subscribe(SubjectResultsPrefix+">", func(m *nats.Msg) {
+		if !bytes.Contains(m.Data, []byte(`"state":"succeeded"`)) {
+			bad.Add(1)
+		}
+		if got.Add(1) == int64(n) {
+			close(finished)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := e.nc.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	publishAll(b, e.js, msgs)
+	select {
+	case <-finished:
+	case <-time.After(5*time.Minute + time.Duration(n)*time.Millisecond):
+		b.Fatalf("only %d of %d results", got.Load(), n)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	if bad.Load() != 0 {
+		b.Fatalf("%d results were not succeeded", bad.Load())
+	}
+	fleetRate := float64(n) / el.Seconds()
+	st := w.Stats()
+	b.ReportMetric(fleetRate, "jobs/s")
+	b.ReportMetric(rawRate, "raw-msgs/s")
+	b.ReportMetric(fleetRate/rawRate, "ratio")
+	if n >= 1000 {
+		b.Logf("n=%d slots=%d GOMAXPROCS=%d: fleet %.0f jobs/s, raw JetStream %.0f msgs/s, ratio %.2f (events dropped %d)",
+			n, slots, runtime.GOMAXPROCS(0), fleetRate, rawRate, fleetRate/rawRate, st.EventsDropped)
+	}
+}
+
+// publishAll publishes msgs asynchronously in windows and waits for every
+// PubAck.
+func publishAll(b *testing.B, js jetstream.JetStream, msgs []*nats.Msg) {
+	const window = 1024
+	for lo := 0; lo < len(msgs); lo += window {
+		hi := min(lo+window, len(msgs))
+		for _, m := range msgs[lo:hi] {
+			if _, err := js.PublishMsgAsync(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(30 * time.Second):
+			b.Fatal("publish acks did not arrive")
+		}
+	}
+}
+
+// BenchmarkDispatchLatency measures one job at a time: from the client's
+// publish to the result's arrival, through the whole path with the no-op
+// loop; p50 and p99 are reported in microseconds, next to a raw JetStream
+// round trip (publish, pull one, publish a reply on core NATS, ack) measured
+// the same way.
+func BenchmarkDispatchLatency(b *testing.B) {
+	n := b.N
+	raw := func() []time.Duration {
+		e := newBenchEnv(b)
+		ctx := context.Background()
+		s, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"},
+			Retention: jetstream.WorkQueuePolicy})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy,
+			FilterSubject: "raw.lint"}); err != nil {
+			b.Fatal(err)
+		}
+		wnc, err := e.srv.Connect()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer wnc.Close()
+		wjs, _ := jetstream.New(wnc)
+		wc, _ := wjs.Consumer(ctx, "RAW", "raw")
+		it, err := wc.Messages(jetstream.PullMaxMessages(1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer it.Stop()
+		go func() {
+			for {
+				m, err := it.Next()
+				if err != nil {
+					return
+				}
+				_ = wnc.Publish("rawres."+m.Headers().Get(HeaderMsgID), nil)
+				_ = m.Ack()
+			}
+		}()
+		sub, err := e.nc.SubscribeSync("rawres.>")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		lat := make([]time.Duration, 0, n)
+		for i := range n {
+			m := benchRequestMsg(b, fmt.Sprintf("raw-%d", i))
+			m.Subject = "raw.lint"
+			t0 := time.Now()
+			if _, err := e.js.PublishMsg(ctx, m); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := sub.NextMsg(10 * time.Second); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		return lat
+	}()
+
+	e := newBenchEnv(b)
+	e.startWorker(b, 2)
+	sub, err := e.nc.SubscribeSync(SubjectResultsPrefix + ">")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := e.nc.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	lat := make([]time.Duration, 0, n)
+	b.ResetTimer()
+	for i := range n {
+		m := benchRequestMsg(b, fmt.Sprintf("l%s-%d", run, i))
+		t0 := time.Now()
+		if _, err := e.js.PublishMsg(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := sub.NextMsg(10 * time.Second); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	p := func(l []time.Duration, q float64) float64 {
+		s := slices.Clone(l)
+		slices.Sort(s)
+		return float64(s[min(len(s)-1, int(float64(len(s))*q))].Microseconds())
+	}
+	b.ReportMetric(p(lat, 0.50), "p50-µs")
+	b.ReportMetric(p(lat, 0.99), "p99-µs")
+	b.ReportMetric(p(raw, 0.50), "raw-p50-µs")
+	b.ReportMetric(p(raw, 0.99), "raw-p99-µs")
+}
