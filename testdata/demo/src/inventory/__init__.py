@@ -1,0 +1,1 @@
+"""Stock keeping for a small shop (the fleet demo project)."""
