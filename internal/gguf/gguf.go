@@ -336,3 +336,22 @@ func float32ToHalf(f float32) uint16 {
 	}
 	return sign | uint16(h)
 }
+
+// WeightBytes returns the bytes of weight data one generated token reads:
+// every block's matrices and norms plus the whole tied embedding, which
+// serves as the output head (the input lookup reads one row of it).
+func (s Spec) WeightBytes() int64 {
+	per := func(n int) int64 {
+		switch s.Type {
+		case F16:
+			return int64(n) * 2
+		case Q4_0:
+			return int64(n) / 32 * 18
+		}
+		return int64(n) / 32 * 34
+	}
+	q, kv := s.Heads*s.HeadDim, s.HeadsKV*s.HeadDim
+	block := per(s.Embedding*q) + 2*per(s.Embedding*kv) + per(q*s.Embedding) +
+		3*per(s.Embedding*s.FeedForward) + int64(4*(4*s.Embedding+2*s.HeadDim))
+	return per(s.Embedding*s.VocabSize) + int64(4*s.Embedding) + int64(s.Blocks)*block
+}

@@ -151,3 +151,28 @@ func TestFloat32ToHalf(t *testing.T) {
 		}
 	}
 }
+
+func TestWeightBytes(t *testing.T) {
+	t.Parallel()
+	s := Tiny()
+	p := filepath.Join(t.TempDir(), "t.gguf")
+	if err := WriteFile(p, s); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The file is the weights plus the header (vocabulary, tensor infos).
+	if w := s.WeightBytes(); w >= st.Size() || w < st.Size()/3 {
+		t.Fatalf("WeightBytes %d for a %d-byte file", w, st.Size())
+	}
+	// The full shape has 268,098,176 parameters (inference.md §2.1), of
+	// which 55,936 are F32 norms (640 + 18 × 3,072).
+	f := Full()
+	f.Type = F16
+	const params, norms = 268098176, 55936
+	if got, want := f.WeightBytes(), int64((params-norms)*2+norms*4); got != want {
+		t.Fatalf("full F16 weights are %d bytes, want %d", got, want)
+	}
+}

@@ -1,0 +1,454 @@
+package llama
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	ollamallama "github.com/ollama/ollama/llama"
+	"github.com/ollama/ollama/ml"
+
+	"github.com/agentfleet/fleet/inference/functiongemma"
+	"github.com/agentfleet/fleet/loop"
+)
+
+// Slot is one worker slot: it owns its llama.cpp contexts (one per model it
+// serves, at most Config.MaxContexts) for its whole life and runs one
+// request at a time on the calling goroutine (llama.cpp with one thread
+// computes on the calling OS thread). A Slot implements loop.Model for the
+// Backend's default model; For returns a loop.Model for another one.
+//
+// Calls are serialised by a mutex, so a Slot is safe for concurrent use, but
+// it is meant to serve one run at a time.
+type Slot struct {
+	b   *Backend
+	cfg Config
+
+	mu     sync.Mutex
+	ctxs   []*kvContext // most recently used last
+	rng    *rand.Rand
+	closed bool
+
+	// scratch buffers of the sampler
+	cands   []candidate
+	allowed []int
+	stats   slotStats
+	// benchFullScan makes strict sampling skip the top-candidate fast path
+	// (benchmarks measure the full-vocabulary cost with it).
+	benchFullScan bool
+}
+
+var _ loop.Model = (*Slot)(nil)
+
+func newSlot(b *Backend, i int) *Slot {
+	seed := b.cfg.Sampling.Seed + uint64(i)
+	return &Slot{b: b, cfg: b.cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+// kvContext is one llama.cpp context and the exact token list in its KV
+// cache (sequence 0).
+type kvContext struct {
+	key    string
+	model  *model
+	c      *ollamallama.Context
+	batch  *ollamallama.Batch
+	nCtx   int
+	tokens []int
+}
+
+func (k *kvContext) free() {
+	if k.c == nil {
+		return
+	}
+	k.batch.Free()
+	freeContext(k.c)
+	k.c, k.batch, k.tokens = nil, nil, nil
+}
+
+// Complete runs one model turn on the default model. See loop.Model.
+func (s *Slot) Complete(ctx context.Context, req *loop.Request) (*loop.Response, error) {
+	return s.complete(ctx, s.cfg.Model, req)
+}
+
+// For returns a loop.Model that runs on this slot with the model ref (loaded
+// once per Backend on first use).
+func (s *Slot) For(ref ModelRef) loop.Model { return boundModel{s: s, ref: ref} }
+
+type boundModel struct {
+	s   *Slot
+	ref ModelRef
+}
+
+func (bm boundModel) Complete(ctx context.Context, req *loop.Request) (*loop.Response, error) {
+	return bm.s.complete(ctx, bm.ref, req)
+}
+
+// Close frees the slot's contexts, waiting for a running call. It is safe to
+// call twice; later calls return ErrClosed.
+func (s *Slot) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	for _, k := range s.ctxs {
+		k.free()
+	}
+	s.ctxs = nil
+	s.b.forget(s)
+	return nil
+}
+
+// contextFor returns the slot's context for ref, creating it (and evicting
+// the least recently used one) when needed.
+func (s *Slot) contextFor(ref ModelRef) (*kvContext, error) {
+	key := ref.key()
+	for i, k := range s.ctxs {
+		if k.key == key {
+			s.ctxs = append(append(s.ctxs[:i:i], s.ctxs[i+1:]...), k)
+			return k, nil
+		}
+	}
+	m, err := s.b.model(ref.Path)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.ctxs) >= s.cfg.MaxContexts {
+		s.ctxs[0].free()
+		s.ctxs = s.ctxs[1:]
+	}
+	params := ollamallama.NewContextParams(s.cfg.ContextSize, s.cfg.BatchSize, 1, 1, ml.FlashAttentionAuto, "")
+	c, err := ollamallama.NewContextWithModel(m.m, params)
+	if err != nil {
+		return nil, fmt.Errorf("llama: %w", err)
+	}
+	disableEmbeddings(c)
+	if ref.LoRA != "" {
+		scale := ref.LoRAScale
+		if scale == 0 {
+			scale = 1
+		}
+		if err := m.m.ApplyLoraFromFile(c, ref.LoRA, scale, 1); err != nil {
+			freeContext(c)
+			return nil, fmt.Errorf("llama: LoRA %s: %w", ref.LoRA, err)
+		}
+	}
+	batch, err := ollamallama.NewBatch(s.cfg.BatchSize, 1, 0)
+	if err != nil {
+		freeContext(c)
+		return nil, fmt.Errorf("llama: %w", err)
+	}
+	k := &kvContext{key: key, model: m, c: c, batch: batch, nCtx: s.cfg.ContextSize}
+	s.ctxs = append(s.ctxs, k)
+	return k, nil
+}
+
+func (s *Slot) complete(ctx context.Context, ref ModelRef, req *loop.Request) (*loop.Response, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	k, err := s.contextFor(ref)
+	if err != nil {
+		return nil, err
+	}
+	prompt, err := tokenizePrompt(k.model, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(prompt)+1 > k.nCtx {
+		return nil, fmt.Errorf("%w: %d prompt tokens, window %d", ErrContextFull, len(prompt), k.nCtx)
+	}
+	var usage loop.Usage
+	t0 := time.Now()
+	cached, err := s.prefill(ctx, k, prompt)
+	if err != nil {
+		return nil, err
+	}
+	usage.PromptTokens = len(k.tokens)
+	usage.CachedTokens = cached
+	usage.PromptDuration = time.Since(t0)
+	s.stats.prefilled += usage.PromptTokens - usage.CachedTokens
+
+	var m matcher
+	if !s.cfg.Lenient && len(req.Tools) > 0 {
+		m, err = newMatcher(k.model, req.Tools, req.RequireTool, s.cfg.MaxStringTokens)
+		if err != nil {
+			return nil, err
+		}
+	}
+	t1 := time.Now()
+	gen, forced, finish, err := s.generate(ctx, k, m)
+	usage.CompletionDuration = time.Since(t1)
+	usage.CompletionTokens = len(gen)
+	usage.ForcedTokens = forced
+	if err != nil {
+		return nil, err
+	}
+	out := k.model.text(gen)
+	calls, text, perr := functiongemma.ParseCalls(out)
+	if perr != nil {
+		if finish == loop.FinishLength {
+			return nil, &loop.InvalidResponseError{Kind: loop.InvalidTruncated,
+				Detail: fmt.Sprintf("generation hit the %d-token limit: %v", s.cfg.MaxTokens, perr), Raw: capRaw(out)}
+		}
+		return nil, perr
+	}
+	if len(calls) > 0 {
+		finish = loop.FinishToolCalls
+	}
+	return &loop.Response{
+		Message:      loop.Message{Role: loop.RoleAssistant, Content: text, ToolCalls: calls},
+		FinishReason: finish,
+		Usage:        usage,
+	}, nil
+}
+
+func capRaw(s string) string {
+	const n = 2048
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// tokenizePrompt renders req and tokenizes it segment by segment: the
+// template's markers become their special-token ids, every other segment
+// (message contents, tool results, string values: untrusted text) is
+// tokenized with special-token parsing off.
+func tokenizePrompt(m *model, req *loop.Request) ([]int, error) {
+	segs, err := functiongemma.RenderSegments(req)
+	if err != nil {
+		return nil, err
+	}
+	toks := make([]int, 0, 1024)
+	if m.addBOS {
+		toks = append(toks, 2)
+	}
+	for _, sg := range segs {
+		if sg.Special {
+			id, err := m.specialID(sg.Text)
+			if err != nil {
+				return nil, err
+			}
+			toks = append(toks, id)
+			continue
+		}
+		if sg.Text == "" {
+			continue
+		}
+		ids, err := m.m.Tokenize(sg.Text, false, false)
+		if err != nil {
+			return nil, fmt.Errorf("llama: tokenize: %w", err)
+		}
+		toks = append(toks, ids...)
+	}
+	return toks, nil
+}
+
+// text renders generated tokens as text, special tokens as their text (the
+// form functiongemma.ParseCalls reads).
+func (m *model) text(toks []int) string {
+	n := 0
+	for _, t := range toks {
+		n += len(m.pieces[t])
+	}
+	b := make([]byte, 0, n)
+	for _, t := range toks {
+		b = append(b, m.pieces[t]...)
+	}
+	return string(b)
+}
+
+// matchKey is a token's text for prefix alignment: special tokens are
+// wrapped in NULs so they never equal the same text typed as characters.
+func (m *model) matchKey(id int) string {
+	if m.isSpecial(id) {
+		return "\x00" + m.pieces[id] + "\x00"
+	}
+	return m.pieces[id]
+}
+
+// reusablePrefix returns how many cached tokens can stay in the KV cache
+// (nc) and where the prompt continues after them (np). Beyond the longest
+// common id prefix it aligns by text: a model turn the model generated as
+// "c","all" and the renderer tokenizes as "call" still matches, so the
+// model's own tokens stay cached and only the genuinely new text is
+// decoded.
+func reusablePrefix(m *model, cached, prompt []int) (nc, np int) {
+	n := 0
+	for n < len(cached) && n < len(prompt) && cached[n] == prompt[n] {
+		n++
+	}
+	if n == len(cached) || n == len(prompt) {
+		return n, n
+	}
+	nc, np = n, n
+	i, j := n, n
+	var a, b []byte
+	for {
+		if len(a) == len(b) && len(a) > 0 {
+			nc, np = i, j
+		}
+		if len(a) <= len(b) {
+			if i == len(cached) {
+				break
+			}
+			a = append(a, m.matchKey(cached[i])...)
+			i++
+		} else {
+			if j == len(prompt) {
+				break
+			}
+			b = append(b, m.matchKey(prompt[j])...)
+			j++
+		}
+		short, long := a, b
+		if len(short) > len(long) {
+			short, long = long, short
+		}
+		if string(long[:len(short)]) != string(short) {
+			break
+		}
+	}
+	return nc, np
+}
+
+// prefill makes the context hold the prompt (reusing the cached prefix),
+// leaving the logits of its last token ready. It returns how many prompt
+// tokens were reused. ctx is checked between batches.
+func (s *Slot) prefill(ctx context.Context, k *kvContext, prompt []int) (int, error) {
+	nc, np := reusablePrefix(k.model, k.tokens, prompt)
+	todo := prompt[np:]
+	if len(todo) == 0 {
+		// Everything is cached: decode the last token again for its logits.
+		nc--
+		todo = k.tokens[nc : nc+1 : nc+1]
+	}
+	if nc < len(k.tokens) {
+		if !k.c.KvCacheSeqRm(0, nc, -1) {
+			k.c.KvCacheClear()
+			nc, todo = 0, prompt
+		}
+		k.tokens = k.tokens[:nc]
+	}
+	if len(k.tokens)+len(todo) >= k.nCtx {
+		return 0, fmt.Errorf("%w: %d tokens, window %d", ErrContextFull, len(k.tokens)+len(todo), k.nCtx)
+	}
+	todo = append([]int(nil), todo...)
+	if err := s.decode(ctx, k, todo); err != nil {
+		return 0, err
+	}
+	return nc, nil
+}
+
+// decode appends toks to the context in batches, with logits for the last
+// token only, and records them in k.tokens as each batch succeeds.
+func (s *Slot) decode(ctx context.Context, k *kvContext, toks []int) error {
+	bs := k.batch.Size()
+	for start := 0; start < len(toks); start += bs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		end := min(start+bs, len(toks))
+		k.batch.Clear()
+		pos := len(k.tokens)
+		for i, t := range toks[start:end] {
+			k.batch.Add(t, nil, pos+i, start+i == len(toks)-1, 0)
+		}
+		if err := k.c.Decode(k.batch); err != nil {
+			// The KV state is unknown now: start over next time.
+			k.c.KvCacheClear()
+			k.tokens = k.tokens[:0]
+			if errors.Is(err, ollamallama.ErrKvCacheFull) {
+				return fmt.Errorf("%w: %v", ErrContextFull, err)
+			}
+			return fmt.Errorf("llama: decode: %w", err)
+		}
+		k.tokens = append(k.tokens, toks[start:end]...)
+		s.stats.decodeCalls++
+	}
+	return nil
+}
+
+// lastLogits returns the logits of the last decoded token.
+func (k *kvContext) lastLogits() []float32 {
+	return logitsIth(k.c, -1, k.model.nVocab)
+}
+
+// generate samples until a stop token, the token limit or a full window.
+// It returns the generated tokens (the stop token excluded: it is not in
+// the KV cache), how many of them were forced, and the finish reason.
+func (s *Slot) generate(ctx context.Context, k *kvContext, m matcher) (gen []int, forced int, finish loop.FinishReason, err error) {
+	one := make([]int, 1)
+	for len(gen) < s.cfg.MaxTokens {
+		if err := ctx.Err(); err != nil {
+			return gen, forced, "", err
+		}
+		if m != nil && !s.cfg.NoFastForward {
+			if f := m.ForcedText(); f != "" {
+				ids, err := s.forcedTokens(k.model, m, f)
+				if err != nil {
+					return gen, forced, "", err
+				}
+				if len(gen)+len(ids) > s.cfg.MaxTokens || len(k.tokens)+len(ids) >= k.nCtx {
+					return gen, forced, loop.FinishLength, nil
+				}
+				if err := s.decode(ctx, k, ids); err != nil {
+					return gen, forced, "", err
+				}
+				gen = append(gen, ids...)
+				forced += len(ids)
+				continue
+			}
+		}
+		if m != nil && m.Done() {
+			return gen, forced, loop.FinishStop, nil
+		}
+		tok, err := s.sample(k, m)
+		if err != nil {
+			return gen, forced, "", err
+		}
+		if k.model.isStop(tok) {
+			return gen, forced, loop.FinishStop, nil
+		}
+		if len(k.tokens)+1 >= k.nCtx {
+			return gen, forced, loop.FinishLength, nil
+		}
+		if m != nil {
+			if err := m.Accept(tok); err != nil {
+				return gen, forced, "", fmt.Errorf("llama: grammar rejected its own token %d: %w", tok, err)
+			}
+		}
+		one[0] = tok
+		if err := s.decode(ctx, k, one); err != nil {
+			return gen, forced, "", err
+		}
+		gen = append(gen, tok)
+	}
+	return gen, forced, loop.FinishLength, nil
+}
+
+// forcedTokens tokenizes the grammar's forced text (special tokens allowed:
+// the text comes from the grammar, never from a user) and feeds each token
+// to the matcher.
+func (s *Slot) forcedTokens(m *model, mt matcher, f string) ([]int, error) {
+	ids, err := m.m.Tokenize(f, false, true)
+	if err != nil {
+		return nil, fmt.Errorf("llama: tokenize forced text: %w", err)
+	}
+	for _, id := range ids {
+		if err := mt.Accept(id); err != nil {
+			return nil, fmt.Errorf("llama: grammar rejected forced token %d (%q of %q): %w", id, m.pieces[id], f, err)
+		}
+	}
+	return ids, nil
+}
