@@ -702,3 +702,58 @@ func (sw *statusWatch) waitRunning(worker string, d time.Duration) []string {
 		}
 	}
 }
+
+// diagnose logs, for every job of prefix without a stored result, its
+// status record and whether its request is still in FLEET_RUNS or in the
+// DLQ.
+func diagnose(t *testing.T, js jetstream.JetStream, prefix string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	counts, _ := storedResults(t, js, prefix, n)
+	kv, kerr := js.KeyValue(ctx, queue.BucketJobs)
+	runs, rerr := js.Stream(ctx, queue.StreamRuns)
+	dlq, derr := js.Stream(ctx, queue.StreamDLQ)
+	if err := errors.Join(kerr, rerr, derr); err != nil {
+		t.Logf("diagnose: %v", err)
+		return
+	}
+	for i := 0; i < n; i++ {
+		id := jobID(prefix, i)
+		if counts[id] > 0 {
+			continue
+		}
+		status := "no status"
+		if e, err := kv.Get(ctx, id); err == nil {
+			status = fmt.Sprintf("status rev %d: %s", e.Revision(), e.Value())
+		}
+		inRuns := "not in FLEET_RUNS"
+		if m, err := runs.GetLastMsgForSubject(ctx, queue.RunSubject("lint")); err == nil {
+			inRuns = fmt.Sprintf("last FLEET_RUNS msg seq %d id %s", m.Sequence, m.Header.Get(queue.HeaderMsgID))
+		}
+		ri, _ := runs.Info(ctx)
+		di, _ := dlq.Info(ctx)
+		cons, _ := js.Consumer(ctx, queue.StreamRuns, "lint")
+		var ci *jetstream.ConsumerInfo
+		if cons != nil {
+			ci, _ = cons.Info(ctx)
+		}
+		t.Logf("missing %s: %s; %s; runs msgs=%d first=%d last=%d; dlq msgs=%d; consumer %+v", id, status, inRuns,
+			ri.State.Msgs, ri.State.FirstSeq, ri.State.LastSeq, di.State.Msgs, ci)
+	}
+}
+
+// grepLog returns the lines of p's log that contain any of words.
+func grepLog(p *proc, words ...string) string {
+	b, _ := os.ReadFile(p.logPath)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, w := range words {
+			if strings.Contains(l, w) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
