@@ -1,0 +1,438 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Client errors, matched with errors.Is.
+var (
+	// ErrJobNotFound: the job has no status record (never enqueued, or its
+	// record expired).
+	ErrJobNotFound = errors.New("queue: job not found")
+	// ErrNoResult: the job has no stored result yet.
+	ErrNoResult = errors.New("queue: no result stored for the job")
+	// ErrJobFinished: Cancel found the job already in a terminal state.
+	ErrJobFinished = errors.New("queue: job already finished")
+	// ErrNoStreams: the fleet's streams do not exist on the server (no
+	// worker ever started there).
+	ErrNoStreams = errors.New("queue: the fleet streams do not exist (start a worker first)")
+)
+
+// ClientOptions configures a Client. The zero value is usable.
+type ClientOptions struct {
+	// Encoding of the requests Enqueue publishes (results and events then
+	// come back in the same encoding). Default JSON.
+	Encoding Encoding
+	// EventBuffer is the capacity of a Watch's event channel. 0 = 256.
+	EventBuffer int
+	// NoStatus turns off the queued status record Enqueue creates after a
+	// publish (one KV write per job).
+	NoStatus bool
+}
+
+// Client is what a coordinator uses to talk to a fleet: enqueue run
+// requests, follow their events and results (live or after the fact), wait,
+// read status and cancel. It is safe for concurrent use. It never closes the
+// connection it was given.
+type Client struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	opts ClientOptions
+
+	kvMu sync.Mutex
+	kv   jetstream.KeyValue
+}
+
+// NewClient returns a client over nc.
+func NewClient(nc *nats.Conn, opts ClientOptions) (*Client, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: NewClient needs a connection", ErrInvalidConfig)
+	}
+	if opts.Encoding != JSON && opts.Encoding != Msgpack {
+		return nil, fmt.Errorf("%w: unknown encoding %d", ErrInvalidConfig, opts.Encoding)
+	}
+	if opts.EventBuffer < 0 {
+		return nil, fmt.Errorf("%w: EventBuffer must not be negative", ErrInvalidConfig)
+	}
+	opts.EventBuffer = cmp.Or(opts.EventBuffer, 256)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	return &Client{nc: nc, js: js, opts: opts}, nil
+}
+
+// EnqueueOption tunes one Enqueue.
+type EnqueueOption func(*enqueueOptions)
+
+type enqueueOptions struct {
+	enc     Encoding
+	replyTo string
+}
+
+// WithEncoding publishes this request in enc instead of the client's
+// encoding.
+func WithEncoding(enc Encoding) EnqueueOption {
+	return func(o *enqueueOptions) { o.enc = enc }
+}
+
+// WithReplyTo sets the Reply-To prefix: the worker also publishes live
+// copies of the events and the result on <prefix>.events and
+// <prefix>.result (docs/PROTOCOL.md §2).
+func WithReplyTo(prefix string) EnqueueOption {
+	return func(o *enqueueOptions) { o.replyTo = prefix }
+}
+
+// Enqueued is the outcome of a publish.
+type Enqueued struct {
+	// JobID is the request's job id (generated when it was empty).
+	JobID string
+	// Seq is the request's FLEET_RUNS sequence.
+	Seq uint64
+	// Duplicate is true when the server already had a request with this job
+	// id in its dedupe window; nothing new was queued.
+	Duplicate bool
+}
+
+// NewJobID returns a fresh job id: "<operation>-<yyyymmddThhmmss>-<16 hex>".
+func NewJobID(operation string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	op := operation
+	if !ValidOperation(op) {
+		op = "job"
+	}
+	return op + "-" + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// Enqueue publishes req to agents.run.<operation> and waits for the
+// server's acknowledgement. An empty JobID is filled in (NewJobID) and a
+// zero CreatedAt set to now; req is updated in place. The job id is the
+// dedupe key: publishing the same job id again within the dedupe window
+// stores nothing and reports Duplicate. Unless ClientOptions.NoStatus, the
+// job's status record is then created as queued (ignored when a worker got
+// there first).
+func (c *Client) Enqueue(ctx context.Context, req *RunRequest, opts ...EnqueueOption) (*Enqueued, error) {
+	o := enqueueOptions{enc: c.opts.Encoding}
+	for _, f := range opts {
+		f(&o)
+	}
+	if req.JobID == "" {
+		req.JobID = NewJobID(req.Operation)
+	}
+	if req.CreatedAt.IsZero() {
+		req.CreatedAt = time.Now().UTC()
+	}
+	m, err := NewRequestMsg(req, o.enc, o.replyTo)
+	if err != nil {
+		return nil, err
+	}
+	ack, err := c.js.PublishMsg(ctx, m)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("%w: publish to %s: %v", ErrNoStreams, m.Subject, err)
+		}
+		return nil, fmt.Errorf("queue: enqueue %s: %w", req.JobID, err)
+	}
+	out := &Enqueued{JobID: req.JobID, Seq: ack.Sequence, Duplicate: ack.Duplicate}
+	if !c.opts.NoStatus && !ack.Duplicate {
+		if kv, err := c.bucket(ctx); err == nil {
+			rec := StatusRecord{JobID: req.JobID, Operation: req.Operation, State: StateQueued, Seq: ack.Sequence, UpdatedAt: time.Now().UTC()}
+			if data, err := JSON.Marshal(&rec); err == nil {
+				// A worker may have claimed the job already: its record wins.
+				_, _ = kv.Create(ctx, req.JobID, data)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (c *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	c.kvMu.Lock()
+	defer c.kvMu.Unlock()
+	if c.kv != nil {
+		return c.kv, nil
+	}
+	kv, err := c.js.KeyValue(ctx, BucketJobs)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, ErrNoStreams
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: bucket %s: %w", BucketJobs, err)
+	}
+	c.kv = kv
+	return kv, nil
+}
+
+// Status returns the job's status record and its KV revision.
+func (c *Client) Status(ctx context.Context, jobID string) (*StatusRecord, uint64, error) {
+	if !ValidJobID(jobID) {
+		return nil, 0, invalid("job_id", "%q is not a valid job id", clip(jobID))
+	}
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	e, err := kv.Get(ctx, jobID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("%w: %s", ErrJobNotFound, jobID)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("queue: status of %s: %w", jobID, err)
+	}
+	var rec StatusRecord
+	if err := JSON.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, 0, fmt.Errorf("queue: status of %s: %w", jobID, err)
+	}
+	return &rec, e.Revision(), nil
+}
+
+// Result returns the job's stored result without waiting: ErrNoResult when
+// there is none (yet).
+func (c *Client) Result(ctx context.Context, jobID string) (*AgentResult, error) {
+	if !ValidJobID(jobID) {
+		return nil, invalid("job_id", "%q is not a valid job id", clip(jobID))
+	}
+	s, err := c.js.Stream(ctx, StreamResults)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, ErrNoStreams
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, ResultSubject(jobID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNoResult, jobID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: result of %s: %w", jobID, err)
+	}
+	return DecodeAgentResult(m.Data, m.Header.Get(HeaderContentType))
+}
+
+// Watch follows one job's events and result. Both channels are closed when
+// the result has been delivered, when the watch is stopped or its context
+// ends, or after an error (see Err).
+type Watch struct {
+	jobID  string
+	events chan *Event
+	result chan *AgentResult
+	done   chan struct{}
+	stop   context.CancelFunc
+
+	mu  sync.Mutex
+	err error
+}
+
+// Events delivers the job's events in order, from the first stored one. A
+// job that was run more than once (a worker died mid-run) shows the events
+// of every attempt; Event.Attempt tells them apart and the newest attempt's
+// are the ones that led to the result.
+func (w *Watch) Events() <-chan *Event { return w.events }
+
+// Result delivers the job's result once, then is closed.
+func (w *Watch) Result() <-chan *AgentResult { return w.result }
+
+// Done is closed when the watch has ended.
+func (w *Watch) Done() <-chan struct{} { return w.done }
+
+// Err is why the watch ended without a result: nil after a result, the
+// context's cause after a stop or timeout, or a decoding or server error.
+// Call it after Done is closed.
+func (w *Watch) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Stop ends the watch and waits until its goroutine is gone.
+func (w *Watch) Stop() {
+	w.stop()
+	<-w.done
+}
+
+// Attach follows a job's events and result, whether the job is queued,
+// running or long finished (as long as FLEET_RESULTS keeps them): an
+// ordered consumer replays the job's stored events and result, then goes
+// on live. The watch ends with the result, or when ctx ends or Stop is
+// called. Events are read with backpressure: a reader that stops reading
+// events stalls the watch (drain Events, or use Wait).
+func (c *Client) Attach(ctx context.Context, jobID string) (*Watch, error) {
+	return c.attach(ctx, jobID, true)
+}
+
+func (c *Client) attach(ctx context.Context, jobID string, withEvents bool) (*Watch, error) {
+	if !ValidJobID(jobID) {
+		return nil, invalid("job_id", "%q is not a valid job id", clip(jobID))
+	}
+	subjects := []string{ResultSubject(jobID)}
+	if withEvents {
+		subjects = append(subjects, EventSubject(jobID))
+	}
+	cons, err := c.js.OrderedConsumer(ctx, StreamResults, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    subjects,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: time.Minute,
+	})
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, ErrNoStreams
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: attach %s: %w", jobID, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(64))
+	if err != nil {
+		return nil, fmt.Errorf("queue: attach %s: %w", jobID, err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	w := &Watch{jobID: jobID, events: make(chan *Event, c.opts.EventBuffer), result: make(chan *AgentResult, 1),
+		done: make(chan struct{}), stop: stop}
+	go w.run(wctx, it)
+	return w, nil
+}
+
+func (w *Watch) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+}
+
+func (w *Watch) run(ctx context.Context, it jetstream.MessagesContext) {
+	defer close(w.done)
+	defer close(w.events)
+	defer close(w.result)
+	defer w.stop()
+	defer it.Stop()
+	resultSubj := ResultSubject(w.jobID)
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				w.fail(fmt.Errorf("queue: watch %s: %w", w.jobID, context.Cause(ctx)))
+			} else {
+				w.fail(fmt.Errorf("queue: watch %s: %w", w.jobID, err))
+			}
+			return
+		}
+		ct := m.Headers().Get(HeaderContentType)
+		if m.Subject() == resultSubj {
+			r, err := DecodeAgentResult(m.Data(), ct)
+			if err != nil {
+				w.fail(err)
+				return
+			}
+			w.result <- r
+			return
+		}
+		e, err := DecodeEvent(m.Data(), ct)
+		if err != nil {
+			// One unreadable event does not end the watch.
+			continue
+		}
+		select {
+		case w.events <- e:
+		case <-ctx.Done():
+			w.fail(fmt.Errorf("queue: watch %s: %w", w.jobID, context.Cause(ctx)))
+			return
+		}
+	}
+}
+
+// Wait returns the job's result, waiting for it as long as ctx allows (give
+// ctx a deadline for a timeout). A job that already finished returns at
+// once.
+func (c *Client) Wait(ctx context.Context, jobID string) (*AgentResult, error) {
+	w, err := c.attach(ctx, jobID, false)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	select {
+	case r, ok := <-w.result:
+		if ok {
+			return r, nil
+		}
+	case <-ctx.Done():
+	}
+	<-w.done
+	if err := w.Err(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("queue: wait for %s: %w", jobID, context.Cause(ctx))
+}
+
+// Cancel cancels a job. A queued job (or one with no status yet) is marked
+// canceled, so the worker that picks it up publishes a canceled result
+// without running it; a running job is canceled by its slot through
+// agents.cancel.<job_id> and ends with a canceled result (QUEUE_005).
+// Cancel returns ErrJobFinished, with the final state, when the job already
+// ended. It does not wait for the canceled result (use Wait).
+func (c *Client) Cancel(ctx context.Context, jobID, reason string) error {
+	if !ValidJobID(jobID) {
+		return invalid("job_id", "%q is not a valid job id", clip(jobID))
+	}
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	for try := 0; ; try++ {
+		if try == 10 {
+			return fmt.Errorf("queue: cancel %s: its status kept changing", jobID)
+		}
+		e, err := kv.Get(ctx, jobID)
+		var rec StatusRecord
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			rec = StatusRecord{JobID: jobID, State: StateCanceled, Code: CodeCanceled, Reason: reason, UpdatedAt: time.Now().UTC()}
+			data, _ := JSON.Marshal(&rec)
+			if _, err := kv.Create(ctx, jobID, data); err != nil {
+				if errors.Is(err, jetstream.ErrKeyExists) {
+					continue
+				}
+				return fmt.Errorf("queue: cancel %s: %w", jobID, err)
+			}
+		case err != nil:
+			return fmt.Errorf("queue: cancel %s: %w", jobID, err)
+		default:
+			if err := JSON.Unmarshal(e.Value(), &rec); err != nil {
+				return fmt.Errorf("queue: cancel %s: status: %w", jobID, err)
+			}
+			if rec.State.Terminal() {
+				return fmt.Errorf("%w: %s is %s", ErrJobFinished, jobID, rec.State)
+			}
+			if rec.State == StateQueued {
+				rec.State, rec.Code, rec.Reason, rec.UpdatedAt = StateCanceled, CodeCanceled, reason, time.Now().UTC()
+				data, _ := JSON.Marshal(&rec)
+				if _, err := kv.Update(ctx, jobID, data, e.Revision()); err != nil {
+					if isWrongSeq(err) || errors.Is(err, jetstream.ErrKeyExists) {
+						continue
+					}
+					return fmt.Errorf("queue: cancel %s: %w", jobID, err)
+				}
+			}
+		}
+		break
+	}
+	// The running slot (if any) obeys the cancel subject; a slot that has
+	// the job but not yet its status sees the canceled record instead.
+	body, _ := JSON.Marshal(map[string]string{"reason": reason})
+	if err := c.nc.Publish(CancelSubject(jobID), body); err != nil {
+		return fmt.Errorf("queue: cancel %s: %w", jobID, err)
+	}
+	if err := c.nc.FlushTimeout(5 * time.Second); err != nil {
+		return fmt.Errorf("queue: cancel %s: %w", jobID, err)
+	}
+	return nil
+}
