@@ -375,7 +375,9 @@ func ensureStreams(t *testing.T, js jetstream.JetStream, cfg queue.StreamsConfig
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		s, err := queue.EnsureStreams(ctx, js, cfg)
+		actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+		s, err := queue.EnsureStreams(actx, js, cfg)
+		acancel()
 		if err == nil {
 			return s
 		}

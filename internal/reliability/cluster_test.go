@@ -1,0 +1,295 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/queue"
+)
+
+// clusterNode is one in-process nats-server of a 3-node JetStream cluster,
+// with its own client port, route port and store folder.
+type clusterNode struct {
+	name                    string
+	dir                     string
+	clientPort, clusterPort int
+	mu                      sync.Mutex
+	srv                     *server.Server
+}
+
+func (n *clusterNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.clientPort) }
+
+// start runs the node with routes to every node (itself included, which the
+// server ignores).
+func (n *clusterNode) start(t *testing.T, routes string) {
+	t.Helper()
+	opts := &server.Options{
+		ServerName: n.name, Host: "127.0.0.1", Port: n.clientPort, NoSigs: true,
+		JetStream: true, StoreDir: n.dir, JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30,
+		Cluster: server.ClusterOpts{Name: "fleet-rel", Host: "127.0.0.1", Port: n.clusterPort},
+		Routes:  server.RoutesFromStr(routes),
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if testing.Verbose() && clusterLog {
+		srv.SetLoggerV2(tlog{t, n.name}, false, false, false)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(20 * time.Second) {
+		t.Fatalf("node %s not ready", n.name)
+	}
+	if !srv.JetStreamEnabled() {
+		t.Fatalf("node %s started without JetStream", n.name)
+	}
+	n.mu.Lock()
+	n.srv = srv
+	n.mu.Unlock()
+}
+
+// kill stops the node abruptly (no lame-duck mode).
+func (n *clusterNode) kill() {
+	n.mu.Lock()
+	srv := n.srv
+	n.srv = nil
+	n.mu.Unlock()
+	if srv != nil {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}
+}
+
+func startCluster(t *testing.T) []*clusterNode {
+	t.Helper()
+	nodes := make([]*clusterNode, 3)
+	var routes []string
+	for i := range nodes {
+		nodes[i] = &clusterNode{name: fmt.Sprintf("n%d", i+1), dir: filepath.Join(t.TempDir(), "js"),
+			clientPort: freePort(t), clusterPort: freePort(t)}
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", nodes[i].clusterPort))
+	}
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.start(t, strings.Join(routes, ",")) }()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			n.kill()
+		}
+	})
+	waitMetaLeader(t, nodes)
+	return nodes
+}
+
+// streamLeader returns the name of the server leading stream, retrying
+// while the stream has no leader.
+func streamLeader(t *testing.T, js jetstream.JetStream, stream string) *jetstream.ClusterInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		s, err := js.Stream(ctx, stream)
+		if err == nil {
+			var info *jetstream.StreamInfo
+			if info, err = s.Info(ctx); err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
+				return info.Cluster
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no leader for %s: %v", stream, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// replicasCurrent reports whether every stream has a leader and all its
+// replicas (3 in total) are current.
+func replicasCurrent(ctx context.Context, js jetstream.JetStream, streams ...string) bool {
+	for _, name := range streams {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+			return false
+		}
+		for _, r := range info.Cluster.Replicas {
+			if !r.Current || r.Offline {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TestNodeLoss: a 3-node JetStream cluster with R3 streams, one worker
+// process connected to each node. The node leading FLEET_RUNS is killed
+// mid-backlog: jobs continue (its worker reconnects to a surviving node it
+// learned from the cluster), nothing is lost or duplicated, and the node,
+// restarted on its store folder, rejoins with every replica current.
+func TestNodeLoss(t *testing.T) {
+	t.Parallel()
+	sc := scale(t)
+	n, kills := 60*sc, sc
+	start := time.Now()
+	nodes := startCluster(t)
+	var urls []string
+	for _, nd := range nodes {
+		urls = append(urls, nd.url())
+	}
+	nc := dial(t, strings.Join(urls, ","))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := streamsEnv{AckWait: 2 * time.Second, MaxDeliver: 20, Replicas: 3}
+	ensureStreams(t, js, streams.config())
+	tr := newTracker(t, nc)
+	var workers []*proc
+	for i, nd := range nodes {
+		// Each worker knows only its own node; it learns the others from
+		// the cluster (INFO connect_urls).
+		workers = append(workers, startChild(t, childConfig{URL: nd.url(), Name: fmt.Sprintf("w%d", i+1), Slots: 2,
+			Job: 50 * time.Millisecond, Streams: streams}))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	type pubResult struct {
+		acked int
+		err   error
+	}
+	pubDone := make(chan pubResult, 1)
+	go func() {
+		acked, err := enqueue(ctx, js, "node", 0, n, func(int) { time.Sleep(5 * time.Millisecond) })
+		pubDone <- pubResult{acked, err}
+	}()
+
+	s := Summary{Test: "node-loss", Jobs: n, Kills: kills}
+	var rejoin time.Duration
+	var killed []string
+	for k := 0; k < kills; k++ {
+		if !tr.waitDistinct((2*k+1)*n/(2*kills+2), 2*time.Minute) {
+			t.Fatalf("kill %d: only %d results before the node loss", k+1, tr.distinct())
+		}
+		leader := streamLeader(t, js, queue.StreamRuns).Leader
+		var victim *clusterNode
+		for _, nd := range nodes {
+			if nd.name == leader {
+				victim = nd
+			}
+		}
+		if victim == nil {
+			t.Fatalf("FLEET_RUNS leader %q is not one of the nodes", leader)
+		}
+		killed = append(killed, victim.name)
+		t0 := time.Now()
+		victim.kill()
+		// Jobs continue on two nodes.
+		next, ok := tr.nextAfter(t0, time.Minute)
+		if !ok {
+			t.Fatalf("kill %d: no result within 1m of losing %s", k+1, victim.name)
+		}
+		s.Recover = max(s.Recover, next.Sub(t0))
+		if !tr.waitDistinct((2*k+2)*n/(2*kills+2), 2*time.Minute) {
+			t.Fatalf("kill %d: only %d results with a node down", k+1, tr.distinct())
+		}
+		// The node comes back and catches up.
+		r0 := time.Now()
+		victim.start(t, routesOf(nodes))
+		for !replicasCurrent(ctx, js, queue.StreamRuns, queue.StreamResults, "KV_"+queue.BucketJobs) {
+			if ctx.Err() != nil {
+				t.Fatalf("node %s did not rejoin with current replicas", victim.name)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		rejoin = max(rejoin, time.Since(r0))
+	}
+
+	pr := <-pubDone
+	if pr.err != nil {
+		t.Fatalf("publisher: %v (acked %d/%d)", pr.err, pr.acked, n)
+	}
+	if !tr.waitDistinct(n, time.Minute) {
+		diagnose(t, js, "node", n)
+		t.Fatalf("only %d/%d acknowledged jobs have results after 1m", tr.distinct(), n)
+	}
+	s.Elapsed = time.Since(start)
+	for _, w := range workers {
+		if !w.alive() {
+			t.Errorf("worker %s exited:\n%s", w.name, w.logTail())
+		}
+		if err := w.stop(15 * time.Second); err != nil {
+			t.Errorf("stop %s: %v\n%s", w.name, err, w.logTail())
+		}
+	}
+	verdict(t, js, "node", n, &s)
+	if left := runsLeft(t, js); left != 0 {
+		t.Errorf("%d requests left in FLEET_RUNS, want 0", left)
+	}
+	s.Extra = fmt.Sprintf("nodes=3 replicas=3 killed=%s rejoin=%s acked=%d result_msgs_beyond_one=%d",
+		strings.Join(killed, ","), rejoin.Round(time.Millisecond), pr.acked, tr.extra())
+	report(t, s)
+}
+
+func routesOf(nodes []*clusterNode) string {
+	var r []string
+	for _, nd := range nodes {
+		r = append(r, fmt.Sprintf("nats://127.0.0.1:%d", nd.clusterPort))
+	}
+	return strings.Join(r, ",")
+}
+
+// clusterLog turns on the servers' logs in verbose runs.
+var clusterLog = os.Getenv("FLEET_RELIABILITY_CLUSTER_LOG") != ""
+
+// waitMetaLeader waits until every running node knows the JetStream meta
+// leader (the first election waits for the routes, about 10 s).
+func waitMetaLeader(t *testing.T, nodes []*clusterNode) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ok := true
+		for _, n := range nodes {
+			n.mu.Lock()
+			srv := n.srv
+			n.mu.Unlock()
+			if srv != nil && !srv.JetStreamIsCurrent() {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no JetStream meta leader after 60s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+type tlog struct {
+	t    *testing.T
+	name string
+}
+
+func (l tlog) Noticef(f string, v ...any) { l.t.Logf(l.name+": "+f, v...) }
+func (l tlog) Warnf(f string, v ...any)   { l.t.Logf(l.name+" WARN: "+f, v...) }
+func (l tlog) Errorf(f string, v ...any)  { l.t.Logf(l.name+" ERR: "+f, v...) }
+func (l tlog) Fatalf(f string, v ...any)  { l.t.Logf(l.name+" FATAL: "+f, v...) }
+func (l tlog) Debugf(f string, v ...any)  {}
+func (l tlog) Tracef(f string, v ...any)  {}
