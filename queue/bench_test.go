@@ -10,11 +10,14 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/loop"
 )
 
 // benchSlots is the worker's slot count in the throughput benchmark
@@ -25,6 +28,15 @@ func benchSlots() int {
 		return n
 	}
 	return 8
+}
+
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 type benchEnv struct {
@@ -64,8 +76,18 @@ func (e *benchEnv) startWorker(b *testing.B, slots int) *Worker {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: slots, Name: "bench",
-		NewProcessor: func(int) (Processor, error) { return newLoopProcessor(b, nil, nil), nil }})
+	cfg := Config{Conn: nc, Operations: []string{"lint"}, Slots: slots, Name: "bench",
+		NewProcessor: func(int) (Processor, error) { return newLoopProcessor(b, nil, nil), nil }}
+	// FLEET_BENCH_EVENTS=none|finished measures the cost of events;
+	// FLEET_BENCH_MEMORY=1 keeps the streams in memory.
+	switch os.Getenv("FLEET_BENCH_EVENTS") {
+	case "none":
+		cfg.NoEvents = true
+	case "finished":
+		cfg.EventKinds = []loop.EventKind{loop.EventFinished}
+	}
+	cfg.Streams.Memory = os.Getenv("FLEET_BENCH_MEMORY") == "1"
+	w, err := NewWorker(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,6 +121,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 
 	// Raw JetStream: the same request bytes, S pullers taking one message
 	// at a time (PullMaxMessages(1)) and acking.
+	var rawCPU time.Duration
 	rawRate := func() float64 {
 		e := newBenchEnv(b)
 		ctx := context.Background()
@@ -120,7 +143,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 		var done atomic.Int64
 		finished := make(chan struct{})
 		var wg sync.WaitGroup
-		start := time.Now()
+		start, cpu0 := time.Now(), cpuTime()
 		for range slots {
 			wnc, err := e.srv.Connect()
 			if err != nil {
@@ -152,12 +175,20 @@ func BenchmarkNoopJobs(b *testing.B) {
 		publishAll(b, e.js, msgs)
 		<-finished
 		el := time.Since(start)
+		rawCPU = cpuTime() - cpu0
 		_ = cons
 		return float64(n) / el.Seconds()
 	}()
 
 	e := newBenchEnv(b)
-	w := e.startWorker(b, slots)
+	workers := 1
+	if v, err := strconv.Atoi(os.Getenv("FLEET_BENCH_WORKERS")); err == nil && v > 0 {
+		workers = v
+	}
+	var ws []*Worker
+	for range workers {
+		ws = append(ws, e.startWorker(b, max(1, slots/workers)))
+	}
 	msgs := make([]*nats.Msg, n)
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	for i := range msgs {
@@ -182,7 +213,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	publishAll(b, e.js, msgs)
 	select {
 	case <-finished:
@@ -190,18 +221,25 @@ func BenchmarkNoopJobs(b *testing.B) {
 		b.Fatalf("only %d of %d results", got.Load(), n)
 	}
 	el := time.Since(start)
+	fleetCPU := cpuTime() - cpu0
 	b.StopTimer()
 	if bad.Load() != 0 {
 		b.Fatalf("%d results were not succeeded", bad.Load())
 	}
 	fleetRate := float64(n) / el.Seconds()
-	st := w.Stats()
+	var dropped int64
+	for _, w := range ws {
+		dropped += w.Stats().EventsDropped
+	}
 	b.ReportMetric(fleetRate, "jobs/s")
 	b.ReportMetric(rawRate, "raw-msgs/s")
 	b.ReportMetric(fleetRate/rawRate, "ratio")
+	b.ReportMetric(float64(fleetCPU.Microseconds())/float64(n), "cpu-µs/job")
+	b.ReportMetric(float64(rawCPU.Microseconds())/float64(n), "raw-cpu-µs/msg")
 	if n >= 1000 {
-		b.Logf("n=%d slots=%d GOMAXPROCS=%d: fleet %.0f jobs/s, raw JetStream %.0f msgs/s, ratio %.2f (events dropped %d)",
-			n, slots, runtime.GOMAXPROCS(0), fleetRate, rawRate, fleetRate/rawRate, st.EventsDropped)
+		b.Logf("n=%d slots=%d GOMAXPROCS=%d: fleet %.0f jobs/s (%.0f µs CPU per job, all parts in this process), raw JetStream %.0f msgs/s (%.0f µs CPU per message), ratio %.2f (events dropped %d)",
+			n, slots, runtime.GOMAXPROCS(0), fleetRate, float64(fleetCPU.Microseconds())/float64(n), rawRate,
+			float64(rawCPU.Microseconds())/float64(n), fleetRate/rawRate, dropped)
 	}
 }
 

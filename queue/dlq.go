@@ -17,8 +17,10 @@ import (
 
 // deadLetter copies j's request to agents.dlq.<operation> with the reason
 // headers and, when the job id is usable, publishes its dead result and
-// status. The caller then removes the original (Term or DeleteMsg).
-func (w *Worker) deadLetter(ctx context.Context, j *job, code loop.ErrorCode, reason string, futures []jetstream.PubAckFuture) error {
+// status. remove takes the original out of FLEET_RUNS (Term or DeleteMsg)
+// between the copy and the result, so a client that sees the dead result
+// finds the request gone.
+func (w *Worker) deadLetter(ctx context.Context, j *job, code loop.ErrorCode, reason string, remove func() error) error {
 	op := j.op
 	if !ValidOperation(op) {
 		op = "_invalid"
@@ -44,6 +46,9 @@ func (w *Worker) deadLetter(ctx context.Context, j *job, code loop.ErrorCode, re
 		return fmt.Errorf("publish dead letter: %w", err)
 	}
 	w.st.dead.Add(1)
+	if err := remove(); err != nil {
+		w.log.Warn("dead letter copied but the original was not removed", "job", j.id, "err", err)
+	}
 	if !idOK {
 		return nil
 	}
@@ -69,7 +74,7 @@ func (w *Worker) deadLetter(ctx context.Context, j *job, code loop.ErrorCode, re
 			j.rev = e.Revision()
 		}
 	}
-	if _, err := w.storeResult(j, res, code, reason, futures); err != nil {
+	if _, err := w.storeResult(j, res, code, reason); err != nil {
 		w.log.Warn("cannot store dead result", "job", j.id, "err", err)
 	}
 	return nil
@@ -115,7 +120,11 @@ func (w *Worker) moveDeadLetters(ctx context.Context) {
 			}
 			continue
 		}
-		if err := w.moveOne(ctx, m.Data()); err != nil {
+		// One advisory is handled to the end even when the worker stops.
+		opCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = w.moveOne(opCtx, m.Data())
+		cancel()
+		if err != nil {
 			w.log.Warn("dead-letter mover: will retry advisory", "err", err)
 			_ = m.NakWithDelay(time.Second)
 			continue
@@ -154,11 +163,13 @@ func (w *Worker) moveOne(ctx context.Context, data []byte) error {
 		j.id = ""
 	}
 	reason := fmt.Sprintf("%s: max deliveries (%d) reached without an acknowledgement (consumer %s)", CodeMaxDeliveries, adv.Deliveries, adv.Consumer)
-	if err := w.deadLetter(ctx, j, CodeMaxDeliveries, reason, nil); err != nil {
+	if err := w.deadLetter(ctx, j, CodeMaxDeliveries, reason, func() error {
+		if err := w.streams.Runs.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("delete moved request: %w", err)
+		}
+		return nil
+	}); err != nil {
 		return err
-	}
-	if err := w.streams.Runs.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("delete moved request: %w", err)
 	}
 	w.log.Warn("request dead-lettered after max deliveries", "job", j.id, "seq", adv.StreamSeq, "deliveries", adv.Deliveries)
 	return nil

@@ -71,7 +71,7 @@ type job struct {
 type evItem struct {
 	job   *job
 	ev    loop.Event
-	flush chan []jetstream.PubAckFuture
+	flush chan struct{}
 }
 
 func newSlot(w *Worker, idx int, p Processor) *slot {
@@ -298,6 +298,9 @@ type jobSink struct {
 }
 
 func (k jobSink) Emit(e loop.Event) {
+	if k.s.w.kinds != nil && !k.s.w.kinds[e.Kind] {
+		return
+	}
 	select {
 	case k.s.evch <- evItem{job: k.j, ev: e}:
 	default:
@@ -305,15 +308,15 @@ func (k jobSink) Emit(e loop.Event) {
 	}
 }
 
-// publishEvents publishes events in order (JetStream async publishes on one
-// connection keep their order) and hands the pending acks to the slot at each
-// flush.
+// publishEvents publishes events in order. They go out as plain NATS
+// publishes on the worker's connection, which FLEET_RESULTS captures like any
+// other: no PubAck per event (the largest per-job cost of a short job
+// otherwise), and since the result follows on the same connection into the
+// same stream, every event is stored before the result is acknowledged.
 func (s *slot) publishEvents() {
-	var futures []jetstream.PubAckFuture
 	for it := range s.evch {
 		if it.flush != nil {
-			it.flush <- futures
-			futures = nil
+			close(it.flush)
 			continue
 		}
 		j := it.job
@@ -323,12 +326,10 @@ func (s *slot) publishEvents() {
 			continue
 		}
 		m := &nats.Msg{Subject: j.evSubject, Data: data, Header: outHeader(j)}
-		f, err := s.w.js.PublishMsgAsync(m)
-		if err != nil {
+		if err := s.nc.PublishMsg(m); err != nil {
 			j.dropped.Add(1)
 			continue
 		}
-		futures = append(futures, f)
 		if j.replyTo != "" {
 			_ = s.nc.PublishMsg(&nats.Msg{Subject: j.replyTo + ".events", Data: data, Header: m.Header})
 		}
@@ -345,11 +346,11 @@ func outHeader(j *job) nats.Header {
 }
 
 // flushEvents waits until every event emitted so far was handed to the
-// connection and returns their pending acks.
-func (s *slot) flushEvents() []jetstream.PubAckFuture {
-	ch := make(chan []jetstream.PubAckFuture, 1)
+// connection.
+func (s *slot) flushEvents() {
+	ch := make(chan struct{})
 	s.evch <- evItem{flush: ch}
-	return <-ch
+	<-ch
 }
 
 // handle processes one delivery end to end.
@@ -423,7 +424,7 @@ func (s *slot) runJob(j *job) {
 	defer w.running.Delete(j.id)
 
 	// Claim the job: skip it if it already ended, else mark it running.
-	skip, err := s.claim(ctx, j)
+	skip, running, err := s.claim(ctx, j)
 	if err != nil {
 		s.log.Warn("cannot claim job; retrying later", "job", j.id, "err", err)
 		w.st.retried.Add(1)
@@ -431,10 +432,6 @@ func (s *slot) runJob(j *job) {
 		return
 	}
 	if skip {
-		return
-	}
-	if c, ok := context.Cause(ctx).(*CanceledError); ok && c != nil {
-		s.cancelled(j, c)
 		return
 	}
 
@@ -446,6 +443,9 @@ func (s *slot) runJob(j *job) {
 	w.st.started.Add(1)
 	out, perr, panicked := s.process(ctx, j)
 	s.setHeartbeat(nil, time.Time{})
+	if s.confirmClaim(j, running) {
+		return
+	}
 
 	cause := context.Cause(ctx)
 	var ce *CanceledError
@@ -478,49 +478,90 @@ func (s *slot) process(ctx context.Context, j *job) (out *Outcome, err error, pa
 
 // claim reads the job's status. A terminal status (or a stored result on a
 // redelivery) means the job already ran: the delivery is acknowledged and
-// skip is true. Otherwise the status becomes running with compare-and-set.
-func (s *slot) claim(ctx context.Context, j *job) (skip bool, err error) {
+// skip is true. Otherwise the running status is published with
+// compare-and-set and its pending ack returned: the job runs while the
+// server stores it, and confirmClaim checks it before anything is
+// published.
+func (s *slot) claim(ctx context.Context, j *job) (skip bool, running jetstream.PubAckFuture, err error) {
 	w := s.w
-	kv := w.streams.Status
-	for try := 0; try < 5; try++ {
-		var rev uint64
-		e, err := kv.Get(ctx, j.id)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return false, fmt.Errorf("read status: %w", err)
-		default:
-			rev = e.Revision()
-			var rec StatusRecord
-			if JSON.Unmarshal(e.Value(), &rec) == nil && rec.State.Terminal() {
-				if rec.State == StateCanceled {
-					s.cancelled(j, &CanceledError{JobID: j.id, Reason: rec.Reason})
-					return true, nil
-				}
-				w.st.duplicates.Add(1)
-				s.log.Info("job already ended; acknowledging without running", "job", j.id, "state", rec.State)
-				s.ack(j)
-				return true, nil
-			}
+	var rev uint64
+	e, err := w.streams.Status.Get(ctx, j.id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return false, nil, fmt.Errorf("read status: %w", err)
+	default:
+		rev = e.Revision()
+		var rec StatusRecord
+		if JSON.Unmarshal(e.Value(), &rec) == nil && rec.State.Terminal() {
+			s.ended(j, &rec, rev)
+			return true, nil, nil
 		}
-		if j.attempt > 1 && try == 0 {
-			if done, err := s.storedResult(ctx, j, rev); err != nil || done {
-				return done, err
-			}
-		}
-		f, err := s.w.writeStatus(j, StateRunning, "", "", rev)
-		if err != nil {
-			return false, err
-		}
-		if j.rev, err = waitStatus(ctx, f); err == nil {
-			return false, nil
-		} else if !isWrongSeq(err) {
-			return false, fmt.Errorf("write status: %w", err)
-		}
-		// Someone wrote in between (a client's cancel, another attempt):
-		// read again.
 	}
-	return false, errors.New("status kept changing under us")
+	if j.attempt > 1 {
+		if done, err := s.storedResult(ctx, j, rev); err != nil || done {
+			return done, nil, err
+		}
+	}
+	f, err := w.writeStatus(j, StateRunning, "", "", rev)
+	if err != nil {
+		return false, nil, fmt.Errorf("write status: %w", err)
+	}
+	return false, f, nil
+}
+
+// ended handles a delivery of a job whose status is terminal: a canceled job
+// gets its canceled result, any other is acknowledged without running.
+func (s *slot) ended(j *job, rec *StatusRecord, rev uint64) {
+	if rec.State == StateCanceled {
+		j.rev = rev
+		s.cancelled(j, &CanceledError{JobID: j.id, Reason: rec.Reason})
+		return
+	}
+	s.w.st.duplicates.Add(1)
+	s.log.Info("job already ended; acknowledging without running", "job", j.id, "state", rec.State)
+	s.ack(j)
+}
+
+// confirmClaim waits for the running status write. When it lost its
+// compare-and-set (a client wrote queued or canceled in between, or another
+// attempt claimed the job), the current record decides: an ended job is
+// settled here (handled), a newer attempt's job is left to it (handled),
+// anything else is taken over from the current revision.
+func (s *slot) confirmClaim(j *job, running jetstream.PubAckFuture) (handled bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rev, err := waitStatus(ctx, running)
+	if err == nil {
+		j.rev = rev
+		return false
+	}
+	if !isWrongSeq(err) {
+		s.log.Warn("cannot write running status; retrying later", "job", j.id, "err", err)
+		s.w.st.retried.Add(1)
+		_ = j.msg.NakWithDelay(s.w.backoff(j.attempt))
+		return true
+	}
+	e, err := s.w.streams.Status.Get(ctx, j.id)
+	if err != nil {
+		j.rev = 0 // deleted meanwhile: create it again
+		return false
+	}
+	var rec StatusRecord
+	if JSON.Unmarshal(e.Value(), &rec) == nil {
+		if rec.State.Terminal() {
+			s.flushEvents()
+			s.ended(j, &rec, e.Revision())
+			return true
+		}
+		if rec.State == StateRunning && rec.Attempt > j.attempt {
+			s.flushEvents()
+			s.log.Info("a newer attempt owns the job; leaving this delivery", "job", j.id, "attempt", j.attempt, "owner", rec.Attempt)
+			return true
+		}
+	}
+	j.rev = e.Revision()
+	return false
 }
 
 // storedResult handles a redelivered job whose result is already stored (a
@@ -598,12 +639,13 @@ func (w *Worker) newResult(j *job, state JobState) *AgentResult {
 // terminal status together and waits for all of them to be stored.
 // statusLost is true when the status compare-and-set failed.
 func (s *slot) publishResult(j *job, res *AgentResult, code loop.ErrorCode, reason string) (statusLost bool, err error) {
-	return s.w.storeResult(j, res, code, reason, s.flushEvents())
+	s.flushEvents()
+	return s.w.storeResult(j, res, code, reason)
 }
 
 // storeResult publishes the result and the status (compare-and-set on j.rev)
-// and waits for them and for the given event acks.
-func (w *Worker) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reason string, futures []jetstream.PubAckFuture) (statusLost bool, err error) {
+// and waits for both to be stored.
+func (w *Worker) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reason string) (statusLost bool, err error) {
 	res.EventsDropped = j.dropped.Load()
 	data, err := j.enc.Marshal(res)
 	if err != nil {
@@ -618,14 +660,6 @@ func (w *Worker) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reas
 	sf, serr := w.writeStatus(j, res.State, code, reason, j.rev)
 	if j.replyTo != "" {
 		_ = w.cfg.Conn.PublishMsg(&nats.Msg{Subject: j.replyTo + ".result", Data: data, Header: h})
-	}
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case <-f.Err():
-			res.EventsDropped++
-			j.dropped.Add(1)
-		}
 	}
 	w.st.eventsDropped.Add(j.dropped.Load())
 	select {
@@ -766,11 +800,10 @@ func (s *slot) poison(j *job, code loop.ErrorCode, reason string) {
 func (s *slot) deadLetter(j *job, code loop.ErrorCode, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.w.deadLetter(ctx, j, code, reason, s.flushEvents()); err != nil {
+	s.flushEvents()
+	if err := s.w.deadLetter(ctx, j, code, reason, func() error { s.term(j, reason); return nil }); err != nil {
 		// Without the copy, terminating would lose the request: retry later.
 		s.log.Error("cannot publish dead letter; retrying later", "job", j.id, "err", err)
 		_ = j.msg.NakWithDelay(s.w.backoff(j.attempt))
-		return
 	}
-	s.term(j, reason)
 }

@@ -115,6 +115,12 @@ type Config struct {
 	// EventBuffer is each slot's event buffer; events beyond it are dropped
 	// and counted in AgentResult.EventsDropped. 0 = DefaultEventBuffer.
 	EventBuffer int
+	// EventKinds limits the events published to these kinds; nil publishes
+	// every kind. Each event is a JetStream write, the largest per-job cost
+	// of a short job (docs/PERFORMANCE.md); "finished" is a good minimum.
+	EventKinds []loop.EventKind
+	// NoEvents publishes no events at all (results and status only).
+	NoEvents bool
 	// NoAdvisoryMover disables the dead-letter mover that turns max-deliveries
 	// advisories into dead letters (run it in one place if you disable it).
 	NoAdvisoryMover bool
@@ -176,6 +182,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: MaxRetryBackoff (%s) < RetryBackoff (%s)", ErrInvalidConfig, c.MaxRetryBackoff, c.RetryBackoff)
 	}
 	c.EventBuffer = cmp.Or(c.EventBuffer, DefaultEventBuffer)
+	if c.NoEvents && len(c.EventKinds) > 0 {
+		return fmt.Errorf("%w: NoEvents and EventKinds are exclusive", ErrInvalidConfig)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -225,7 +234,8 @@ type Worker struct {
 	bgCancel context.CancelFunc
 	cancelSb *nats.Subscription
 
-	running sync.Map // job id -> *runningJob
+	kinds   map[loop.EventKind]bool // nil = all
+	running sync.Map                // job id -> *runningJob
 	st      stats
 }
 
@@ -234,11 +244,18 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(cfg.Conn)
+	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(30*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
-	return &Worker{cfg: cfg, js: js, log: cfg.Logger.With("worker", cfg.Name)}, nil
+	w := &Worker{cfg: cfg, js: js, log: cfg.Logger.With("worker", cfg.Name)}
+	if cfg.NoEvents || len(cfg.EventKinds) > 0 {
+		w.kinds = make(map[loop.EventKind]bool, len(cfg.EventKinds))
+		for _, k := range cfg.EventKinds {
+			w.kinds[k] = true
+		}
+	}
+	return w, nil
 }
 
 // Name is the worker's name as it appears in results and status.

@@ -18,7 +18,7 @@ func TestRequestResultBothEncodings(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int64
-	b.worker(func(int) Processor { return newLoopProcessor(t, nil, &calls) }, nil)
+	w := b.worker(func(int) Processor { return newLoopProcessor(t, nil, &calls) }, nil)
 	for _, enc := range []Encoding{JSON, Msgpack} {
 		id := "job-" + strings.TrimPrefix(enc.ContentType(), "application/")
 		sub := b.subscribe(ResultSubject(id))
@@ -65,6 +65,9 @@ func TestRequestResultBothEncodings(t *testing.T) {
 	}
 	if calls.Load() != 2 {
 		t.Fatalf("processor ran %d times", calls.Load())
+	}
+	if err := w.Stop(); err != nil { // flushes the last ack
+		t.Fatal(err)
 	}
 	if info := b.consumerInfo("lint"); info.NumPending != 0 || info.NumAckPending != 0 {
 		t.Fatalf("consumer not empty: pending %d ack pending %d", info.NumPending, info.NumAckPending)
@@ -270,6 +273,9 @@ func TestPoisonIsDeadLetteredAndWorkerGoesOn(t *testing.T) {
 			t.Fatalf("dead letter 1 lost the original: %q %v", dm.Data, dm.Header)
 		}
 	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
 	if st := w.Stats(); st.Dead != 4 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -440,7 +446,7 @@ func TestMaxDeliveriesWithoutAckGoToDLQ(t *testing.T) {
 	// Three slots: two hang on the two deliveries; the idle third keeps a
 	// pull request waiting, which is when the server notices the exhausted
 	// job and sends the advisory.
-	b.worker(func(int) Processor { return g }, func(c *Config) {
+	w := b.worker(func(int) Processor { return g }, func(c *Config) {
 		c.Slots = 3
 		c.Heartbeat = -1
 		c.DrainGrace = -1
@@ -454,6 +460,9 @@ func TestMaxDeliveriesWithoutAckGoToDLQ(t *testing.T) {
 	r := b.result(sub)
 	if r.State != StateDead || r.ErrorCode != CodeMaxDeliveries || r.Attempts != 2 {
 		t.Fatalf("result %+v", r)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
 	}
 	if n := b.countSubject(StreamDLQ, DLQSubject("lint")); n != 1 {
 		t.Fatalf("%d dead letters", n)
@@ -550,5 +559,26 @@ func TestConfigValidation(t *testing.T) {
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v", c.name, err)
 		}
+	}
+}
+
+func TestClientQueuedStatusIsTakenOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
+	kv, err := b.js.KeyValue(context.Background(), BucketJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(context.Background(), "queued-1", []byte(`{"job_id":"queued-1","state":"queued"}`)); err != nil {
+		t.Fatal(err)
+	}
+	sub := b.subscribe(ResultSubject("queued-1"))
+	b.publish(newReq("queued-1"), JSON, "")
+	if r := b.result(sub); r.State != StateSucceeded {
+		t.Fatalf("result %+v", r)
+	}
+	if st := b.status("queued-1", StateSucceeded); st.Worker != "test-worker" {
+		t.Fatalf("status %+v", st)
 	}
 }
