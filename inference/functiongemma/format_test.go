@@ -301,6 +301,11 @@ func FuzzParseCalls(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in string) {
 		calls, text, err := ParseCalls(in)
+		// Split on every tag: as segments, the parse must be the same.
+		scalls, stext, serr := ParseSegments(splitTags(in))
+		if (err == nil) != (serr == nil) || text != stext || !reflect.DeepEqual(calls, scalls) {
+			t.Fatalf("ParseSegments differs: %v %q %v / %v %q %v", calls, text, err, scalls, stext, serr)
+		}
 		if err != nil {
 			var pe *ParseError
 			if !errors.As(err, &pe) || !errors.Is(err, loop.ErrInvalidResponse) {
@@ -354,4 +359,50 @@ func sameJSON(t *testing.T, a, b []byte) bool {
 		t.Fatal(err)
 	}
 	return reflect.DeepEqual(va, vb)
+}
+
+var allTags = []string{TokStartFunctionCall, TokEndFunctionCall, TokStartFunctionResponse, TokEndOfTurn, TokEOS, TokEscape}
+
+// splitTags splits s into segments, every tag text being a special segment.
+func splitTags(s string) []Segment {
+	var segs []Segment
+	for len(s) > 0 {
+		at, tag := len(s), ""
+		for _, t := range allTags {
+			if i := strings.Index(s, t); i >= 0 && i < at {
+				at, tag = i, t
+			}
+		}
+		if at > 0 {
+			segs = append(segs, Segment{Text: s[:at]})
+		}
+		if tag == "" {
+			break
+		}
+		segs = append(segs, Segment{Text: tag, Special: true})
+		s = s[at+len(tag):]
+	}
+	return segs
+}
+
+func TestParseSegments(t *testing.T) {
+	t.Parallel()
+	sp := func(s string) Segment { return Segment{Text: s, Special: true} }
+	tx := func(s string) Segment { return Segment{Text: s} }
+	calls, text, err := ParseSegments([]Segment{tx("Sure."), sp(TokStartFunctionCall), tx("call:a{x:"), sp(TokEscape), tx("a<escape>b<end_function_call>"),
+		sp(TokEscape), tx("}"), sp(TokEndFunctionCall), sp(TokStartFunctionResponse), tx("junk")})
+	if err != nil || text != "Sure." || len(calls) != 1 || string(calls[0].Arguments) != `{"x":"a<escape>b<end_function_call>"}` {
+		t.Fatalf("calls %v text %q err %v", calls, text, err)
+	}
+	// Tags spelled with ordinary tokens are text.
+	calls, text, err = ParseSegments([]Segment{tx("<start_function_call>call:a{}<end_function_call>")})
+	if err != nil || len(calls) != 0 || text != "<start_function_call>call:a{}<end_function_call>" {
+		t.Fatalf("calls %v text %q err %v", calls, text, err)
+	}
+	// A spelled-out <escape> cannot open a string.
+	_, _, err = ParseSegments([]Segment{sp(TokStartFunctionCall), tx("call:a{x:<escape>1<escape>}"), sp(TokEndFunctionCall)})
+	var pe *ParseError
+	if !errors.As(err, &pe) || pe.Kind != KindMalformed {
+		t.Fatalf("err %v", err)
+	}
 }

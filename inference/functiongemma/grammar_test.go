@@ -470,12 +470,27 @@ func BenchmarkGrammar(b *testing.B) {
 			m := *start
 			var buf []int
 			for b.Loop() {
+				m.cacheState = -1 // a cold walk every time
 				buf = m.AllowedTokens(buf)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(pieces)), "ns/token")
 			b.ReportMetric(float64(len(buf)), "allowed")
 		})
 	}
+	b.Run("AllowedTokens-262144-repeat/string", func(b *testing.B) {
+		tp, ts := testVocab()
+		m := g.NewMatcher(v, "")
+		for _, id := range tokenize(b, tp, ts, positions["string"]) {
+			if err := m.Accept(id); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var buf []int
+		for b.Loop() {
+			buf = m.AllowedTokens(buf)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(pieces)), "ns/token")
+	})
 	b.Run("NewVocab-262144", func(b *testing.B) {
 		for b.Loop() {
 			NewVocab(pieces, special)

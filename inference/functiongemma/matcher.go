@@ -28,6 +28,11 @@ type Matcher struct {
 	stopped bool
 	err     error
 	stack   []trieFrame
+
+	// The last AllowedTokens walk of the trie, reused while the state stays
+	// the same (a string body often takes several fallbacks in a row).
+	cacheState int32
+	cache      []int
 }
 
 type trieFrame struct {
@@ -40,7 +45,7 @@ type trieFrame struct {
 // requireTool. If requireTool is not in the grammar the matcher admits
 // nothing and Err reports ErrUnknownTool.
 func (g *Grammar) NewMatcher(vocab *Vocab, requireTool string) *Matcher {
-	m := &Matcher{g: g, v: vocab}
+	m := &Matcher{g: g, v: vocab, cacheState: -1}
 	s, ok := g.starts[requireTool]
 	if !ok {
 		m.err = fmt.Errorf("%w: %q", ErrUnknownTool, requireTool)
@@ -193,7 +198,9 @@ func (m *Matcher) Done() bool {
 
 // AllowedTokens appends every admitted token id to buf[:0] and returns it:
 // the full-vocabulary fallback for when none of the top candidates is
-// admitted. It walks the vocabulary's trie, pruning at dead states.
+// admitted. It walks the vocabulary's trie, pruning at dead states, and
+// remembers the last walk for as long as the matcher stays in the same
+// state. The order of the ids is unspecified.
 func (m *Matcher) AllowedTokens(buf []int) []int {
 	buf = buf[:0]
 	if m.stopped {
@@ -204,6 +211,15 @@ func (m *Matcher) AllowedTokens(buf []int) []int {
 			buf = append(buf, int(id))
 		}
 	}
+	if m.cacheState != m.state {
+		m.cache = m.walkTrie(m.cache[:0])
+		m.cacheState = m.state
+	}
+	return append(buf, m.cache...)
+}
+
+// walkTrie appends the admitted normal tokens to buf.
+func (m *Matcher) walkTrie(buf []int) []int {
 	v, g := m.v, m.g
 	if len(v.nodeTok) == 0 {
 		return buf

@@ -73,6 +73,29 @@ func (e *ParseError) Unwrap() error {
 // neither calls nor text. Names and arguments are not checked against a
 // catalog: the loop validates them.
 func ParseCalls(output string) (calls []loop.ToolCall, text string, err error) {
+	return parse(output, nil)
+}
+
+// ParseSegments parses a model turn's output given as segments, like
+// ParseCalls, except that only Special segments count as special tokens: a
+// text segment that spells "<escape>" or "<start_function_call>" (the model
+// writing the characters with ordinary tokens) stays text. This is the
+// token-level parse of inference.md §5.10: split the generated ids on the
+// special tokens and detokenize only the runs between them. Offsets in
+// errors are byte offsets into the concatenated segments.
+func ParseSegments(segs []Segment) (calls []loop.ToolCall, text string, err error) {
+	var b strings.Builder
+	spec := map[int]bool{}
+	for _, s := range segs {
+		if s.Special {
+			spec[b.Len()] = true
+		}
+		b.WriteString(s.Text)
+	}
+	return parse(b.String(), spec)
+}
+
+func parse(output string, spec map[int]bool) (calls []loop.ToolCall, text string, err error) {
 	var texts []string
 	pos := 0
 	fail := func(perr error) ([]loop.ToolCall, string, error) {
@@ -84,7 +107,7 @@ func ParseCalls(output string) (calls []loop.ToolCall, text string, err error) {
 		return nil, "", pe
 	}
 	for pos < len(output) {
-		next, tag := nextTag(output, pos)
+		next, tag := nextTag(output, pos, spec)
 		if next < 0 {
 			texts = append(texts, output[pos:])
 			break
@@ -97,7 +120,7 @@ func ParseCalls(output string) (calls []loop.ToolCall, text string, err error) {
 		if tag != TokStartFunctionCall {
 			break // a stop token
 		}
-		c, end, err := parseCall(output, pos)
+		c, end, err := parseCall(output, pos, spec)
 		if err != nil {
 			return fail(err)
 		}
@@ -114,11 +137,12 @@ func ParseCalls(output string) (calls []loop.ToolCall, text string, err error) {
 var outsideTags = []string{TokStartFunctionCall, TokEndFunctionCall, TokStartFunctionResponse, TokEndOfTurn, TokEOS}
 
 // nextTag finds the first tag that matters outside calls.
-func nextTag(s string, from int) (int, string) {
+func nextTag(s string, from int, spec map[int]bool) (int, string) {
+	p := &valueParser{s: s, spec: spec}
 	best, tag := -1, ""
 	for _, t := range outsideTags {
-		if i := strings.Index(s[from:], t); i >= 0 && (best < 0 || from+i < best) {
-			best, tag = from+i, t
+		if i := p.indexTag(from, t); i >= 0 && (best < 0 || i < best) {
+			best, tag = i, t
 		}
 	}
 	return best, tag
@@ -126,8 +150,8 @@ func nextTag(s string, from int) (int, string) {
 
 // parseCall parses one call block starting at its <start_function_call> tag
 // and returns the offset just after its <end_function_call>.
-func parseCall(s string, start int) (loop.ToolCall, int, error) {
-	p := &valueParser{s: s, pos: start + len(TokStartFunctionCall)}
+func parseCall(s string, start int, spec map[int]bool) (loop.ToolCall, int, error) {
+	p := &valueParser{s: s, pos: start + len(TokStartFunctionCall), spec: spec}
 	if !p.has("call:") {
 		if strings.HasPrefix("call:", p.s[p.pos:]) {
 			return loop.ToolCall{}, 0, p.fail(KindTruncated, "output ends inside a call")
@@ -152,7 +176,7 @@ func parseCall(s string, start int) (loop.ToolCall, int, error) {
 	if err := p.object(0); err != nil {
 		return loop.ToolCall{}, 0, err
 	}
-	if !p.has(TokEndFunctionCall) {
+	if !p.hasTag(TokEndFunctionCall) {
 		if p.eof() || strings.HasPrefix(TokEndFunctionCall, p.s[p.pos:]) {
 			return loop.ToolCall{}, 0, p.fail(KindTruncated, "unterminated call (no %s)", TokEndFunctionCall)
 		}

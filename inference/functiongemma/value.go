@@ -138,6 +138,9 @@ type valueParser struct {
 	s   string
 	pos int
 	out bytes.Buffer
+	// spec holds the offsets where a real special token starts; nil means
+	// any occurrence of a special token's text counts as the token.
+	spec map[int]bool
 }
 
 func (p *valueParser) fail(kind ParseErrorKind, format string, args ...any) error {
@@ -148,6 +151,27 @@ func (p *valueParser) eof() bool { return p.pos >= len(p.s) }
 
 func (p *valueParser) has(lit string) bool { return strings.HasPrefix(p.s[p.pos:], lit) }
 
+// hasTag reports whether the special token tag starts at p.pos.
+func (p *valueParser) hasTag(tag string) bool {
+	return p.has(tag) && (p.spec == nil || p.spec[p.pos])
+}
+
+// indexTag returns the offset of the first special token tag at or after
+// from, or -1.
+func (p *valueParser) indexTag(from int, tag string) int {
+	for from <= len(p.s) {
+		i := strings.Index(p.s[from:], tag)
+		if i < 0 {
+			return -1
+		}
+		if p.spec == nil || p.spec[from+i] {
+			return from + i
+		}
+		from += i + 1
+	}
+	return -1
+}
+
 // value parses one value at p.pos.
 func (p *valueParser) value(depth int) error {
 	if depth > maxDepth {
@@ -157,7 +181,7 @@ func (p *valueParser) value(depth int) error {
 		return p.fail(KindTruncated, "output ends where a value should start")
 	}
 	switch {
-	case p.has(TokEscape):
+	case p.hasTag(TokEscape):
 		return p.str()
 	case p.s[p.pos] == '{':
 		return p.object(depth)
@@ -171,13 +195,13 @@ func (p *valueParser) value(depth int) error {
 func (p *valueParser) str() error {
 	start := p.pos
 	p.pos += len(TokEscape)
-	end := strings.Index(p.s[p.pos:], TokEscape)
+	end := p.indexTag(p.pos, TokEscape)
 	if end < 0 {
 		p.pos = start
 		return p.fail(KindTruncated, "unterminated string (no closing %s)", TokEscape)
 	}
-	body := p.s[p.pos : p.pos+end]
-	p.pos += end + len(TokEscape)
+	body := p.s[p.pos:end]
+	p.pos = end + len(TokEscape)
 	b, err := marshalString(body)
 	if err != nil {
 		return err
