@@ -1,0 +1,434 @@
+// Command enqueue is fleet's coordinator CLI: it publishes agent jobs for
+// Python files, follows their events and results, reads their status and
+// cancels them. Run `enqueue --help` for the commands, flags and exit codes.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentfleet/fleet/config"
+	"github.com/agentfleet/fleet/queue"
+)
+
+// Exit codes (documented in the help text).
+const (
+	exitOK        = 0
+	exitJobFailed = 1
+	exitUsage     = 2
+	exitConnect   = 3
+	exitNotFound  = 4
+	exitInterrupt = 130
+)
+
+const helpText = `enqueue: run fleet agents on Python code and follow the jobs.
+
+Usage:
+  enqueue [connection flags] <command> [flags] [args]
+
+Commands:
+  run <operation> <file.py> [--node NAME | --line N] [--json] [--no-wait]
+        Publish a job for the file (or the function/class NAME, or the one
+        enclosing line N), print its events as they arrive, then the result
+        and its diff. The workspace sent is the file plus the project's
+        config files (pyproject.toml, ruff.toml, setup.cfg, pytest.ini,
+        tox.ini, conftest.py; tests/ for the test and sample_data operations),
+        relative to the project root (the nearest folder with pyproject.toml
+        or .git). Flags: --max-turns N, --timeout D (how long to wait, default
+        10m), --job-id ID, --msgpack.
+  attach <job-id> [--json]
+        Print a job's events (stored ones first, then live) and its result.
+  status <job-id> [--json]
+        Print a job's status record and, when stored, its result summary.
+  cancel <job-id> [--reason TEXT]
+        Cancel a queued or running job.
+
+Connection flags (shared with the worker):
+  -config FILE      the worker's YAML configuration (nats section); FLEET_* variables apply too
+  --nats-url URL    NATS server URL (default: nats.url, else the embedded server's
+                    nats.embedded.listen, 127.0.0.1:4222)
+
+--json prints newline-delimited JSON: each event, then the result.
+
+Exit codes:
+  0  success (the job succeeded; the command did what it was asked)
+  1  the job failed, was dead-lettered or canceled (cancel: it had already finished)
+  2  usage error: bad flags or arguments, unreadable file, unknown node, bad configuration
+  3  connection error or timeout: NATS unreachable, no fleet streams, --timeout passed
+  4  job not found
+  130 interrupted while waiting (the job goes on: enqueue attach <job-id>)
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// cli holds the parsed global flags and the output streams.
+type cli struct {
+	stdout, stderr io.Writer
+	configPath     string
+	natsURL        string
+}
+
+// exitError carries an exit code and a message for stderr.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func fail(code int, format string, args ...any) error {
+	return &exitError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	c := &cli{stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.configPath, "config", "", "")
+	fs.StringVar(&c.natsURL, "nats-url", "", "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, helpText)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "enqueue: %v\n\n%s", err, helpText)
+		return exitUsage
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fmt.Fprint(stderr, helpText)
+		return exitUsage
+	}
+	var err error
+	switch cmd, cargs := rest[0], rest[1:]; cmd {
+	case "run":
+		err = c.cmdRun(cargs)
+	case "attach":
+		err = c.cmdAttach(cargs)
+	case "status":
+		err = c.cmdStatus(cargs)
+	case "cancel":
+		err = c.cmdCancel(cargs)
+	case "help":
+		fmt.Fprint(stdout, helpText)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "enqueue: unknown command %q\n\n%s", cmd, helpText)
+		return exitUsage
+	}
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil && ee.err.Error() != "" {
+			fmt.Fprintf(stderr, "enqueue: %v\n", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintf(stderr, "enqueue: %v\n", err)
+	return exitConnect
+}
+
+// parseInterspersed parses flags that may come before, between or after
+// the positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// subFlags returns a flag set for a subcommand whose errors are usage
+// errors, with --help printing the command's usage.
+func (c *cli) subFlags(name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(c.stderr, "Usage: enqueue %s\n\nFlags:\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func (c *cli) parse(fs *flag.FlagSet, args []string, nargs int, what string) ([]string, error) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, &exitError{code: exitOK, err: errors.New("")}
+		}
+		return nil, &exitError{code: exitUsage, err: errors.New("")}
+	}
+	if len(pos) != nargs {
+		fs.Usage()
+		return nil, fail(exitUsage, "want %s, got %d argument(s)", what, len(pos))
+	}
+	return pos, nil
+}
+
+// connect opens the NATS connection the configuration (or --nats-url)
+// describes and a client over it.
+func (c *cli) connect(ctx context.Context, enc queue.Encoding) (*nats.Conn, *queue.Client, error) {
+	cfg, err := config.Load(c.configPath)
+	if err != nil {
+		return nil, nil, &exitError{code: exitUsage, err: err}
+	}
+	n := cfg.NATS
+	url := c.natsURL
+	if url == "" {
+		url = n.URL
+	}
+	if url == "" {
+		host, port, err := net.SplitHostPort(n.Embedded.Listen)
+		if err != nil || port == "0" {
+			return nil, nil, fail(exitUsage, "no NATS URL: nats.embedded.listen is %q; pass --nats-url", n.Embedded.Listen)
+		}
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "127.0.0.1"
+		}
+		url = "nats://" + net.JoinHostPort(host, port)
+	}
+	opts := queue.ConnectOptions{URL: url, Name: "fleet-enqueue", MaxReconnects: -1}
+	if n.URL != "" {
+		opts.CredsFile, opts.NKeyFile, opts.User, opts.Password, opts.Token = n.Creds, n.NKeySeed, n.User, n.Password, n.Token
+		opts.TLSCert, opts.TLSKey, opts.TLSCA = n.TLS.Cert, n.TLS.Key, n.TLS.CA
+	}
+	nc, err := queue.Connect(ctx, opts)
+	if err != nil {
+		return nil, nil, fail(exitConnect, "%v (is a worker running? start one with `worker`, or pass --nats-url)", err)
+	}
+	client, err := queue.NewClient(nc, queue.ClientOptions{Encoding: enc})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, client, nil
+}
+
+// interruptible returns a context canceled by SIGINT/SIGTERM, with
+// context.Cause errInterrupted.
+var errInterrupted = errors.New("interrupted")
+
+func interruptible(parent context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			cancel(errInterrupted)
+		case <-stop:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(stop)
+		cancel(nil)
+	}
+}
+
+// connErr maps a client error to an exit code.
+func connErr(err error) error {
+	var ee *exitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ee):
+		return err
+	case errors.Is(err, queue.ErrJobNotFound):
+		return &exitError{code: exitNotFound, err: err}
+	case errors.Is(err, queue.ErrInvalidRequest), errors.Is(err, queue.ErrUnknownOperation):
+		return &exitError{code: exitUsage, err: err}
+	case errors.Is(err, errInterrupted):
+		return &exitError{code: exitInterrupt, err: err}
+	}
+	return &exitError{code: exitConnect, err: err}
+}
+
+func (c *cli) cmdRun(args []string) error {
+	fs := c.subFlags("run", "run <operation> <file.py> [--node NAME | --line N] [--json] [--no-wait]")
+	node := fs.String("node", "", "run on the function or class `NAME` (Class.method for a method)")
+	line := fs.Int("line", 0, "run on the function or class enclosing line `N`")
+	asJSON := fs.Bool("json", false, "print newline-delimited JSON events, then the result")
+	noWait := fs.Bool("no-wait", false, "print the job id and exit once the job is queued")
+	maxTurns := fs.Int("max-turns", 0, "override the agent's turn limit")
+	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the result")
+	jobID := fs.String("job-id", "", "the job id (default: generated); the same id is never run twice")
+	msgpack := fs.Bool("msgpack", false, "publish the request as msgpack instead of JSON")
+	pos, err := c.parse(fs, args, 2, "<operation> <file.py>")
+	if err != nil {
+		return err
+	}
+	op, file := pos[0], pos[1]
+	if *node != "" && *line != 0 {
+		return fail(exitUsage, "give --node or --line, not both")
+	}
+	if *line < 0 || *maxTurns < 0 || *timeout <= 0 {
+		return fail(exitUsage, "--line and --max-turns must not be negative, --timeout must be positive")
+	}
+	if !queue.ValidOperation(op) {
+		return fail(exitUsage, "operation %q: want 1-64 of a-z 0-9 _ - (for example lint, docstring, test, sample_data)", op)
+	}
+	req, notes, err := buildRequest(op, file, nodeSpec{name: *node, line: *line}, queue.RunOptions{MaxTurns: *maxTurns})
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	req.JobID = *jobID
+	for _, n := range notes {
+		fmt.Fprintf(c.stderr, "note: %s\n", n)
+	}
+	enc := queue.JSON
+	if *msgpack {
+		enc = queue.Msgpack
+	}
+	ctx, stop := interruptible(context.Background())
+	defer stop()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nc, client, err := c.connect(cctx, enc)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	enq, err := client.Enqueue(cctx, req)
+	if err != nil {
+		return connErr(err)
+	}
+	p := newPrinter(c.stdout, *asJSON)
+	if *noWait {
+		p.queued(enq, req, true)
+		return nil
+	}
+	p.queued(enq, req, false)
+	wctx, wcancel := context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("no result after --timeout %s", *timeout))
+	defer wcancel()
+	return c.follow(wctx, client, p, enq.JobID)
+}
+
+// follow prints a job's events and result and maps the result to an exit
+// code.
+func (c *cli) follow(ctx context.Context, client *queue.Client, p *printer, jobID string) error {
+	w, err := client.Attach(ctx, jobID)
+	if err != nil {
+		return connErr(err)
+	}
+	defer w.Stop()
+	for e := range w.Events() {
+		p.event(e)
+	}
+	r, ok := <-w.Result()
+	if !ok {
+		err := w.Err()
+		if errors.Is(err, errInterrupted) || errors.Is(context.Cause(ctx), errInterrupted) {
+			return fail(exitInterrupt, "interrupted; the job goes on: enqueue attach %s", jobID)
+		}
+		if ctx.Err() != nil {
+			return fail(exitConnect, "%v; the job goes on: enqueue attach %s", context.Cause(ctx), jobID)
+		}
+		return connErr(err)
+	}
+	p.result(r)
+	if r.State != queue.StateSucceeded {
+		return &exitError{code: exitJobFailed, err: errors.New("")}
+	}
+	return nil
+}
+
+func (c *cli) cmdAttach(args []string) error {
+	fs := c.subFlags("attach", "attach <job-id> [--json] [--timeout D]")
+	asJSON := fs.Bool("json", false, "print newline-delimited JSON events, then the result")
+	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the result")
+	pos, err := c.parse(fs, args, 1, "<job-id>")
+	if err != nil {
+		return err
+	}
+	ctx, stop := interruptible(context.Background())
+	defer stop()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nc, client, err := c.connect(cctx, queue.JSON)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if _, _, err := client.Status(cctx, pos[0]); err != nil {
+		// A job may have a result without a status (expired record).
+		if _, rerr := client.Result(cctx, pos[0]); rerr != nil {
+			return connErr(err)
+		}
+	}
+	wctx, wcancel := context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("no result after --timeout %s", *timeout))
+	defer wcancel()
+	return c.follow(wctx, client, newPrinter(c.stdout, *asJSON), pos[0])
+}
+
+func (c *cli) cmdStatus(args []string) error {
+	fs := c.subFlags("status", "status <job-id> [--json]")
+	asJSON := fs.Bool("json", false, "print the status record (and result, when stored) as JSON")
+	pos, err := c.parse(fs, args, 1, "<job-id>")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, client, err := c.connect(ctx, queue.JSON)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	rec, _, err := client.Status(ctx, pos[0])
+	res, rerr := client.Result(ctx, pos[0])
+	if err != nil && rerr != nil {
+		return connErr(err)
+	}
+	if rerr != nil && !errors.Is(rerr, queue.ErrNoResult) {
+		return connErr(rerr)
+	}
+	newPrinter(c.stdout, *asJSON).status(pos[0], rec, res)
+	return nil
+}
+
+func (c *cli) cmdCancel(args []string) error {
+	fs := c.subFlags("cancel", "cancel <job-id> [--reason TEXT]")
+	reason := fs.String("reason", "canceled from enqueue", "why, recorded in the status and the result")
+	pos, err := c.parse(fs, args, 1, "<job-id>")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, client, err := c.connect(ctx, queue.JSON)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := client.Cancel(ctx, pos[0], *reason); err != nil {
+		if errors.Is(err, queue.ErrJobFinished) {
+			return &exitError{code: exitJobFailed, err: err}
+		}
+		return connErr(err)
+	}
+	fmt.Fprintf(c.stdout, "cancel requested for %s\n", pos[0])
+	return nil
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue"
+)
+
+// printer writes a job's progress for people, or as newline-delimited JSON.
+type printer struct {
+	w       io.Writer
+	json    bool
+	attempt int
+	start   time.Time
+}
+
+func newPrinter(w io.Writer, asJSON bool) *printer {
+	return &printer{w: w, json: asJSON, start: time.Now()}
+}
+
+func (p *printer) line(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		fmt.Fprintf(p.w, `{"error":%q}`+"\n", err.Error())
+		return
+	}
+	fmt.Fprintf(p.w, "%s\n", b)
+}
+
+func (p *printer) queued(enq *queue.Enqueued, req *queue.RunRequest, final bool) {
+	if p.json {
+		if final {
+			p.line(map[string]any{"job_id": enq.JobID, "seq": enq.Seq, "duplicate": enq.Duplicate})
+		}
+		return
+	}
+	if final {
+		fmt.Fprintln(p.w, enq.JobID)
+		return
+	}
+	dup := ""
+	if enq.Duplicate {
+		dup = " (duplicate job id: already queued, not queued again)"
+	}
+	fmt.Fprintf(p.w, "job %s queued%s\n  %s on %s %s (%s), %d workspace file(s)\n",
+		enq.JobID, dup, req.Operation, req.Node.Type, req.Node.Name, req.Node.FilePath, len(req.Files))
+}
+
+func capLine(s string, n int) string {
+	s = strings.ReplaceAll(strings.TrimSpace(s), "\n", " ⏎ ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func ms(d time.Duration) string {
+	if d < time.Millisecond {
+		return d.String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func (p *printer) event(e *queue.Event) {
+	if p.json {
+		p.line(e)
+		return
+	}
+	if e.Attempt != p.attempt {
+		if p.attempt != 0 {
+			fmt.Fprintf(p.w, "-- attempt %d (the job was redelivered) --\n", e.Attempt)
+		}
+		p.attempt = e.Attempt
+	}
+	switch e.Kind {
+	case loop.EventTurnStarted:
+		fmt.Fprintf(p.w, "turn %d/%d  [%s]\n", e.Turn, e.MaxTurns, ms(time.Since(p.start)))
+	case loop.EventModelOutput:
+		var parts []string
+		if len(e.Calls) > 0 {
+			parts = append(parts, "calls "+strings.Join(e.Calls, ", "))
+		}
+		if t := capLine(e.Text, 100); t != "" {
+			parts = append(parts, fmt.Sprintf("text %q", t))
+		}
+		if e.Usage != nil && e.Usage.PromptTokens+e.Usage.CompletionTokens > 0 {
+			parts = append(parts, fmt.Sprintf("%d prompt + %d generated tokens", e.Usage.PromptTokens, e.Usage.CompletionTokens))
+		}
+		fmt.Fprintf(p.w, "  model (%s): %s\n", ms(e.Duration), strings.Join(parts, "; "))
+	case loop.EventInvalidResponse:
+		fmt.Fprintf(p.w, "  invalid model response: %s %s\n", e.Code, capLine(e.Text, 100))
+	case loop.EventRetry:
+		fmt.Fprintf(p.w, "  retry %d: %s\n", e.Attempt, e.Code)
+	case loop.EventToolCall:
+		fmt.Fprintf(p.w, "  → %s %s\n", e.Tool, capLine(string(e.Arguments), 120))
+	case loop.EventContextInjected:
+		fmt.Fprintf(p.w, "    [context] %s (%d bytes)\n", e.Provider, e.Size)
+	case loop.EventToolResult:
+		outcome := "ok"
+		if !e.OK {
+			outcome = "error " + e.Code
+		}
+		fmt.Fprintf(p.w, "  ← %s %s (%s)\n", e.Tool, outcome, ms(e.Duration))
+	case loop.EventFinished:
+		msg := string(e.Status)
+		if e.Error != "" {
+			msg += ": " + e.Error
+		}
+		fmt.Fprintf(p.w, "finished: %s\n", msg)
+	default:
+		fmt.Fprintf(p.w, "  %s\n", e.Kind)
+	}
+}
+
+func (p *printer) result(r *queue.AgentResult) {
+	if p.json {
+		p.line(r)
+		return
+	}
+	fmt.Fprintf(p.w, "\n== result of %s ==\n", r.JobID)
+	fmt.Fprintf(p.w, "state:    %s (agent status %s)\n", r.State, r.Status)
+	if r.Error != "" {
+		fmt.Fprintf(p.w, "error:    %s\n", r.Error)
+	}
+	if r.Summary != "" {
+		fmt.Fprintf(p.w, "summary:  %s\n", r.Summary)
+	}
+	fmt.Fprintf(p.w, "turns:    %d, %d tool call(s); tokens %d prompt (%d cached) + %d generated\n",
+		r.Turns, r.ToolCalls, r.Usage.PromptTokens, r.Usage.CachedTokens, r.Usage.CompletionTokens)
+	fmt.Fprintf(p.w, "time:     queued %s, ran %s (model %s, tools %s) on %s, attempt %d\n",
+		ms(r.Timings.Queued), ms(r.Timings.Run), ms(r.Timings.Model), ms(r.Timings.Tools), r.Worker, r.Attempts)
+	if r.WorkspaceID != "" {
+		fmt.Fprintf(p.w, "workspace: %s\n", r.WorkspaceID)
+	}
+	if len(r.Details) > 0 {
+		keys := make([]string, 0, len(r.Details))
+		for k := range r.Details {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		fmt.Fprintln(p.w, "details:")
+		for _, k := range keys {
+			b, _ := json.Marshal(r.Details[k])
+			fmt.Fprintf(p.w, "  %s: %s\n", k, capLine(string(b), 200))
+		}
+	}
+	if r.EventsDropped > 0 {
+		fmt.Fprintf(p.w, "events dropped: %d\n", r.EventsDropped)
+	}
+	if len(r.ChangedFiles) == 0 {
+		fmt.Fprintln(p.w, "changed:  nothing")
+		return
+	}
+	fmt.Fprintf(p.w, "changed:  %s\n\n", strings.Join(r.ChangedFiles, ", "))
+	fmt.Fprint(p.w, r.Diff)
+	if !strings.HasSuffix(r.Diff, "\n") {
+		fmt.Fprintln(p.w)
+	}
+}
+
+func (p *printer) status(jobID string, rec *queue.StatusRecord, res *queue.AgentResult) {
+	if p.json {
+		p.line(map[string]any{"job_id": jobID, "status": rec, "result": res})
+		return
+	}
+	if rec != nil {
+		fmt.Fprintf(p.w, "job %s: %s", jobID, rec.State)
+		if rec.Operation != "" {
+			fmt.Fprintf(p.w, " (%s)", rec.Operation)
+		}
+		fmt.Fprintln(p.w)
+		if rec.Worker != "" {
+			fmt.Fprintf(p.w, "  worker %s, attempt %d\n", rec.Worker, rec.Attempt)
+		}
+		if rec.Code != "" || rec.Reason != "" {
+			fmt.Fprintf(p.w, "  %s %s\n", rec.Code, rec.Reason)
+		}
+		fmt.Fprintf(p.w, "  updated %s\n", rec.UpdatedAt.Format(time.RFC3339))
+	} else {
+		fmt.Fprintf(p.w, "job %s: no status record (expired); its result:\n", jobID)
+	}
+	if res != nil {
+		fmt.Fprintf(p.w, "  result: %s (agent status %s), %d turn(s), changed %d file(s)\n",
+			res.State, res.Status, res.Turns, len(res.ChangedFiles))
+		if res.Summary != "" {
+			fmt.Fprintf(p.w, "  summary: %s\n", capLine(res.Summary, 200))
+		}
+		if res.Error != "" {
+			fmt.Fprintf(p.w, "  error: %s\n", res.Error)
+		}
+	}
+}

@@ -1,0 +1,18 @@
+//go:build nollama
+
+package main
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/agentfleet/fleet/config"
+)
+
+// llamaBuilt says whether this binary has the llama.cpp backend.
+const llamaBuilt = false
+
+func newLlamaBackend(*config.Config, *slog.Logger) (backend, error) {
+	return nil, errors.New("this worker was built with -tags nollama, without the llama.cpp backend: " +
+		"build it with `make build`, or set model.backend to scripted or remote")
+}
