@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/agentfleet/fleet/loop"
 )
@@ -86,8 +87,22 @@ type Grammar struct {
 	tools     []string
 }
 
+// grammarCache memoises compiled grammars by catalog, so that a backend may
+// call NewGrammar on every turn: an agent's catalog compiles once per
+// process. It holds at most grammarCacheSize entries (it is emptied when
+// full).
+var grammarCache struct {
+	sync.Mutex
+	m map[string]*Grammar
+}
+
+const grammarCacheSize = 256
+
 // NewGrammar compiles the strict grammar for tools. The automaton holds one
-// start for any tool and one per tool (NewMatcher's requireTool).
+// start for any tool and one per tool (NewMatcher's requireTool). Compiled
+// grammars are cached by catalog: calling NewGrammar again with the same
+// tools (names, descriptions, parameters) and options returns the same
+// *Grammar.
 func NewGrammar(tools []loop.ToolSpec, opts ...GrammarOption) (*Grammar, error) {
 	o := grammarOptions{maxCalls: DefaultMaxCalls}
 	for _, op := range opts {
@@ -98,6 +113,32 @@ func NewGrammar(tools []loop.ToolSpec, opts ...GrammarOption) (*Grammar, error) 
 	if len(tools) == 0 {
 		return nil, errors.New("functiongemma: NewGrammar: no tools")
 	}
+	var key strings.Builder
+	fmt.Fprintf(&key, "%d\x00", o.maxCalls)
+	for _, t := range tools {
+		fmt.Fprintf(&key, "%d:%s%d:%s%d:%s", len(t.Name), t.Name, len(t.Description), t.Description, len(t.Parameters), t.Parameters)
+	}
+	k := key.String()
+	grammarCache.Lock()
+	g, ok := grammarCache.m[k]
+	grammarCache.Unlock()
+	if ok {
+		return g, nil
+	}
+	g, err := newGrammar(tools, o)
+	if err != nil {
+		return nil, err
+	}
+	grammarCache.Lock()
+	if grammarCache.m == nil || len(grammarCache.m) >= grammarCacheSize {
+		grammarCache.m = map[string]*Grammar{}
+	}
+	grammarCache.m[k] = g
+	grammarCache.Unlock()
+	return g, nil
+}
+
+func newGrammar(tools []loop.ToolSpec, o grammarOptions) (*Grammar, error) {
 	b := &nfaBuilder{}
 	seen := map[string]bool{}
 	schemas := make([]map[string]any, len(tools))

@@ -263,6 +263,13 @@ func TestNewGrammarErrors(t *testing.T) {
 	if _, err := NewGrammar(testTools, WithMaxCalls(0)); err == nil {
 		t.Error("WithMaxCalls(0) accepted")
 	}
+	// The cache keys on the whole catalog and the options.
+	g1, g2 := mustGrammar(t, testTools), mustGrammar(t, testTools)
+	g3 := mustGrammar(t, testTools[:1])
+	g4 := mustGrammar(t, testTools, WithMaxCalls(2))
+	if g1 != g2 || g1 == g3 || g1 == g4 || g4.MaxCalls() != 2 {
+		t.Error("grammar cache keys wrongly")
+	}
 }
 
 // Random walks through the matcher always produce output that ParseCalls
@@ -496,7 +503,14 @@ func BenchmarkGrammar(b *testing.B) {
 			NewVocab(pieces, special)
 		}
 	})
-	b.Run("NewGrammar", func(b *testing.B) {
+	b.Run("NewGrammar-uncached", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := newGrammar(testTools, grammarOptions{maxCalls: DefaultMaxCalls}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("NewGrammar-cached", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := NewGrammar(testTools); err != nil {
 				b.Fatal(err)
