@@ -3,6 +3,7 @@ package functiongemma_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/loop"
@@ -21,7 +22,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("%q\n", prompt[len(prompt)-75:])
+	fmt.Printf("%q\n", prompt[strings.LastIndex(prompt, "<start_of_turn>user"):])
 
 	// Strict mode: the fixed parts of the call are forced.
 	g, err := functiongemma.NewGrammar(tools)
