@@ -10,7 +10,10 @@
 // so the loop backs off and calls again. Other 4xx answers are plain errors
 // (*StatusError). Tool-call arguments that are not a JSON object are a
 // *loop.InvalidResponseError (kind malformed_call); so is an answer with
-// neither text nor calls (kind empty).
+// neither text nor calls (kind empty). FunctionGemma call blocks that come
+// back as text (<start_function_call>call:NAME{...}<end_function_call> in
+// the content, from a server without a tool-aware chat template) are parsed
+// into calls with functiongemma.ParseCalls.
 package remote
 
 import (
@@ -28,6 +31,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -445,6 +449,19 @@ func decodeResponse(raw []byte) (*loop.Response, error) {
 			return nil, invalid(loop.InvalidMalformedCall, fmt.Sprintf("tool call %d (%s): %v", i, c.Function.Name, err))
 		}
 		resp.Message.ToolCalls = append(resp.Message.ToolCalls, loop.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: args})
+	}
+	if len(resp.Message.ToolCalls) == 0 && strings.Contains(resp.Message.Content, functiongemma.TokStartFunctionCall) {
+		// A server without a tool-aware chat template (llama-server without
+		// --jinja) hands FunctionGemma's call blocks back as text.
+		calls, text, err := functiongemma.ParseCalls(resp.Message.Content)
+		if err != nil {
+			var pe *functiongemma.ParseError
+			if errors.As(err, &pe) {
+				return nil, invalid(pe.Kind, pe.Detail)
+			}
+			return nil, err
+		}
+		resp.Message.Content, resp.Message.ToolCalls = text, calls
 	}
 	switch {
 	case len(resp.Message.ToolCalls) > 0:

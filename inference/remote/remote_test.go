@@ -177,6 +177,13 @@ func TestCompleteAnswers(t *testing.T) {
 					t.Fatalf("%+v", r)
 				}
 			}},
+		{name: "functiongemma calls in content", body: `{"choices":[{"message":{"role":"assistant","content":"On it.<start_function_call>call:get_weather{city:<escape>Nice<escape>}<end_function_call><start_function_response>"},"finish_reason":"stop"}]}`,
+			check: func(t *testing.T, r *loop.Response) {
+				if len(r.Message.ToolCalls) != 1 || r.Message.Content != "On it." || string(r.Message.ToolCalls[0].Arguments) != `{"city":"Nice"}` || r.FinishReason != loop.FinishToolCalls {
+					t.Fatalf("%+v", r)
+				}
+			}},
+		{name: "broken functiongemma call in content", body: `{"choices":[{"message":{"role":"assistant","content":"<start_function_call>call:get_weather{city:Nice}<end_function_call>"},"finish_reason":"stop"}]}`, kind: loop.InvalidMalformedCall},
 		{name: "invalid arguments", body: callAnswer("get_weather", `{"city":`), kind: loop.InvalidMalformedCall},
 		{name: "array arguments", body: callAnswer("get_weather", `[1]`), kind: loop.InvalidMalformedCall},
 		{name: "no name", body: callAnswer("", `{}`), kind: loop.InvalidMalformedCall},
