@@ -17,12 +17,12 @@ import (
 // toolEnv runs single tools of one agent on the real Monty pool over a
 // stable workspace built from files.
 type toolEnv struct {
-	t       *testing.T
+	t       testing.TB
 	overlay *cairn.Overlay
 	exec    *toolexec.Executor
 }
 
-func newToolEnv(t *testing.T, def *agents.Definition, pool *monty.Pool, node agents.Node, files map[string]string) *toolEnv {
+func newToolEnv(t testing.TB, def *agents.Definition, pool *monty.Pool, node agents.Node, files map[string]string) *toolEnv {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
