@@ -384,23 +384,32 @@ func (b *nfaBuilder) str(from, to int32) {
 	b.sym(from, symEscape, body[0])
 	for j := range body {
 		b.sym(body[j], symEscape, to)
-		for c := 0; c < 256; c++ {
-			var next int
+		// Byte c goes to j+1 when it continues the match, to 1 on '<', and
+		// to 0 otherwise; reaching len(body) (the whole text) is dead.
+		want := int(escapeText[j])
+		next := func(c int) int32 {
 			switch {
-			case escapeText[j] == byte(c):
-				next = j + 1
+			case c == want:
+				if j+1 < len(body) {
+					return body[j+1]
+				}
+				return -1
 			case c == '<':
-				next = 1
-			default:
-				next = 0
+				return body[1]
 			}
-			if next < len(body) {
-				b.sym(body[j], c, body[next])
+			return body[0]
+		}
+		cuts := []int{0, '<', '<' + 1, want, want + 1, 256}
+		slices.Sort(cuts)
+		for i := 0; i+1 < len(cuts); i++ {
+			lo, hi := cuts[i], cuts[i+1]-1
+			if lo > hi {
+				continue
+			}
+			if to := next(lo); to >= 0 {
+				b.edge(body[j], lo, hi, to)
 			}
 		}
-	}
-	// Merge single-byte edges into ranges.
-	for j := range body {
 		b.states[body[j]].edges = mergeEdges(b.states[body[j]].edges)
 	}
 }
