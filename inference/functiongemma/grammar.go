@@ -467,8 +467,8 @@ func (b *nfaBuilder) object(from, to int32, s map[string]any, depth int) error {
 	props, _ := s["properties"].(map[string]any)
 	keys := make([]string, 0, len(props))
 	for k := range props {
-		if err := checkKey(k); err != nil {
-			return fmt.Errorf("%w: %v", ErrUnsupportedSchema, err)
+		if strings.Contains(k, TokEscape) {
+			return fmt.Errorf("%w: property name %q holds %s", ErrUnsupportedSchema, k, TokEscape)
 		}
 		keys = append(keys, k)
 	}
@@ -501,8 +501,10 @@ func (b *nfaBuilder) object(from, to int32, s map[string]any, depth int) error {
 		if err := b.value(vin, vout, ps, depth+1); err != nil {
 			return fmt.Errorf("property %s: %w", k, err)
 		}
-		b.eps(b.lit(cur[0], k+":"), vin)
-		b.eps(b.lit(cur[1], ","+k+":"), vin)
+		kw := valueWriter{}
+		kw.key(k)
+		b.eps(b.segs(cur[0], kw.segs), vin)
+		b.eps(b.segs(b.lit(cur[1], ","), kw.segs), vin)
 		b.eps(vout, next[1])
 		if !required[k] {
 			b.eps(cur[0], next[0])

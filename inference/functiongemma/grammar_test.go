@@ -8,7 +8,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -32,6 +34,7 @@ var testTools = []loop.ToolSpec{
 			"level":{"enum":[1,2,"high",true,null]},
 			"extra":{},
 			"kind":{"const":"fix"},
+			"line:col":{"type":"integer"},
 			"tags":{"type":"array","items":{"type":"object","additionalProperties":false,"properties":{"k":{"type":"string"},"v":{"anyOf":[{"type":"integer"},{"type":"boolean"}]}},"required":["k"]}}}}`)},
 	{Name: "submit_result", Description: "Finish.", Parameters: json.RawMessage(`{"type":"object","additionalProperties":false,
 		"required":["summary"],"properties":{"summary":{"type":"string"}}}`)},
@@ -253,7 +256,7 @@ func TestNewGrammarErrors(t *testing.T) {
 		"bad type":      {{Name: "a", Parameters: json.RawMessage(`{"type":"object","properties":{"x":{"type":"date"}}}`)}},
 		"bad required":  {{Name: "a", Parameters: json.RawMessage(`{"type":"object","properties":{},"required":["x"]}`)}},
 		"not json":      {{Name: "a", Parameters: json.RawMessage(`{`)}},
-		"bad key":       {{Name: "a", Parameters: json.RawMessage(`{"type":"object","properties":{"a b":{}}}`)}},
+		"escape key":    {{Name: "a", Parameters: json.RawMessage(`{"type":"object","properties":{"a<escape>":{}}}`)}},
 		"unwritable en": {{Name: "a", Parameters: json.RawMessage(`{"type":"object","properties":{"x":{"enum":["<escape>"]}}}`)}},
 	} {
 		if _, err := NewGrammar(tools); err == nil {
@@ -349,6 +352,21 @@ func TestGrammarRandomWalks(t *testing.T) {
 		}
 		if rest != "" || len(calls) != m.Calls() || len(calls) == 0 || len(calls) > DefaultMaxCalls {
 			t.Fatalf("walk %d: %q: text %q, %d calls, matcher counted %d", w, text, rest, len(calls), m.Calls())
+		}
+		// The grammar admits only the canonical rendering of its calls
+		// (keys in order, no whitespace), the form the prompt uses.
+		if utf8.ValidString(text) {
+			var canon strings.Builder
+			for _, c := range calls {
+				f, err := FormatCall(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				canon.WriteString(f)
+			}
+			if canon.String() != text {
+				t.Fatalf("walk %d: %q is not canonical (%q)", w, text, canon.String())
+			}
 		}
 		for _, c := range calls {
 			tool := tools[c.Name]
@@ -526,4 +544,40 @@ func lastIndex(s []string, v string) int {
 		}
 	}
 	return -1
+}
+
+// One Grammar and one Vocab serve many matchers at once (run with -race).
+func TestGrammarConcurrent(t *testing.T) {
+	t.Parallel()
+	pieces, special := testVocab()
+	v := NewVocab(pieces, special)
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g, err := NewGrammar(testTools)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			var buf []int
+			for w := 0; w < 20; w++ {
+				m := g.NewMatcher(v, "")
+				for step := 0; step < 200 && !m.Done(); step++ {
+					buf = m.AllowedTokens(buf)
+					if len(buf) == 0 {
+						t.Error("no token allowed")
+						return
+					}
+					if err := m.Accept(pick(rng, buf, pieces, special, step > 60, m.CanStop())); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

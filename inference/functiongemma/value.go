@@ -98,9 +98,6 @@ func (w *valueWriter) value(v any) error {
 func (w *valueWriter) object(m map[string]any) error {
 	keys := make([]string, 0, len(m))
 	for k := range m {
-		if err := checkKey(k); err != nil {
-			return err
-		}
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
@@ -109,7 +106,7 @@ func (w *valueWriter) object(m map[string]any) error {
 		if i > 0 {
 			w.text(",")
 		}
-		w.text(k + ":")
+		w.key(k)
 		if err := w.value(m[k]); err != nil {
 			return err
 		}
@@ -121,15 +118,19 @@ func (w *valueWriter) object(m map[string]any) error {
 // keyStop holds the bytes a bare key cannot contain.
 const keyStop = ":,{}[]<\" \t\r\n"
 
-// checkKey reports whether k can be written as a bare FunctionGemma key.
-func checkKey(k string) error {
-	if k == "" {
-		return errors.New("empty object key cannot be rendered")
+// bareKey reports whether k can be written as a bare FunctionGemma key.
+func bareKey(k string) bool { return k != "" && !strings.ContainsAny(k, keyStop) }
+
+// key writes "k:"; a key that cannot be bare (empty, or holding one of
+// keyStop's bytes) is written as an escaped string, which the parser reads
+// back.
+func (w *valueWriter) key(k string) {
+	if bareKey(k) {
+		w.text(k + ":")
+		return
 	}
-	if strings.ContainsAny(k, keyStop) {
-		return fmt.Errorf("object key %q holds a character FunctionGemma keys cannot carry", k)
-	}
-	return nil
+	w.str(k)
+	w.text(":")
 }
 
 // valueParser reads FunctionGemma values from model output and writes them
@@ -300,27 +301,40 @@ func (p *valueParser) object(depth int) error {
 			p.out.WriteByte(',')
 		}
 		kstart := p.pos
-		for !p.eof() && !strings.ContainsRune(keyStop, rune(p.s[p.pos])) {
-			p.pos++
+		var key string
+		if p.hasTag(TokEscape) {
+			end := p.indexTag(p.pos+len(TokEscape), TokEscape)
+			if end < 0 {
+				return p.fail(KindTruncated, "unterminated object key")
+			}
+			key = p.s[p.pos+len(TokEscape) : end]
+			p.pos = end + len(TokEscape)
+		} else {
+			for !p.eof() && !strings.ContainsRune(keyStop, rune(p.s[p.pos])) {
+				p.pos++
+			}
+			key = p.s[kstart:p.pos]
+			if key == "" {
+				return p.fail(KindMalformed, "expected key: in object, found %q", capString(p.s[p.pos:], 12))
+			}
 		}
-		key := p.s[kstart:p.pos]
 		if p.eof() {
 			return p.fail(KindTruncated, "unterminated object key")
 		}
-		if key == "" || p.s[p.pos] != ':' {
+		if p.s[p.pos] != ':' {
 			p.pos = kstart
 			return p.fail(KindMalformed, "expected key: in object, found %q", capString(p.s[p.pos:], 12))
 		}
-		if seen[key] {
-			p.pos = kstart
-			return p.fail(KindMalformed, "duplicate key %q", capString(key, 40))
-		}
-		seen[key] = true
-		p.pos++ // :
 		kb, err := marshalString(key)
 		if err != nil {
 			return err
 		}
+		if seen[string(kb)] {
+			p.pos = kstart
+			return p.fail(KindMalformed, "duplicate key %q", capString(key, 40))
+		}
+		seen[string(kb)] = true
+		p.pos++ // :
 		p.out.Write(kb)
 		p.out.WriteByte(':')
 		if err := p.value(depth + 1); err != nil {
