@@ -435,6 +435,12 @@ type Event struct {
 	loop.Event `msgpack:",inline"`
 }
 
+// CancelRequest is the optional JSON body of a message on
+// agents.cancel.<job_id>; an empty body cancels without a reason.
+type CancelRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
 // ResultSubject is where a job's result is stored.
 func ResultSubject(jobID string) string { return SubjectResultsPrefix + jobID }
 

@@ -395,9 +395,7 @@ func (w *Worker) onCancel(m *nats.Msg) {
 	}
 	reason := ""
 	if len(m.Data) > 0 {
-		var body struct {
-			Reason string `json:"reason"`
-		}
+		var body CancelRequest
 		if err := JSON.Unmarshal(m.Data, &body); err == nil {
 			reason = clip(body.Reason)
 		}
