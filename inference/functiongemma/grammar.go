@@ -373,19 +373,34 @@ func (b *nfaBuilder) literals(from, to int32, list []any) error {
 
 var escapeText = []byte(TokEscape)
 
-// str adds <escape> body <escape>, where the body is any bytes that do not
-// contain the text "<escape>" (tracked like a KMP matcher: "<escape>" has no
-// border, so a mismatch falls back to 1 on '<' and 0 otherwise).
+// str adds <escape> body <escape>. The body is valid UTF-8 that does not
+// contain the text "<escape>": ASCII bytes are tracked like a KMP matcher
+// ("<escape>" has no border, so a mismatch falls back to 1 on '<' and 0
+// otherwise), multi-byte characters follow UTF-8's well-formed byte
+// sequences (no overlong forms, surrogates or code points above U+10FFFF)
+// and reset the match. The closing <escape> is admitted only between
+// characters.
 func (b *nfaBuilder) str(from, to int32) {
 	var body [len(TokEscape)]int32
 	for i := range body {
 		body[i] = b.state()
 	}
+	need1, need2, need3 := b.state(), b.state(), b.state()
+	e0, ed, f0, f4 := b.state(), b.state(), b.state(), b.state()
+	b.edge(need1, 0x80, 0xBF, body[0])
+	b.edge(need2, 0x80, 0xBF, need1)
+	b.edge(need3, 0x80, 0xBF, need2)
+	b.edge(e0, 0xA0, 0xBF, need1)
+	b.edge(ed, 0x80, 0x9F, need1)
+	b.edge(f0, 0x90, 0xBF, need2)
+	b.edge(f4, 0x80, 0x8F, need2)
 	b.sym(from, symEscape, body[0])
 	for j := range body {
-		b.sym(body[j], symEscape, to)
-		// Byte c goes to j+1 when it continues the match, to 1 on '<', and
-		// to 0 otherwise; reaching len(body) (the whole text) is dead.
+		st := body[j]
+		b.sym(st, symEscape, to)
+		// ASCII byte c goes to j+1 when it continues the match, to 1 on
+		// '<', and to 0 otherwise; reaching len(body) (the whole text) is
+		// dead.
 		want := int(escapeText[j])
 		next := func(c int) int32 {
 			switch {
@@ -399,18 +414,26 @@ func (b *nfaBuilder) str(from, to int32) {
 			}
 			return body[0]
 		}
-		cuts := []int{0, '<', '<' + 1, want, want + 1, 256}
+		cuts := []int{0, '<', '<' + 1, want, want + 1, 0x80}
 		slices.Sort(cuts)
 		for i := 0; i+1 < len(cuts); i++ {
 			lo, hi := cuts[i], cuts[i+1]-1
 			if lo > hi {
 				continue
 			}
-			if to := next(lo); to >= 0 {
-				b.edge(body[j], lo, hi, to)
+			if t := next(lo); t >= 0 {
+				b.edge(st, lo, hi, t)
 			}
 		}
-		b.states[body[j]].edges = mergeEdges(b.states[body[j]].edges)
+		b.edge(st, 0xC2, 0xDF, need1)
+		b.sym(st, 0xE0, e0)
+		b.edge(st, 0xE1, 0xEC, need2)
+		b.sym(st, 0xED, ed)
+		b.edge(st, 0xEE, 0xEF, need2)
+		b.sym(st, 0xF0, f0)
+		b.edge(st, 0xF1, 0xF3, need3)
+		b.sym(st, 0xF4, f4)
+		b.states[st].edges = mergeEdges(b.states[st].edges)
 	}
 }
 
@@ -682,21 +705,71 @@ func (g *Grammar) compile(b *nfaBuilder, nfaStarts map[string]int32, starts map[
 	return nil
 }
 
-// computeLTFree marks the states from which every byte string without '<'
-// stays alive (a greatest fixed point): string bodies, where only the text
-// "<escape>" is excluded. AllowedTokens takes whole trie subtrees there.
+// utf8Seqs lists UTF-8's well-formed byte sequences other than ASCII, as
+// byte ranges per position (Unicode Table 3-7).
+var utf8Seqs = [][][2]int{
+	{{0xC2, 0xDF}, {0x80, 0xBF}},
+	{{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
+	{{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}},
+	{{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}},
+	{{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}},
+	{{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+	{{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+	{{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+}
+
+// computeLTFree marks the states from which every valid UTF-8 text without
+// '<' stays alive (a greatest fixed point): string bodies, where only the
+// text "<escape>" is excluded. AllowedTokens takes whole trie subtrees
+// there.
 func (g *Grammar) computeLTFree() {
 	n := len(g.accept)
 	g.ltFree = make([]bool, n)
 	for s := 1; s < n; s++ {
 		g.ltFree[s] = true
 	}
-	lt := int(g.classes['<'])
-	ltOnly := true // the class of '<' holds only '<'
-	for c := 0; c < 256; c++ {
-		if c != '<' && int(g.classes[c]) == lt {
-			ltOnly = false
+	// Classes per position of each sequence, and the ASCII classes other
+	// than '<'s (when '<' has a class of its own).
+	classesIn := func(lo, hi int) []int {
+		var out []int
+		for c := lo; c <= hi; c++ {
+			if k := int(g.classes[c]); !slices.Contains(out, k) {
+				out = append(out, k)
+			}
 		}
+		return out
+	}
+	// ASCII: the classes of every byte but '<' (a class '<' shares with
+	// another byte is included).
+	var ascii []int
+	for c := 0; c < 0x80; c++ {
+		if k := int(g.classes[c]); c != '<' && !slices.Contains(ascii, k) {
+			ascii = append(ascii, k)
+		}
+	}
+	seqs := [][][]int{}
+	for _, a := range ascii {
+		seqs = append(seqs, [][]int{{a}})
+	}
+	for _, sq := range utf8Seqs {
+		var cs [][]int
+		for _, r := range sq {
+			cs = append(cs, classesIn(r[0], r[1]))
+		}
+		seqs = append(seqs, cs)
+	}
+	var ok func(s int32, seq [][]int) bool
+	ok = func(s int32, seq [][]int) bool {
+		if len(seq) == 0 {
+			return g.ltFree[s]
+		}
+		for _, c := range seq[0] {
+			t := g.trans[int(s)*g.width+c]
+			if t == 0 || !ok(t, seq[1:]) {
+				return false
+			}
+		}
+		return true
 	}
 	for changed := true; changed; {
 		changed = false
@@ -704,11 +777,8 @@ func (g *Grammar) computeLTFree() {
 			if !g.ltFree[s] {
 				continue
 			}
-			for c := 0; c < g.nClasses; c++ {
-				if c == lt && ltOnly {
-					continue
-				}
-				if t := g.trans[s*g.width+c]; t == 0 || !g.ltFree[t] {
+			for _, seq := range seqs {
+				if !ok(int32(s), seq) {
 					g.ltFree[s] = false
 					changed = true
 					break

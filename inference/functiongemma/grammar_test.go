@@ -201,11 +201,33 @@ func TestGrammarForcedAndBasics(t *testing.T) {
 	if id := lastIndex(pieces, "<escape>"); special[id] || m.Allows(id) {
 		t.Fatal("an ordinary piece spelling <escape> is allowed in a string")
 	}
+	// UTF-8: a character must be complete before the string closes, and
+	// ill-formed bytes are never admitted.
+	byteTok := func(b byte) int { return slices.Index(pieces, fmt.Sprintf("<0x%02X>", b)) }
+	for _, b := range []byte{0xC0, 0xC1, 0xF5, 0xFF, 0x80} {
+		if m.Allows(byteTok(b)) {
+			t.Fatalf("byte %#x allowed at a character boundary", b)
+		}
+	}
+	if err := m.Accept(byteTok(0xE2)); err != nil {
+		t.Fatal(err)
+	}
+	if m.Allows(52) || m.Allows(byteTok('a')) || m.Allows(byteTok(0xC2)) {
+		t.Fatal("string may close or continue with ASCII inside a character")
+	}
+	for _, b := range []byte{0x82, 0xAC} {
+		if err := m.Accept(byteTok(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	accept(m, "c<escape>")
 	if got := m.ForcedText(); got != "}<end_function_call>" {
 		t.Fatalf("forced after the last key = %q", got)
 	}
 	accept(m, "}<end_function_call>")
+	if calls, _, err := ParseCalls("<start_function_call>call:read_file{path:<escape>a<b}<esc€c<escape>}<end_function_call>"); err != nil || string(calls[0].Arguments) != `{"path":"a<b}<esc€c"}` {
+		t.Fatalf("%v %v", calls, err)
+	}
 	if !m.CanStop() || m.Done() || m.Calls() != 1 {
 		t.Fatalf("after one call: CanStop=%v Done=%v Calls=%d", m.CanStop(), m.Done(), m.Calls())
 	}
@@ -355,7 +377,10 @@ func TestGrammarRandomWalks(t *testing.T) {
 		}
 		// The grammar admits only the canonical rendering of its calls
 		// (keys in order, no whitespace), the form the prompt uses.
-		if utf8.ValidString(text) {
+		if !utf8.ValidString(text) {
+			t.Fatalf("walk %d: %q is not valid UTF-8", w, text)
+		}
+		{
 			var canon strings.Builder
 			for _, c := range calls {
 				f, err := FormatCall(c)

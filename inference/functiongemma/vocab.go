@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Token kinds in a Vocab.
@@ -34,7 +35,7 @@ type Vocab struct {
 	edgeByte []byte
 	edgeNode []int32
 	subEnd   []int32 // node -> end index in sorted of its subtree's tokens
-	hasLT    []bool  // node -> some piece continues with '<' below it
+	hasLT    []bool  // node -> some piece's rest below it holds '<' or is not valid UTF-8
 }
 
 // NewVocab builds a Vocab from the piece text of every token id and which
@@ -137,6 +138,12 @@ func (v *Vocab) newNode(lo, hi, depth int) int32 {
 		i++
 	}
 	v.nodeTokN = append(v.nodeTokN, int32(i-lo))
+	for k := i; k < hi; k++ {
+		if rest := v.piece(int(v.sorted[k]))[depth:]; bytes.IndexByte(rest, '<') >= 0 || !utf8.Valid(rest) {
+			v.hasLT[n] = true
+			break
+		}
+	}
 	type group struct{ lo, hi int }
 	var groups []group
 	for i < hi {
@@ -158,9 +165,6 @@ func (v *Vocab) newNode(lo, hi, depth int) int32 {
 	for k, gr := range groups {
 		child := v.newNode(gr.lo, gr.hi, depth+1)
 		v.edgeNode[first+int32(k)] = child
-		if v.edgeByte[first+int32(k)] == '<' || v.hasLT[child] {
-			v.hasLT[n] = true
-		}
 	}
 	return n
 }
