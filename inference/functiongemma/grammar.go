@@ -63,8 +63,10 @@ func WithMaxCalls(n int) GrammarOption { return maxCallsOpt(n) }
 // model must call. Only declared tools and keys appear; keys come in
 // alphabetical order (the order the declarations are rendered in); required
 // keys are mandatory and every other key optional (additionalProperties is
-// always treated as false); values follow the declared types: strings are
-// <escape>-delimited and never contain the text "<escape>", integers are
+// always treated as false); keys that cannot be bare are <escape>-delimited
+// like strings; values follow the declared types: strings are
+// <escape>-delimited, well-formed UTF-8 and never contain the text
+// "<escape>" (a string closes only between whole characters), integers are
 // -?(0|[1-9][0-9]*), numbers add an optional fraction and exponent, booleans
 // are true/false, null is null; enum and const become alternations of their
 // literals; arrays and nested objects are compiled recursively; a type list
