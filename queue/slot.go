@@ -43,6 +43,8 @@ type slot struct {
 	hbDeadline time.Time
 
 	evch chan evItem
+	// evPending counts events handed to evch and not yet published.
+	evPending atomic.Int64
 }
 
 type loggerish interface {
@@ -301,9 +303,11 @@ func (k jobSink) Emit(e loop.Event) {
 	if k.s.w.kinds != nil && !k.s.w.kinds[e.Kind] {
 		return
 	}
+	k.s.evPending.Add(1)
 	select {
 	case k.s.evch <- evItem{job: k.j, ev: e}:
 	default:
+		k.s.evPending.Add(-1)
 		k.j.dropped.Add(1)
 	}
 }
@@ -319,20 +323,25 @@ func (s *slot) publishEvents() {
 			close(it.flush)
 			continue
 		}
-		j := it.job
-		data, err := j.enc.Marshal(&Event{JobID: j.id, Attempt: j.attempt, Event: it.ev})
-		if err != nil {
-			j.dropped.Add(1)
-			continue
-		}
-		m := &nats.Msg{Subject: j.evSubject, Data: data, Header: outHeader(j)}
-		if err := s.nc.PublishMsg(m); err != nil {
-			j.dropped.Add(1)
-			continue
-		}
-		if j.replyTo != "" {
-			_ = s.nc.PublishMsg(&nats.Msg{Subject: j.replyTo + ".events", Data: data, Header: m.Header})
-		}
+		s.publishEvent(it)
+		s.evPending.Add(-1)
+	}
+}
+
+func (s *slot) publishEvent(it evItem) {
+	j := it.job
+	data, err := j.enc.Marshal(&Event{JobID: j.id, Attempt: j.attempt, Event: it.ev})
+	if err != nil {
+		j.dropped.Add(1)
+		return
+	}
+	m := &nats.Msg{Subject: j.evSubject, Data: data, Header: outHeader(j)}
+	if err := s.nc.PublishMsg(m); err != nil {
+		j.dropped.Add(1)
+		return
+	}
+	if j.replyTo != "" {
+		_ = s.nc.PublishMsg(&nats.Msg{Subject: j.replyTo + ".events", Data: data, Header: m.Header})
 	}
 }
 
@@ -348,6 +357,9 @@ func outHeader(j *job) nats.Header {
 // flushEvents waits until every event emitted so far was handed to the
 // connection.
 func (s *slot) flushEvents() {
+	if s.evPending.Load() == 0 {
+		return // the publisher has caught up: nothing to wait for
+	}
 	ch := make(chan struct{})
 	s.evch <- evItem{flush: ch}
 	<-ch

@@ -582,3 +582,46 @@ func TestClientQueuedStatusIsTakenOver(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 }
+
+func TestPoisonDoesNotTouchAFinishedJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
+	sub := b.subscribe(ResultSubject("fin-1"))
+	b.publish(newReq("fin-1"), JSON, "")
+	if r := b.result(sub); r.State != StateSucceeded {
+		t.Fatalf("%+v", r)
+	}
+	b.status("fin-1", StateSucceeded)
+
+	// A bad copy (dedupe id differs from job_id) and one with an unusable
+	// Reply-To: both poison, neither may overwrite fin-1's status or result.
+	m, err := NewRequestMsg(newReq("fin-1"), JSON, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Header.Set(HeaderMsgID, "someone-else")
+	b.publishMsg(m)
+	m2, err := NewRequestMsg(newReq("reply-bad"), JSON, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2.Header.Set(HeaderReplyTo, "agents.results.steal")
+	sub2 := b.subscribe(ResultSubject("reply-bad"))
+	b.publishMsg(m2)
+	if r := b.result(sub2); r.State != StateDead || r.ErrorCode != CodeInvalidRequest || !strings.Contains(r.Error, "Reply-To") {
+		t.Fatalf("bad Reply-To: %+v", r)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.status("fin-1", StateSucceeded); st.Code != "" {
+		t.Fatalf("fin-1 status changed: %+v", st)
+	}
+	if n := b.countSubject(StreamResults, ResultSubject("fin-1")); n != 1 {
+		t.Fatalf("fin-1 has %d results", n)
+	}
+	if n := b.countSubject(StreamDLQ, DLQSubject("lint")); n != 2 {
+		t.Fatalf("%d dead letters, want 2", n)
+	}
+}
