@@ -625,3 +625,41 @@ func TestPoisonDoesNotTouchAFinishedJob(t *testing.T) {
 		t.Fatalf("%d dead letters, want 2", n)
 	}
 }
+
+func TestRedeliveryWithStoredResultIsNotRunAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	g := newGate(false)
+	w := b.worker(func(int) Processor { return g }, func(c *Config) {
+		c.Heartbeat = -1
+		c.Streams.AckWait = 300 * time.Millisecond
+	})
+	b.publish(newReq("stored-1"), JSON, "")
+	g.waitStarted(t) // attempt 1 hangs without heartbeats
+	// As if attempt 1 had stored its result and died before its status and
+	// ack: the redelivery must find the result and not run the job.
+	res := &AgentResult{Version: 1, JobID: "stored-1", Operation: "lint", State: StateSucceeded, Status: "success", Attempts: 1}
+	data, _ := JSON.Marshal(res)
+	m := nats.NewMsg(ResultSubject("stored-1"))
+	m.Data = data
+	m.Header.Set(HeaderMsgID, ResultMsgID("stored-1"))
+	m.Header.Set(HeaderContentType, ContentTypeJSON)
+	b.publishMsg(m)
+	st := b.status("stored-1", StateSucceeded)
+	if st.Attempt != 2 {
+		t.Fatalf("status %+v, want written by attempt 2", st)
+	}
+	close(g.release)
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if g.calls.Load() != 1 || w.Stats().Duplicates != 1 {
+		t.Fatalf("runs %d, stats %+v", g.calls.Load(), w.Stats())
+	}
+	if n := b.countSubject(StreamResults, ResultSubject("stored-1")); n != 1 {
+		t.Fatalf("%d results", n)
+	}
+	if info := b.consumerInfo("lint"); info.NumPending != 0 || info.NumAckPending != 0 {
+		t.Fatalf("consumer: pending %d ack pending %d", info.NumPending, info.NumAckPending)
+	}
+}
