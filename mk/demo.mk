@@ -1,8 +1,16 @@
-# The demo: owned by the queue/worker work (issue 5). Until the worker lands it
-# says what it will do.
-.PHONY: demo
-demo: ## run a real demo job end to end on an embedded NATS server
-	@echo "make demo will: generate the random-weight FunctionGemma-shaped model if missing,"
-	@echo "start a worker with an embedded NATS server, enqueue a lint job on a sample file,"
-	@echo "show the per-turn events and the result with its diff, then stop the worker."
-	@echo "(the worker and queue are not built yet)"
+# The demo and the binaries: owned by the worker/enqueue work (issue 5).
+# `make build` builds bin/worker (with the llama.cpp backend, so it needs the
+# cgo flags and headers of mk/inference.mk) and bin/enqueue. `make demo` runs
+# testdata/demo/demo.sh: a real lint job end to end on an embedded NATS server
+# with the generated random-weight model (DEMO_BACKEND=scripted skips llama.cpp).
+
+BIN ?= bin
+
+.PHONY: build demo
+
+build: llama-headers monty ## build bin/worker (llama.cpp backend included) and bin/enqueue
+	$(GO) build -o $(BIN)/worker ./cmd/worker
+	$(GO) build -o $(BIN)/enqueue ./cmd/enqueue
+
+demo: llama-headers model $(DEMO_DEPS) ## run a real lint job end to end: worker + embedded NATS + llama.cpp, enqueue, diff
+	@GO=$(GO) bash testdata/demo/demo.sh

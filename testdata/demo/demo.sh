@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The fleet demo (run it with `make demo`, which exports the llama.cpp cgo
+# flags and fetches Monty): build the binaries, start a worker with an
+# embedded NATS server on a free port in a temporary folder, enqueue a lint job
+# on testdata/demo/src/inventory/stock.py, show its events and its result with
+# the diff, then stop the worker with SIGTERM.
+#
+# Environment: GO (go), DEMO_BACKEND (llama, or scripted to skip llama.cpp),
+# FLEET_MODEL_PATH (a real FunctionGemma GGUF instead of the generated one),
+# DEMO_MAX_TURNS (6), DEMO_KEEP=1 keeps the temporary folder.
+set -euo pipefail
+
+GO=${GO:-go}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+MODEL=${FLEET_MODEL_PATH:-models/functiongemma-270m-random-q8_0.gguf}
+BACKEND=${DEMO_BACKEND:-llama}
+MAX_TURNS=${DEMO_MAX_TURNS:-6}
+SAMPLE=testdata/demo/src/inventory/stock.py
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+banner() {
+	echo "################################################################################"
+	for l in "$@"; do echo "# $l"; done
+	echo "################################################################################"
+}
+
+mkdir -p bin
+say "building bin/worker and bin/enqueue"
+if [ "$BACKEND" = llama ]; then
+	if ! "$GO" build -o bin/worker ./cmd/worker; then
+		BACKEND=scripted
+		banner "THE LLAMA.CPP BACKEND DID NOT BUILD (see the errors above)." \
+			"FALLING BACK TO THE SCRIPTED BACKEND: the 'model' replays testdata/demo/scripts/lint.yaml." \
+			"Nothing below is model inference."
+	fi
+fi
+if [ "$BACKEND" = scripted ]; then
+	"$GO" build -tags nollama -o bin/worker ./cmd/worker
+fi
+"$GO" build -o bin/enqueue ./cmd/enqueue
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/fleet-demo.XXXXXX")
+WORKER_PID=""
+cleanup() {
+	if [ -n "$WORKER_PID" ] && kill -0 "$WORKER_PID" 2>/dev/null; then
+		kill -TERM "$WORKER_PID" 2>/dev/null || true
+		wait "$WORKER_PID" 2>/dev/null || true
+	fi
+	if [ "${DEMO_KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+
+cat >"$TMP/fleet.yaml" <<EOF
+nats:
+  embedded:
+    listen: 127.0.0.1:0        # any free port
+    store_dir: $TMP/nats
+worker:
+  slots: 1
+  agents_dir: $ROOT/agents
+  workspace_dir: $TMP/workspaces
+  name: demo-worker
+model:
+  backend: $BACKEND
+  path: $ROOT/$MODEL
+  scripted:
+    script: $ROOT/testdata/demo/scripts/lint.yaml
+monty:
+  binary: $ROOT/.build/monty/monty
+queue:
+  drain_grace: 20s
+EOF
+if [ "$BACKEND" = llama ]; then
+	[ -f "$MODEL" ] || { echo "demo: model $MODEL is missing: run make model" >&2; exit 1; }
+	if [ -z "${FLEET_MODEL_PATH:-}" ]; then
+		banner "MODEL: $MODEL" \
+			"This GGUF was GENERATED with RANDOM WEIGHTS (make model): it has FunctionGemma-270M's" \
+			"shape and tokenizer, and strict mode keeps every tool call grammar-valid, but its" \
+			"choices are MEANINGLESS. Expect odd calls, a failed job or an empty diff." \
+			"For real answers point the worker at a real FunctionGemma GGUF:" \
+			"  model.path in the worker's YAML config, or FLEET_MODEL_PATH=/path/model.gguf make demo"
+	else
+		banner "MODEL: $MODEL (from FLEET_MODEL_PATH)"
+	fi
+fi
+
+say "starting the worker (backend $BACKEND, embedded NATS, data in $TMP)"
+# The worker reads model.path from the config; FLEET_MODEL_PATH would also do.
+FLEET_MODEL_PATH= bin/worker -config "$TMP/fleet.yaml" -ready-file "$TMP/ready" -log-format text >"$TMP/worker.log" 2>&1 &
+WORKER_PID=$!
+for _ in $(seq 600); do
+	[ -f "$TMP/ready" ] && break
+	if ! kill -0 "$WORKER_PID" 2>/dev/null; then
+		echo "demo: the worker exited during start-up:" >&2
+		cat "$TMP/worker.log" >&2
+		WORKER_PID=""
+		exit 1
+	fi
+	sleep 0.1
+done
+[ -f "$TMP/ready" ] || { echo "demo: the worker did not become ready in 60s" >&2; cat "$TMP/worker.log" >&2; exit 1; }
+URL=$(cat "$TMP/ready")
+grep -E 'embedded NATS|model backend ready|worker serving' "$TMP/worker.log" | sed 's/^/  worker: /' || true
+
+say "enqueue run lint $SAMPLE --max-turns $MAX_TURNS"
+set +e
+bin/enqueue --nats-url "$URL" run lint "$SAMPLE" --max-turns "$MAX_TURNS" --timeout 4m
+RC=$?
+set -e
+echo "(enqueue exit code $RC: 0 succeeded, 1 the job failed; the demo itself worked either way)"
+
+say "stopping the worker (SIGTERM: drain, then exit)"
+kill -TERM "$WORKER_PID"
+wait "$WORKER_PID" || true
+WORKER_PID=""
+grep -E 'signal received|drained' "$TMP/worker.log" | sed 's/^/  worker: /' || true
+
+if [ "$BACKEND" = llama ] && [ -z "${FLEET_MODEL_PATH:-}" ]; then
+	echo
+	banner "Reminder: the model above has RANDOM WEIGHTS; its tool calls are valid but meaningless." \
+		"Use a real FunctionGemma GGUF via model.path or FLEET_MODEL_PATH for real fixes."
+fi
+if [ "$BACKEND" = scripted ]; then
+	banner "This run used the SCRIPTED backend, not llama.cpp."
+fi
+[ "$RC" -le 1 ] || exit "$RC"
