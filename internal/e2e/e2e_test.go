@@ -385,4 +385,3 @@ func TestLlamaWorker(t *testing.T) {
 		t.Fatalf("worker exit: %v", err)
 	}
 }
-
