@@ -291,6 +291,32 @@ func (o RunOptions) ToolTimeout() time.Duration {
 	return time.Duration(o.ToolTimeoutMS) * time.Millisecond
 }
 
+// Apply returns base with the request's non-zero limits applied (for a
+// per-job loop.New); a total timeout below the step timeout also lowers the
+// step timeout. The loop lets an agent definition's max_turns win over
+// Config.MaxTurns, so a processor honouring options.max_turns also sets it on
+// its copy of the definition.
+func (o RunOptions) Apply(base loop.Config) loop.Config {
+	if o.MaxTurns > 0 {
+		base.MaxTurns = o.MaxTurns
+	}
+	if o.StepTimeoutMS > 0 {
+		base.StepTimeout = o.StepTimeout()
+	}
+	if o.TotalTimeoutMS > 0 {
+		base.TotalTimeout = o.TotalTimeout()
+	}
+	if o.ToolTimeoutMS > 0 {
+		base.ToolTimeout = o.ToolTimeout()
+	}
+	// A total shorter than the step timeout (or than its default) lowers
+	// the step timeout to it, which the loop requires.
+	if o.TotalTimeoutMS > 0 && (base.StepTimeout == 0 || base.StepTimeout > base.TotalTimeout) {
+		base.StepTimeout = base.TotalTimeout
+	}
+	return base
+}
+
 // RunRequest is one job: run the operation's agent on a node, in a workspace
 // holding Files. It is published to agents.run.<operation> with Nats-Msg-Id
 // set to JobID.

@@ -271,3 +271,22 @@ func FuzzDecodeRunRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestRunOptionsApply(t *testing.T) {
+	t.Parallel()
+	base := loop.Config{MaxTurns: 10, StepTimeout: time.Minute, ToolTimeout: time.Second}
+	got := RunOptions{MaxTurns: 3, TotalTimeoutMS: 5000}.Apply(base)
+	if got.MaxTurns != 3 || got.StepTimeout != 5*time.Second || got.TotalTimeout != 5*time.Second || got.ToolTimeout != time.Second {
+		t.Fatalf("%+v", got)
+	}
+	if _, err := loop.New(got); err != nil {
+		t.Fatal(err)
+	}
+	got = RunOptions{StepTimeoutMS: 2000}.Apply(loop.Config{})
+	if got.StepTimeout != 2*time.Second || got.TotalTimeout != 0 {
+		t.Fatalf("%+v", got)
+	}
+	if _, err := loop.New(RunOptions{TotalTimeoutMS: 1000}.Apply(loop.Config{})); err != nil {
+		t.Fatal(err)
+	}
+}
