@@ -68,6 +68,7 @@ type job struct {
 	enqueued  time.Time
 	dropped   atomic.Int64
 	evSubject string
+	evHeader  nats.Header // shared by the job's events; read-only once built
 }
 
 type evItem struct {
@@ -335,7 +336,10 @@ func (s *slot) publishEvent(it evItem) {
 		j.dropped.Add(1)
 		return
 	}
-	m := &nats.Msg{Subject: j.evSubject, Data: data, Header: outHeader(j)}
+	if j.evHeader == nil {
+		j.evHeader = outHeader(j)
+	}
+	m := &nats.Msg{Subject: j.evSubject, Data: data, Header: j.evHeader}
 	if err := s.nc.PublishMsg(m); err != nil {
 		j.dropped.Add(1)
 		return
