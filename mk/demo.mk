@@ -2,7 +2,9 @@
 # `make build` builds bin/worker (with the llama.cpp backend, so it needs the
 # cgo flags and headers of mk/inference.mk) and bin/enqueue. `make demo` runs
 # testdata/demo/demo.sh: a real lint job end to end on an embedded NATS server
-# with the generated random-weight model (DEMO_BACKEND=scripted skips llama.cpp).
+# with the generated random-weight model. When the llama.cpp headers are
+# missing it falls back, loudly, to the scripted backend
+# (DEMO_BACKEND=scripted forces that).
 
 BIN ?= bin
 
@@ -12,5 +14,10 @@ build: llama-headers monty ## build bin/worker (llama.cpp backend included) and 
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 	$(GO) build -o $(BIN)/enqueue ./cmd/enqueue
 
-demo: llama-headers model $(DEMO_DEPS) ## run a real lint job end to end: worker + embedded NATS + llama.cpp, enqueue, diff
-	@GO=$(GO) bash testdata/demo/demo.sh
+demo: model $(DEMO_DEPS) ## run a real lint job end to end: worker + embedded NATS + llama.cpp, enqueue, diff
+	@backend=$${DEMO_BACKEND:-llama}; \
+	if [ "$$backend" = llama ] && ! $(MAKE) --no-print-directory llama-headers; then \
+		echo "demo: the llama.cpp build cannot work here (see above): USING THE SCRIPTED BACKEND INSTEAD" >&2; \
+		backend=scripted; \
+	fi; \
+	GO=$(GO) DEMO_BACKEND=$$backend bash testdata/demo/demo.sh

@@ -129,7 +129,7 @@ func (p *printer) result(r *queue.AgentResult) {
 		fmt.Fprintf(p.w, "error:    %s\n", r.Error)
 	}
 	if r.Summary != "" {
-		fmt.Fprintf(p.w, "summary:  %s\n", r.Summary)
+		fmt.Fprintf(p.w, "summary:  %s\n", capLine(r.Summary, 400))
 	}
 	fmt.Fprintf(p.w, "turns:    %d, %d tool call(s); tokens %d prompt (%d cached) + %d generated\n",
 		r.Turns, r.ToolCalls, r.Usage.PromptTokens, r.Usage.CachedTokens, r.Usage.CompletionTokens)

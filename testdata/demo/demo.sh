@@ -37,6 +37,9 @@ if [ "$BACKEND" = llama ]; then
 fi
 if [ "$BACKEND" = scripted ]; then
 	"$GO" build -tags nollama -o bin/worker ./cmd/worker
+	banner "BACKEND: SCRIPTED. The worker is built without llama.cpp (-tags nollama) and its" \
+		"'model' replays testdata/demo/scripts/lint.yaml: the tools, sandbox, workspace and queue" \
+		"are real, the model turns are not. Install g++, nlohmann-json3-dev and libstb-dev for llama.cpp."
 fi
 "$GO" build -o bin/enqueue ./cmd/enqueue
 
