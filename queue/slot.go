@@ -274,6 +274,8 @@ func (s *slot) heartbeat(stop <-chan struct{}) {
 		select {
 		case <-stop:
 			return
+		case <-s.w.abandon:
+			return
 		case now := <-t.C:
 			s.hbMu.Lock()
 			m, deadline := s.hbMsg, s.hbDeadline
@@ -436,8 +438,9 @@ func (s *slot) runJob(j *job) {
 	w := s.w
 	ctx, cancel := context.WithCancelCause(w.runCtx)
 	defer cancel(nil)
-	w.running.Store(j.id, &runningJob{cancel: cancel})
-	defer w.running.Delete(j.id)
+	rj := &runningJob{cancel: cancel}
+	w.register(j.id, rj)
+	defer w.unregister(j.id, rj)
 
 	// Claim the job: skip it if it already ended, else mark it running.
 	skip, running, err := s.claim(ctx, j)

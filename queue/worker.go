@@ -58,6 +58,10 @@ type Outcome struct {
 // queue, not failed.
 var ErrShutdown = errors.New("queue: worker shutting down")
 
+// ErrStuckSlots is returned by Stop when processors did not return within
+// StopTimeout after being canceled; their goroutines are abandoned.
+var ErrStuckSlots = errors.New("queue: processors did not return after cancellation")
+
 // CanceledError is the context cause of a job canceled on request.
 type CanceledError struct {
 	JobID  string
@@ -79,6 +83,7 @@ const (
 	DefaultRetryBackoff    = time.Second
 	DefaultMaxRetryBackoff = time.Minute
 	DefaultEventBuffer     = 1024
+	DefaultStopTimeout     = 10 * time.Second
 )
 
 // Config configures a Worker. The zero value of a field means its default.
@@ -108,6 +113,12 @@ type Config struct {
 	// them with ErrShutdown and handing them back. 0 = DefaultDrainGrace;
 	// -1 = cancel at once.
 	DrainGrace time.Duration
+	// StopTimeout is how long Stop waits, after canceling the jobs still
+	// running at the end of DrainGrace, for their processors to return.
+	// Slots still busy after it are abandoned: their heartbeats stop, so
+	// their jobs are redelivered after the ack wait, and Stop returns
+	// ErrStuckSlots. 0 = DefaultStopTimeout.
+	StopTimeout time.Duration
 	// RetryBackoff is the first NakWithDelay after a transient failure; it
 	// doubles per attempt up to MaxRetryBackoff, with jitter.
 	RetryBackoff    time.Duration
@@ -141,7 +152,7 @@ func (c *Config) validate() error {
 	if c.Slots < 0 {
 		return fmt.Errorf("%w: Slots must not be negative, got %d", ErrInvalidConfig, c.Slots)
 	}
-	if c.Heartbeat < -1 || c.DrainGrace < -1 || c.PullExpiry < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 || c.EventBuffer < 0 {
+	if c.Heartbeat < -1 || c.DrainGrace < -1 || c.PullExpiry < 0 || c.StopTimeout < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 || c.EventBuffer < 0 {
 		return fmt.Errorf("%w: durations and sizes must not be negative (Heartbeat and DrainGrace may be -1)", ErrInvalidConfig)
 	}
 	if len(c.Streams.Operations) == 0 {
@@ -176,6 +187,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: PullExpiry must be at least 10ms, got %s", ErrInvalidConfig, c.PullExpiry)
 	}
 	c.DrainGrace = cmp.Or(c.DrainGrace, DefaultDrainGrace)
+	c.StopTimeout = cmp.Or(c.StopTimeout, DefaultStopTimeout)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, DefaultRetryBackoff)
 	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, DefaultMaxRetryBackoff)
 	if c.MaxRetryBackoff < c.RetryBackoff {
@@ -235,7 +247,9 @@ type Worker struct {
 	cancelSb *nats.Subscription
 
 	kinds   map[loop.EventKind]bool // nil = all
-	running sync.Map                // job id -> *runningJob
+	runMu   sync.Mutex
+	running map[string][]*runningJob // job id -> its runs here (a redelivery may overlap a stale run)
+	abandon chan struct{}            // closed when Stop gives up on stuck slots
 	st      stats
 }
 
@@ -248,7 +262,8 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
-	w := &Worker{cfg: cfg, js: js, log: cfg.Logger.With("worker", cfg.Name)}
+	w := &Worker{cfg: cfg, js: js, log: cfg.Logger.With("worker", cfg.Name),
+		running: map[string][]*runningJob{}, abandon: make(chan struct{})}
 	if cfg.NoEvents || len(cfg.EventKinds) > 0 {
 		w.kinds = make(map[loop.EventKind]bool, len(cfg.EventKinds))
 		for _, k := range cfg.EventKinds {
@@ -367,13 +382,21 @@ func (w *Worker) Stop() error {
 		}
 		t.Stop()
 	}
-	<-done
 	w.cancel(ErrShutdown)
+	var err error
+	t := time.NewTimer(w.cfg.StopTimeout)
+	select {
+	case <-done:
+	case <-t.C:
+		close(w.abandon)
+		err = fmt.Errorf("%w (waited %s); their jobs will be redelivered", ErrStuckSlots, w.cfg.StopTimeout)
+		w.log.Error("abandoning stuck slots", "err", err)
+	}
+	t.Stop()
 	w.bgCancel()
 	w.bgWG.Wait()
-	var err error
 	if w.cancelSb != nil {
-		err = w.cancelSb.Unsubscribe()
+		err = errors.Join(err, w.cancelSb.Unsubscribe())
 	}
 	if ferr := w.cfg.Conn.FlushTimeout(5 * time.Second); ferr != nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
 		err = errors.Join(err, fmt.Errorf("queue: flush on stop: %w", ferr))
@@ -387,10 +410,35 @@ type runningJob struct {
 	cancel context.CancelCauseFunc
 }
 
+func (w *Worker) register(jobID string, r *runningJob) {
+	w.runMu.Lock()
+	w.running[jobID] = append(w.running[jobID], r)
+	w.runMu.Unlock()
+}
+
+func (w *Worker) unregister(jobID string, r *runningJob) {
+	w.runMu.Lock()
+	defer w.runMu.Unlock()
+	rs := w.running[jobID]
+	for i, x := range rs {
+		if x == r {
+			rs = append(rs[:i], rs[i+1:]...)
+			break
+		}
+	}
+	if len(rs) == 0 {
+		delete(w.running, jobID)
+	} else {
+		w.running[jobID] = rs
+	}
+}
+
 func (w *Worker) onCancel(m *nats.Msg) {
 	jobID := strings.TrimPrefix(m.Subject, SubjectCancelPrefix)
-	v, ok := w.running.Load(jobID)
-	if !ok {
+	w.runMu.Lock()
+	rs := append([]*runningJob(nil), w.running[jobID]...)
+	w.runMu.Unlock()
+	if len(rs) == 0 {
 		return
 	}
 	reason := ""
@@ -401,7 +449,9 @@ func (w *Worker) onCancel(m *nats.Msg) {
 		}
 	}
 	w.log.Info("cancel requested", "job", jobID, "reason", reason)
-	v.(*runningJob).cancel(&CanceledError{JobID: jobID, Reason: reason})
+	for _, r := range rs {
+		r.cancel(&CanceledError{JobID: jobID, Reason: reason})
+	}
 }
 
 // backoff is the delay before retry number attempt (from 1), with jitter in

@@ -663,3 +663,21 @@ func TestRedeliveryWithStoredResultIsNotRunAgain(t *testing.T) {
 		t.Fatalf("consumer: pending %d ack pending %d", info.NumPending, info.NumAckPending)
 	}
 }
+
+func TestStopAbandonsProcessorsThatIgnoreCancellation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	g := newGate(false) // ignores its context
+	w := b.worker(func(int) Processor { return g }, func(c *Config) {
+		c.Slots = 1
+		c.DrainGrace = -1
+		c.StopTimeout = 100 * time.Millisecond
+	})
+	b.publish(newReq("stuck-2"), JSON, "")
+	g.waitStarted(t)
+	err := w.Stop()
+	close(g.release) // let the abandoned goroutine finish (goleak)
+	if !errors.Is(err, ErrStuckSlots) {
+		t.Fatalf("Stop: %v", err)
+	}
+}
