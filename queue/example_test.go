@@ -1,0 +1,78 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue"
+)
+
+// A worker on an embedded server runs one job: the request goes out on
+// agents.run.lint, the events and the result come back on the job's
+// subjects.
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "fleet-example")
+	defer os.RemoveAll(dir)
+	srv, err := queue.StartEmbedded(ctx, queue.EmbeddedConfig{StoreDir: dir, NoListen: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown()
+	wnc, _ := srv.Connect()
+	defer wnc.Close()
+
+	// A processor that "lints" by counting lines; a real one runs the loop.
+	lint := queue.ProcessorFunc(func(ctx context.Context, req *queue.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
+		ev.Emit(loop.Event{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
+		ev.Emit(loop.Event{Kind: loop.EventFinished, Seq: 2, Turn: 1, Time: time.Now(), Status: loop.StatusSuccess})
+		return &queue.Outcome{Result: loop.Result{Status: loop.StatusSuccess,
+			Summary: fmt.Sprintf("%s has %d files", req.Node.Name, len(req.Files))}}, nil
+	})
+	w, err := queue.NewWorker(queue.Config{Conn: wnc, Operations: []string{"lint"}, Slots: 1, Name: "example",
+		NewProcessor: func(int) (queue.Processor, error) { return lint, nil }})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := w.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer w.Stop()
+
+	// The coordinator side: listen, then publish.
+	nc, _ := srv.Connect()
+	defer nc.Close()
+	events, _ := nc.SubscribeSync(queue.EventSubject("ex-1"))
+	results, _ := nc.SubscribeSync(queue.ResultSubject("ex-1"))
+	req := &queue.RunRequest{JobID: "ex-1", Operation: "lint",
+		Node:  agents.Node{Name: "app.py", Type: "file", FilePath: "app.py", Text: "import os\n"},
+		Files: map[string]string{"app.py": "import os\n"}}
+	msg, err := queue.NewRequestMsg(req, queue.Msgpack, "")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := nc.RequestMsg(msg, 5*time.Second); err != nil { // the reply is the PubAck
+		fmt.Println(err)
+		return
+	}
+	for range 2 {
+		m, _ := events.NextMsg(5 * time.Second)
+		e, _ := queue.DecodeEvent(m.Data, m.Header.Get(queue.HeaderContentType))
+		fmt.Println("event", e.Seq, e.Kind)
+	}
+	m, _ := results.NextMsg(5 * time.Second)
+	r, _ := queue.DecodeAgentResult(m.Data, m.Header.Get(queue.HeaderContentType))
+	fmt.Println(m.Header.Get(queue.HeaderContentType), r.State, r.Summary, "attempt", r.Attempts)
+	// Output:
+	// event 1 turn_started
+	// event 2 finished
+	// application/msgpack succeeded app.py has 1 files attempt 1
+}
