@@ -163,8 +163,14 @@ func TestNodeLoss(t *testing.T) {
 	for i, nd := range nodes {
 		// Each worker knows only its own node; it learns the others from
 		// the cluster (INFO connect_urls).
+		// The worker binary cannot be configured for R3 (see
+		// TestWorkerBinaryKeepsReplicas): the queue engine runs in child
+		// processes here.
 		workers = append(workers, startChild(t, childConfig{URL: nd.url(), Name: fmt.Sprintf("w%d", i+1), Slots: 2,
-			Job: 50 * time.Millisecond, Streams: streams}))
+			Job: 50 * time.Millisecond, Streams: streams, Engine: "child"}))
+	}
+	if got := streamReplicas(t, js, queue.StreamRuns); got != 3 {
+		t.Fatalf("FLEET_RUNS has %d replicas after the workers started, want 3", got)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -233,7 +239,7 @@ func TestNodeLoss(t *testing.T) {
 		if !w.alive() {
 			t.Errorf("worker %s exited:\n%s", w.name, w.logTail())
 		}
-		if err := w.stop(15 * time.Second); err != nil {
+		if err := w.stop(30 * time.Second); err != nil {
 			t.Errorf("stop %s: %v\n%s", w.name, err, w.logTail())
 		}
 	}
@@ -293,3 +299,53 @@ func (l tlog) Errorf(f string, v ...any)  { l.t.Logf(l.name+" ERR: "+f, v...) }
 func (l tlog) Fatalf(f string, v ...any)  { l.t.Logf(l.name+" FATAL: "+f, v...) }
 func (l tlog) Debugf(f string, v ...any)  {}
 func (l tlog) Tracef(f string, v ...any)  {}
+
+// streamReplicas reads a stream's configured replica count.
+func streamReplicas(t *testing.T, js jetstream.JetStream, stream string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Config.Replicas
+}
+
+// TestWorkerBinaryKeepsReplicas: an operator creates fleet's streams with 3
+// replicas on a 3-node cluster, then starts the worker binary. The worker
+// must not reduce them: every worker calls queue.EnsureStreams at start,
+// which updates existing streams to its own StreamsConfig, and cmd/worker
+// has no setting for Replicas (config.Queue has none), so it passes 0 = 1.
+func TestWorkerBinaryKeepsReplicas(t *testing.T) {
+	t.Parallel()
+	if !useBinary(t) {
+		t.Skip("FLEET_RELIABILITY_WORKER=child: this test is about the worker binary")
+	}
+	nodes := startCluster(t)
+	nc := dial(t, nodes[0].url())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := streamsEnv{AckWait: 2 * time.Second, MaxDeliver: 20, Replicas: 3}
+	ensureStreams(t, js, streams.config())
+	w := startChild(t, childConfig{URL: nodes[1].url(), Name: "w1", Slots: 1, Job: 10 * time.Millisecond, Streams: streams})
+	defer func() { _ = w.stop(30 * time.Second) }()
+	var bad []string
+	for _, s := range []string{queue.StreamRuns, queue.StreamResults, queue.StreamDLQ, queue.StreamAdvisories, "KV_" + queue.BucketJobs} {
+		if got := streamReplicas(t, js, s); got != 3 {
+			bad = append(bad, fmt.Sprintf("%s=%d", s, got))
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("BUG (cmd/worker, config): starting the worker binary scaled the operator's R3 streams down: %s. "+
+			"config.Queue has no replicas setting and cmd/worker leaves queue.StreamsConfig.Replicas at 0 (= 1); "+
+			"EnsureStreams then updates the existing streams. On a cluster a single node loss then stalls every worker "+
+			"(pulls answered 503 no responders) until that node returns.", strings.Join(bad, ", "))
+	}
+}

@@ -69,7 +69,7 @@ func TestWorkerCrash(t *testing.T) {
 	}
 	elapsed := time.Since(start)
 	for _, p := range []*proc{steady, victim} {
-		if err := p.stop(15 * time.Second); err != nil {
+		if err := p.stop(30 * time.Second); err != nil {
 			t.Errorf("stop %s: %v\n%s", p.name, err, p.logTail())
 		}
 	}

@@ -31,11 +31,84 @@ import (
 // into a worker process (childMain) instead of running tests.
 const childEnv = "FLEET_RELIABILITY_CHILD"
 
+// workerEnv selects the worker processes: "binary" (the default) builds
+// and runs the real cmd/worker with the scripted model backend; "child" runs
+// this test binary's queue.Worker with a scripted processor instead (no
+// Monty, no Cairn: the queue engine alone).
+const workerEnv = "FLEET_RELIABILITY_WORKER"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+func useBinary(t *testing.T) bool {
+	switch v := os.Getenv(workerEnv); v {
+	case "", "binary":
+		return true
+	case "child":
+		return false
+	default:
+		t.Fatalf("%s=%q: want binary or child", workerEnv, v)
+		return false
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	buildErr  error
+)
+
+// workerBinary builds cmd/worker once per test run (with the nollama tag:
+// the scripted backend needs no llama.cpp, and the build stays fast).
+func workerBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := repoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		if binDir, buildErr = os.MkdirTemp("", "fleet-reliability-"); buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "worker")
+		cmd := exec.Command("go", "build", "-tags", "nollama", "-o", binPath, "./cmd/worker")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/worker: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// repoRoot is the folder holding go.mod above the working directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
 }
 
 // scale reads FLEET_RELIABILITY_SCALE for a test.
@@ -71,6 +144,9 @@ type childConfig struct {
 	Slots      int           // FLEET_REL_SLOTS
 	Job        time.Duration // how long each job runs (FLEET_REL_JOB)
 	Streams    streamsEnv
+	// Engine forces the test-binary child ("child") whatever
+	// FLEET_RELIABILITY_WORKER says; "" = the default choice.
+	Engine string
 }
 
 // streamsEnv is the stream configuration every process of a test must share
@@ -231,9 +307,13 @@ func startChild(t *testing.T, cfg childConfig) *proc {
 	return p
 }
 
-// launchChild starts a worker process without waiting for it.
+// launchChild starts a worker process without waiting for it: the real
+// cmd/worker binary, or this test binary as a child (FLEET_RELIABILITY_WORKER).
 func launchChild(t *testing.T, cfg childConfig) *proc {
 	t.Helper()
+	if cfg.Engine != "child" && useBinary(t) {
+		return launchBinary(t, cfg)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -254,6 +334,7 @@ func launchChild(t *testing.T, cfg childConfig) *proc {
 		t.Fatal(err)
 	}
 	p := &proc{t: t, name: cfg.Name, cmd: cmd, ready: make(chan struct{}), exited: make(chan struct{}), logPath: logPath}
+	keepLogOnFailure(t, p)
 	go func() {
 		sc := bufio.NewScanner(out)
 		once := sync.Once{}
@@ -266,6 +347,111 @@ func launchChild(t *testing.T, cfg childConfig) *proc {
 		p.waitErr = cmd.Wait()
 		_ = logf.Close()
 		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p
+}
+
+// launchBinary starts the real worker binary: the repository's lint agent,
+// the scripted model backend holding each job for cfg.Job before
+// submit_result (through the real loop, Cairn workspace and Monty sandbox),
+// and the queue settings of cfg. Readiness is its -ready-file.
+func launchBinary(t *testing.T, cfg childConfig) *proc {
+	t.Helper()
+	bin := workerBinary(t)
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	montyBin := filepath.Join(root, ".build", "monty", "monty")
+	if _, err := os.Stat(montyBin); err != nil {
+		t.Fatalf("the Monty binary is missing (make monty): %v", err)
+	}
+	dir := t.TempDir()
+	agentsDir := filepath.Join(dir, "agents")
+	if err := os.CopyFS(filepath.Join(agentsDir, "lint"), os.DirFS(filepath.Join(root, "agents", "lint"))); err != nil {
+		t.Fatal(err)
+	}
+	scriptPath := filepath.Join(dir, "script.yaml")
+	script := fmt.Sprintf("steps:\n  - delay: %s\n    submit: {summary: held, changed_files: []}\n", cfg.Job)
+	if err := os.WriteFile(scriptPath, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lines := []string{"nats:"}
+	if cfg.EmbedStore != "" {
+		lines = append(lines, "  embedded:", fmt.Sprintf("    listen: 127.0.0.1:%d", cfg.EmbedPort), "    store_dir: "+cfg.EmbedStore)
+	} else {
+		lines = append(lines, "  url: "+cfg.URL)
+	}
+	lines = append(lines,
+		"queue:",
+		"  ack_wait: "+cfg.Streams.AckWait.String(),
+		"  max_deliver: "+strconv.Itoa(cfg.Streams.MaxDeliver),
+		"  backoff: [50ms, 200ms]",
+		"  drain_grace: 5s",
+		"worker:",
+		"  slots: "+strconv.Itoa(cfg.Slots),
+		"  name: "+cfg.Name,
+		"  agents_dir: "+agentsDir,
+		"  operations: [lint]",
+		"  workspace_dir: "+filepath.Join(dir, "workspaces"),
+		"model:",
+		"  backend: scripted",
+		"  scripted:",
+		"    script: "+scriptPath,
+		"monty:",
+		"  binary: "+montyBin,
+		"")
+	cfgPath := filepath.Join(dir, "fleet.yaml")
+	if err := os.WriteFile(cfgPath, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ready := filepath.Join(dir, "ready")
+	cmd := exec.Command(bin, "-config", cfgPath, "-ready-file", ready, "-log-format", "text")
+	cmd.Dir = dir
+	for _, kv := range os.Environ() { // the test's file, not the caller's FLEET_* variables
+		if !strings.HasPrefix(kv, "FLEET_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	logPath := filepath.Join(dir, "worker.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{t: t, name: cfg.Name, cmd: cmd, ready: make(chan struct{}), exited: make(chan struct{}), logPath: logPath}
+	keepLogOnFailure(t, p)
+	go func() {
+		p.waitErr = cmd.Wait()
+		_ = logf.Close()
+		close(p.exited)
+	}()
+	go func() {
+		// The worker writes the ready file once it serves: poll it.
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if b, err := os.ReadFile(ready); err == nil && strings.HasSuffix(string(b), "\n") {
+				close(p.ready)
+				return
+			}
+			select {
+			case <-p.exited:
+				return
+			case <-tick.C:
+			}
+		}
 	}()
 	t.Cleanup(func() {
 		select {
@@ -758,4 +944,26 @@ func grepLog(p *proc, words ...string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// keepLogOnFailure copies p's log next to the test's other output (under
+// $FLEET_RELIABILITY_LOGS, default the OS temp folder) when the test fails,
+// and logs where.
+func keepLogOnFailure(t *testing.T, p *proc) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		<-p.exited
+		dir := os.Getenv("FLEET_RELIABILITY_LOGS")
+		if dir == "" {
+			dir = filepath.Join(os.TempDir(), "fleet-reliability-logs")
+		}
+		_ = os.MkdirAll(dir, 0o755)
+		b, _ := os.ReadFile(p.logPath)
+		dst := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+p.name+"-"+strconv.Itoa(p.cmd.Process.Pid)+".log")
+		if err := os.WriteFile(dst, b, 0o644); err == nil {
+			t.Logf("log of worker %s kept in %s", p.name, dst)
+		}
+	})
 }

@@ -212,7 +212,7 @@ func TestPoisonRequests(t *testing.T) {
 	if !w.alive() {
 		crashes = 1
 	}
-	if err := w.stop(15 * time.Second); err != nil {
+	if err := w.stop(30 * time.Second); err != nil {
 		t.Errorf("stop: %v\n%s", err, w.logTail())
 	}
 	report(t, Summary{Test: "poison-requests", Jobs: len(battery) + 1, Elapsed: time.Since(start),

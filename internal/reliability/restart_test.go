@@ -127,7 +127,7 @@ func serverRestart(t *testing.T, embedded bool) {
 	// Reconnected by themselves: they kept producing results after each
 	// restart (above) and still drain cleanly now.
 	for _, w := range workers {
-		if err := w.stop(15 * time.Second); err != nil {
+		if err := w.stop(30 * time.Second); err != nil {
 			t.Errorf("stop %s: %v\n%s", w.name, err, w.logTail())
 		}
 	}
@@ -136,7 +136,7 @@ func serverRestart(t *testing.T, embedded bool) {
 		t.Errorf("%d requests left in FLEET_RUNS, want 0", left)
 	}
 	if host != nil {
-		if err := host.stop(15 * time.Second); err != nil {
+		if err := host.stop(30 * time.Second); err != nil {
 			t.Errorf("stop host: %v\n%s", err, host.logTail())
 		}
 	}
