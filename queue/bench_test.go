@@ -308,6 +308,9 @@ func BenchmarkDispatchLatency(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer func() { _ = sub.Unsubscribe() }()
+		if err := e.nc.Flush(); err != nil { // the subscription exists before the first reply
+			b.Fatal(err)
+		}
 		lat := make([]time.Duration, 0, n)
 		for i := range n {
 			m := benchRequestMsg(b, fmt.Sprintf("raw-%d", i))

@@ -42,9 +42,16 @@ type slot struct {
 	hbMsg      *nats.Msg
 	hbDeadline time.Time
 
-	evch chan evItem
-	// evPending counts events handed to evch and not yet published.
-	evPending atomic.Int64
+	// Events: Emit appends to evq (never blocking); the publisher goroutine,
+	// or the slot itself when it needs the events out before the result,
+	// takes the whole queue and publishes it while holding pubMu, so events
+	// leave in emission order whoever publishes them.
+	evMu    sync.Mutex
+	evq     []evItem
+	evSpare []evItem
+	evWake  chan struct{}
+	evDone  chan struct{}
+	pubMu   sync.Mutex
 }
 
 type loggerish interface {
@@ -72,14 +79,13 @@ type job struct {
 }
 
 type evItem struct {
-	job   *job
-	ev    loop.Event
-	flush chan struct{}
+	job *job
+	ev  loop.Event
 }
 
 func newSlot(w *Worker, idx int, p Processor) *slot {
 	s := &slot{w: w, idx: idx, proc: p, nc: w.cfg.Conn, log: w.log.With("slot", idx),
-		evch: make(chan evItem, w.cfg.EventBuffer)}
+		evWake: make(chan struct{}, 1), evDone: make(chan struct{})}
 	for _, op := range w.cfg.Operations {
 		s.pullSubj = append(s.pullSubj, "$JS.API.CONSUMER.MSG.NEXT."+StreamRuns+"."+op)
 	}
@@ -97,7 +103,7 @@ func (s *slot) run() {
 	go func() { defer bg.Done(); s.publishEvents() }()
 	defer func() {
 		close(hbStop)
-		close(s.evch)
+		close(s.evDone)
 		bg.Wait()
 	}()
 	if err := s.subscribe(); err != nil {
@@ -306,28 +312,36 @@ func (k jobSink) Emit(e loop.Event) {
 	if k.s.w.kinds != nil && !k.s.w.kinds[e.Kind] {
 		return
 	}
-	k.s.evPending.Add(1)
-	select {
-	case k.s.evch <- evItem{job: k.j, ev: e}:
-	default:
-		k.s.evPending.Add(-1)
+	s := k.s
+	s.evMu.Lock()
+	if len(s.evq) >= s.w.cfg.EventBuffer {
+		s.evMu.Unlock()
 		k.j.dropped.Add(1)
+		return
+	}
+	s.evq = append(s.evq, evItem{job: k.j, ev: e})
+	s.evMu.Unlock()
+	select {
+	case s.evWake <- struct{}{}:
+	default:
 	}
 }
 
-// publishEvents publishes events in order. They go out as plain NATS
-// publishes on the worker's connection, which FLEET_RESULTS captures like any
-// other: no PubAck per event (the largest per-job cost of a short job
-// otherwise), and since the result follows on the same connection into the
-// same stream, every event is stored before the result is acknowledged.
+// publishEvents publishes queued events until the slot ends. They go out as
+// plain NATS publishes on the worker's connection, which FLEET_RESULTS
+// captures like any other: no PubAck per event (the largest per-job cost of
+// a short job otherwise), and since the result follows on the same
+// connection into the same stream, every event is stored before the result
+// is acknowledged.
 func (s *slot) publishEvents() {
-	for it := range s.evch {
-		if it.flush != nil {
-			close(it.flush)
-			continue
+	for {
+		select {
+		case <-s.evWake:
+			s.flushEvents()
+		case <-s.evDone:
+			s.flushEvents()
+			return
 		}
-		s.publishEvent(it)
-		s.evPending.Add(-1)
 	}
 }
 
@@ -360,15 +374,28 @@ func outHeader(j *job) nats.Header {
 	}
 }
 
-// flushEvents waits until every event emitted so far was handed to the
-// connection.
+// flushEvents publishes every event queued so far (or waits for the
+// publisher goroutine that is doing it), in order.
 func (s *slot) flushEvents() {
-	if s.evPending.Load() == 0 {
-		return // the publisher has caught up: nothing to wait for
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	s.evMu.Lock()
+	batch := s.evq
+	s.evq = s.evSpare[:0]
+	s.evMu.Unlock()
+	if len(batch) == 0 {
+		s.evMu.Lock()
+		s.evSpare = batch
+		s.evMu.Unlock()
+		return
 	}
-	ch := make(chan struct{})
-	s.evch <- evItem{flush: ch}
-	<-ch
+	for i := range batch {
+		s.publishEvent(batch[i])
+		batch[i] = evItem{}
+	}
+	s.evMu.Lock()
+	s.evSpare = batch[:0]
+	s.evMu.Unlock()
 }
 
 // handle processes one delivery end to end.
