@@ -239,6 +239,18 @@ func TestLintTools(t *testing.T) {
 		}
 	})
 
+	t.Run("crlf kept", func(t *testing.T) {
+		env := newToolEnv(t, defs["lint"], pool, node, map[string]string{"m.py": "import os\r\nx = 1 \r\nif x: y = 2\r\n"})
+		if got := strings.Join(issueCodes(env.call("run_linter", `{}`)), " "); got != "F401@1 W291@2 E701@3" {
+			t.Errorf("issues on a CRLF file = %s", got)
+		}
+		env.call("apply_fix", `{"issue_code":"E701","line_number":3}`)
+		env.call("apply_fix", `{"issue_code":"W291","line_number":2}`)
+		if got := env.file("m.py"); got != "import os\r\nx = 1\r\nif x:\r\n    y = 2\r\n" {
+			t.Errorf("CRLF file after fixes: %q", got)
+		}
+	})
+
 	t.Run("missing file", func(t *testing.T) {
 		env := newToolEnv(t, defs["lint"], pool, agents.Node{Name: "f", FilePath: "nope.py"}, map[string]string{"m.py": "x = 1\n"})
 		wantErr(t, env.call("run_linter", `{}`), "target file not found: nope.py")
