@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -672,5 +673,82 @@ func TestAgentsEndToEndReject(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// lintPolicy is a model that reads the latest tool result and fixes the
+// first auto-fixable issue it lists, using the line numbers of that result,
+// until none is left; then it submits. It checks that the results carry
+// what a model needs to continue (issues with codes, lines, fixable).
+func lintPolicy(fixed *int) looptest.Step {
+	return looptest.Func(func(_ context.Context, req *loop.Request) (*loop.Response, error) {
+		var last string
+		for i := len(req.Messages) - 1; i >= 0; i-- {
+			if req.Messages[i].Role == loop.RoleTool {
+				last = req.Messages[i].Content
+				break
+			}
+		}
+		var env struct {
+			Result struct {
+				Result struct {
+					Issues    []map[string]any `json:"issues"`
+					Remaining []map[string]any `json:"remaining"`
+				} `json:"result"`
+			} `json:"result"`
+		}
+		if err := json.Unmarshal([]byte(last), &env); err != nil {
+			return nil, fmt.Errorf("last tool message: %w", err)
+		}
+		issues := env.Result.Result.Issues
+		if issues == nil {
+			issues = env.Result.Result.Remaining
+		}
+		for _, is := range issues {
+			if is["fixable"] == true {
+				*fixed++
+				args, _ := json.Marshal(map[string]any{"issue_code": is["code"], "line_number": is["line"]})
+				return &loop.Response{Message: loop.Message{Role: loop.RoleAssistant,
+					ToolCalls: []loop.ToolCall{looptest.Call("apply_fix", string(args))}}}, nil
+			}
+		}
+		args, _ := json.Marshal(map[string]any{
+			"summary":       fmt.Sprintf("fixed %d issues", *fixed),
+			"changed_files": []string{targetFile},
+			"details":       map[string]any{"issues_fixed": *fixed, "issues_remaining": len(issues)},
+		})
+		return &loop.Response{Message: loop.Message{Role: loop.RoleAssistant,
+			ToolCalls: []loop.ToolCall{looptest.Call("submit_result", string(args))}}}, nil
+	})
+}
+
+// TestLintFollowsToolResults drives the lint agent with lintPolicy, top
+// down (so every fix shifts the lines below it): it must end with the same
+// file as the scripted bottom-up run.
+func TestLintFollowsToolResults(t *testing.T) {
+	defs := loadAgents(t)
+	pool := montytest.Pool(t, monty.Config{Size: 1})
+	fixed := 0
+	steps := []looptest.Step{call("run_linter", `{}`)}
+	for range 10 {
+		steps = append(steps, lintPolicy(&fixed))
+	}
+	env, res, _ := runE2E(t, e2eCase{op: "lint", steps: steps}, defs["lint"], pool)
+	if res.Status != loop.StatusSuccess {
+		t.Fatalf("status %s: %s", res.Status, res.Error)
+	}
+	if fixed != 6 || res.Details["issues_remaining"] != 1.0 {
+		t.Errorf("fixed %d, details %v; want 6 fixed, 1 remaining", fixed, res.Details)
+	}
+	diff, err := env.overlay.Diff(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("testdata/e2e/golden/lint.diff")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff != string(want) {
+		t.Errorf("top-down fixes differ from the bottom-up golden:\n%s", diff)
 	}
 }
