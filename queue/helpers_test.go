@@ -145,6 +145,19 @@ func (b *testBundle) result(sub *nats.Subscription) *AgentResult {
 	if err != nil {
 		b.t.Fatal(err)
 	}
+	// A core subscriber gets the result as the server routes it, before
+	// FLEET_RESULTS has stored it; wait for the stored copy, so that the
+	// result and every event published before it are in the stream.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := b.js.OrderedConsumer(ctx, StreamResults, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{ResultSubject(r.JobID)}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if _, err := c.Next(jetstream.FetchMaxWait(10 * time.Second)); err != nil {
+		b.t.Fatalf("result of %s not stored: %v", r.JobID, err)
+	}
 	return r
 }
 

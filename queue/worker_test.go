@@ -353,19 +353,19 @@ func TestLongJobIsNotRedeliveredWhileHeartbeating(t *testing.T) {
 	var calls atomic.Int64
 	proc := ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
 		calls.Add(1)
-		// The job's own work: four ack waits long.
+		// The job's own work: three ack waits long.
 		select {
-		case <-time.After(1200 * time.Millisecond):
+		case <-time.After(1800 * time.Millisecond):
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
 	})
-	b.worker(func(int) Processor { return proc }, func(c *Config) { c.Streams.AckWait = 300 * time.Millisecond })
+	b.worker(func(int) Processor { return proc }, func(c *Config) { c.Streams.AckWait = 600 * time.Millisecond })
 	sub := b.subscribe(ResultSubject("long-1"))
 	b.publish(newReq("long-1"), JSON, "")
 	r := b.result(sub)
-	if r.Attempts != 1 || calls.Load() != 1 || r.Timings.Run < 1200*time.Millisecond {
+	if r.Attempts != 1 || calls.Load() != 1 || r.Timings.Run < 1800*time.Millisecond {
 		t.Fatalf("attempts %d, runs %d, run %s", r.Attempts, calls.Load(), r.Timings.Run)
 	}
 	if info := b.consumerInfo("lint"); info.NumRedelivered != 0 {
@@ -679,5 +679,46 @@ func TestStopAbandonsProcessorsThatIgnoreCancellation(t *testing.T) {
 	close(g.release) // let the abandoned goroutine finish (goleak)
 	if !errors.Is(err, ErrStuckSlots) {
 		t.Fatalf("Stop: %v", err)
+	}
+}
+
+func TestEventDropPolicyAndKinds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const emitted = 200
+	proc := ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
+		for i := 1; i <= emitted; i++ {
+			k := loop.EventToolCall
+			if i == emitted {
+				k = loop.EventFinished
+			}
+			ev.Emit(loop.Event{Kind: k, Seq: i, Turn: 1})
+		}
+		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
+	})
+	b.worker(func(int) Processor { return proc }, func(c *Config) { c.Slots = 1; c.EventBuffer = 4 })
+	sub := b.subscribe(ResultSubject("flood-1"))
+	b.publish(newReq("flood-1"), JSON, "")
+	r := b.result(sub)
+	stored := b.countSubject(StreamResults, EventSubject("flood-1"))
+	if r.EventsDropped == 0 || int64(stored)+r.EventsDropped != emitted {
+		t.Fatalf("stored %d + dropped %d != emitted %d", stored, r.EventsDropped, emitted)
+	}
+	evs := b.storedEvents("flood-1")
+	for i := 1; i < len(evs); i++ {
+		if evs[i].Seq <= evs[i-1].Seq {
+			t.Fatalf("events out of order: %d after %d", evs[i].Seq, evs[i-1].Seq)
+		}
+	}
+
+	b2 := setup(t)
+	b2.worker(func(int) Processor { return proc }, func(c *Config) { c.EventKinds = []loop.EventKind{loop.EventFinished} })
+	sub2 := b2.subscribe(ResultSubject("kinds-1"))
+	b2.publish(newReq("kinds-1"), JSON, "")
+	if r := b2.result(sub2); r.EventsDropped != 0 {
+		t.Fatalf("filtered events counted as dropped: %+v", r)
+	}
+	if evs := b2.storedEvents("kinds-1"); len(evs) != 1 || evs[0].Kind != loop.EventFinished {
+		t.Fatalf("events %+v", evs)
 	}
 }
