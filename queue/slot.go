@@ -704,12 +704,15 @@ func (w *Worker) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reas
 		return false, fmt.Errorf("publish result: %w", err)
 	}
 	sf, serr := w.writeStatus(j, res.State, code, reason, j.rev)
-	if j.replyTo != "" {
-		_ = w.cfg.Conn.PublishMsg(&nats.Msg{Subject: j.replyTo + ".result", Data: data, Header: h})
-	}
 	w.st.eventsDropped.Add(j.dropped.Load())
 	select {
-	case <-rf.Ok():
+	case ack := <-rf.Ok():
+		// The live copy goes out only for the stored result: a stale
+		// attempt's late duplicate (dropped by the stream's dedupe) must
+		// not reach the Reply-To listener as a second result.
+		if j.replyTo != "" && !ack.Duplicate {
+			_ = w.cfg.Conn.PublishMsg(&nats.Msg{Subject: j.replyTo + ".result", Data: data, Header: h})
+		}
 	case err := <-rf.Err():
 		return false, fmt.Errorf("publish result: %w", err)
 	}
