@@ -152,3 +152,30 @@ func TestParse(t *testing.T) {
 		t.Errorf("ParseLevel(loud) error = %v", err)
 	}
 }
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"", "auto", "TEXT", "json", "debug", "info+2", "warn-1", "warning", "ERROR", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if fm, err := ParseFormat(s); err == nil {
+			if fm != FormatAuto && fm != FormatText && fm != FormatJSON {
+				t.Fatalf("ParseFormat(%q) = %q", s, fm)
+			}
+		} else if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("ParseFormat(%q) error %v does not wrap ErrInvalid", s, err)
+		}
+		l, err := ParseLevel(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("ParseLevel(%q) error %v does not wrap ErrInvalid", s, err)
+			}
+			return
+		}
+		// An accepted level prints as a name ParseLevel reads back.
+		back, err := ParseLevel(l.String())
+		if err != nil || back != l {
+			t.Fatalf("ParseLevel(%q) = %v; ParseLevel(%q) = %v, %v", s, l, l.String(), back, err)
+		}
+	})
+}
