@@ -16,7 +16,7 @@
 //
 //	jl := logging.WithJob(log, req.JobID, req.Operation)
 //	ctx = logging.ContextWithJob(ctx, req.JobID, req.Operation)
-//	jl.Info("job started")       // carries job_id and operation
+//	jl.Info("job started")       // carries job and operation
 //	log.InfoContext(ctx, "...")  // so does any record logged with ctx
 package logging
 
@@ -42,9 +42,10 @@ const (
 	FormatJSON = "json"
 )
 
-// Attribute keys carrying a job's identity.
+// Attribute keys carrying a job's identity; the same keys the queue and
+// jobrun packages log with.
 const (
-	KeyJobID     = "job_id"
+	KeyJobID     = "job"
 	KeyOperation = "operation"
 )
 
