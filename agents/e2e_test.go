@@ -168,9 +168,49 @@ func pymFiles(t *testing.T) []string {
 
 var sharedRE = regexp.MustCompile(`(?s)# >>> shared: (\w+)[^\n]*\n(.*?)\n# <<< shared: (\w+)`)
 
+var syncShared = flag.String("sync-shared", "", "copy the shared helper blocks of this .pym (relative to agents/) into every other .pym that has them")
+
+// syncSharedBlocks rewrites, in every .pym, each shared block that src also
+// has with src's version.
+func syncSharedBlocks(t *testing.T, src string, files []string) {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string]string{}
+	for _, m := range sharedRE.FindAllStringSubmatch(string(b), -1) {
+		blocks[m[1]] = m[2]
+	}
+	for _, f := range files {
+		old, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := sharedRE.ReplaceAllStringFunc(string(old), func(block string) string {
+			m := sharedRE.FindStringSubmatch(block)
+			body, ok := blocks[m[1]]
+			if !ok || m[1] != m[3] {
+				return block
+			}
+			return strings.Replace(block, m[2], body, 1)
+		})
+		if out != string(old) {
+			if err := os.WriteFile(f, []byte(out), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("synced shared blocks into %s", f)
+		}
+	}
+}
+
 // TestSharedBlocksIdentical checks that each helper block copied into
 // several .pym files (a .pym cannot import another) is the same everywhere.
+// After editing a block in one file, run
+// go test ./agents -run TestSharedBlocksIdentical -sync-shared=<that file>.
 func TestSharedBlocksIdentical(t *testing.T) {
+	if *syncShared != "" {
+		syncSharedBlocks(t, *syncShared, pymFiles(t))
+	}
 	first := map[string]string{}
 	firstFile := map[string]string{}
 	for _, f := range pymFiles(t) {
