@@ -1,6 +1,8 @@
 package examples
 
 import (
+	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
@@ -41,11 +46,34 @@ func workerBinary(t *testing.T) string {
 	return bin
 }
 
+// runningWorker is a worker process started by startWorkerBinary.
+type runningWorker struct {
+	// URL is the NATS client URL.
+	URL string
+	// logs returns what the worker logged so far.
+	logs func() string
+}
+
+// metricsAddr returns the address the worker's /metrics server logged it
+// listens on, or "" when it logged none.
+func (w *runningWorker) metricsAddr() string {
+	for _, line := range strings.Split(w.logs(), "\n") {
+		var rec struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "metrics server listening" {
+			return rec.Addr
+		}
+	}
+	return ""
+}
+
 // startWorkerBinary runs the real worker binary with its embedded NATS server
 // on a free port, the repository's lint agent and the scripted model backend
-// replaying script; it returns the NATS URL. The worker is drained with
+// replaying script, /metrics on a free port. The worker is drained with
 // SIGTERM at cleanup and must exit 0.
-func startWorkerBinary(t *testing.T, script string) string {
+func startWorkerBinary(t *testing.T, script string) *runningWorker {
 	t.Helper()
 	root := repoRoot(t)
 	montyBin := filepath.Join(root, ".build", "monty", "monty")
@@ -75,6 +103,7 @@ func startWorkerBinary(t *testing.T, script string) string {
 		"  agents_dir: " + agentsDir,
 		"  operations: [lint]",
 		"  workspace_dir: " + filepath.Join(dir, "workspaces"),
+		"  metrics_listen: 127.0.0.1:0",
 		"model:",
 		"  backend: scripted",
 		"  scripted:",
@@ -143,20 +172,20 @@ func startWorkerBinary(t *testing.T, script string) string {
 		case <-tick.C:
 		}
 		if b, err := os.ReadFile(ready); err == nil && strings.HasSuffix(string(b), "\n") {
-			return strings.TrimSpace(string(b))
+			return &runningWorker{URL: strings.TrimSpace(string(b)), logs: logText}
 		}
 	}
 }
 
 func TestNodeExampleAgainstWorkerBinary(t *testing.T) {
 	nodeScript(t)
-	url := startWorkerBinary(t, `steps:
+	w := startWorkerBinary(t, `steps:
   - call: run_linter
   - submit: {status: success, summary: "checked by the scripted model", changed_files: []}
 `)
 	dir := writeSample(t)
 	const jobID = "node-binary-1"
-	lines, stderr, code := runNode(t, dir, "--server", url, "--operation", "lint", "--file", "src/app.py",
+	lines, stderr, code := runNode(t, dir, "--server", w.URL, "--operation", "lint", "--file", "src/app.py",
 		"--job-id", jobID, "--timeout", "120")
 	if code != 0 {
 		t.Fatalf("node exited %d\nstderr: %s\nlines: %+v", code, stderr, lines)
@@ -200,5 +229,88 @@ func TestNodeExampleAgainstWorkerBinary(t *testing.T) {
 	if r.JobID != jobID || r.State != queue.StateSucceeded || r.Status != loop.StatusSuccess ||
 		r.Summary != "checked by the scripted model" || r.Turns != 2 || r.Worker != "node-example-binary" {
 		t.Errorf("result = %+v", r)
+	}
+
+	// The worker's /metrics saw the job (once cmd/worker serves metrics).
+	addr := w.metricsAddr()
+	if addr == "" {
+		t.Log("the worker logged no metrics server: /metrics not checked")
+		return
+	}
+	checkWorkerMetrics(t, "http://"+addr)
+}
+
+// checkWorkerMetrics scrapes the worker after one succeeded two-turn lint job.
+func checkWorkerMetrics(t *testing.T, base string) {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	sample := func(name string, labels map[string]string) float64 {
+		var sum float64
+		for _, m := range mfs[name].GetMetric() {
+			match := true
+			for k, v := range labels {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || (lp.GetName() == k && lp.GetValue() == v)
+				}
+				match = match && found
+			}
+			if !match {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+		return sum
+	}
+	lint := map[string]string{"operation": "lint"}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"fleet_jobs_total", map[string]string{"operation": "lint", "outcome": "succeeded"}, 1},
+		{"fleet_job_duration_seconds", lint, 1},
+		{"fleet_turns_total", lint, 2},
+		{"fleet_tool_call_duration_seconds", map[string]string{"operation": "lint", "tool": "run_linter"}, 1},
+		{"fleet_slots_busy", nil, 0},
+		{"fleet_slots", nil, 1},
+		{"fleet_worker_results_total", map[string]string{"state": "succeeded"}, 1},
+		{"fleet_queue_depth", lint, 0},
+	} {
+		if _, ok := mfs[c.name]; !ok {
+			t.Errorf("/metrics has no %s", c.name)
+			continue
+		}
+		if got := sample(c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	// The scripted model reports no token usage; the series exist.
+	if _, ok := mfs["fleet_model_tokens_total"]; !ok {
+		t.Error("/metrics has no fleet_model_tokens_total")
+	}
+	r, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		t.Errorf("/readyz = %d, want 200", r.StatusCode)
 	}
 }
