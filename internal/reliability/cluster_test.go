@@ -219,7 +219,8 @@ func TestNodeLoss(t *testing.T) {
 		victim.start(t, routesOf(nodes))
 		for !replicasCurrent(ctx, js, queue.StreamRuns, queue.StreamResults, "KV_"+queue.BucketJobs) {
 			if ctx.Err() != nil {
-				t.Fatalf("node %s did not rejoin with current replicas", victim.name)
+				t.Fatalf("node %s did not rejoin with current replicas: %s", victim.name,
+					replicaStates(js, queue.StreamRuns, queue.StreamResults, "KV_"+queue.BucketJobs))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -348,4 +349,30 @@ func TestWorkerBinaryKeepsReplicas(t *testing.T) {
 			"EnsureStreams then updates the existing streams. On a cluster a single node loss then stalls every worker "+
 			"(pulls answered 503 no responders) until that node returns.", strings.Join(bad, ", "))
 	}
+}
+
+// replicaStates describes the replicas of streams, for failure messages.
+func replicaStates(js jetstream.JetStream, streams ...string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var b strings.Builder
+	for _, name := range streams {
+		fmt.Fprintf(&b, "%s:", name)
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			fmt.Fprintf(&b, " %v; ", err)
+			continue
+		}
+		info, err := s.Info(ctx)
+		if err != nil || info.Cluster == nil {
+			fmt.Fprintf(&b, " %v; ", err)
+			continue
+		}
+		fmt.Fprintf(&b, " leader=%s", info.Cluster.Leader)
+		for _, r := range info.Cluster.Replicas {
+			fmt.Fprintf(&b, " %s(current=%v offline=%v lag=%d active=%s)", r.Name, r.Current, r.Offline, r.Lag, r.Active.Round(time.Millisecond))
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
 }

@@ -84,7 +84,7 @@ func TestWorkerCrash(t *testing.T) {
 	redelivered := 0
 	var delays []time.Duration
 	for _, o := range orphans {
-		r := results[jobIDOf(o.id)]
+		r := results[o.id]
 		if r == nil {
 			continue // counted as lost by verdict
 		}
@@ -115,5 +115,3 @@ func TestWorkerCrash(t *testing.T) {
 		len(orphans), redelivered, maxDelay.Round(time.Millisecond), ackWait, tr.extra())
 	report(t, s)
 }
-
-func jobIDOf(id string) string { return id }

@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
+	if os.Getenv(serverChildEnv) != "" {
+		os.Exit(serverMain())
+	}
 	code := m.Run()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
@@ -144,6 +147,8 @@ type childConfig struct {
 	Slots      int           // FLEET_REL_SLOTS
 	Job        time.Duration // how long each job runs (FLEET_REL_JOB)
 	Streams    streamsEnv
+	// Netns runs the process in this network namespace (ip netns exec).
+	Netns string
 	// Engine forces the test-binary child ("child") whatever
 	// FLEET_RELIABILITY_WORKER says; "" = the default choice.
 	Engine string
@@ -319,8 +324,18 @@ func launchChild(t *testing.T, cfg childConfig) *proc {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
+	if cfg.Netns != "" {
+		cmd = exec.Command("ip", "netns", "exec", cfg.Netns, exe, "-test.run=^$")
+	}
 	cmd.Env = append(os.Environ(), cfg.env()...)
-	logPath := filepath.Join(t.TempDir(), cfg.Name+".log")
+	return startCmd(t, cfg.Name, cmd)
+}
+
+// startCmd starts cmd (a process that prints READY on stdout once it
+// serves) with its stderr in a log file.
+func startCmd(t *testing.T, name string, cmd *exec.Cmd) *proc {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -333,7 +348,7 @@ func launchChild(t *testing.T, cfg childConfig) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{t: t, name: cfg.Name, cmd: cmd, ready: make(chan struct{}), exited: make(chan struct{}), logPath: logPath}
+	p := &proc{t: t, name: name, cmd: cmd, ready: make(chan struct{}), exited: make(chan struct{}), logPath: logPath}
 	keepLogOnFailure(t, p)
 	go func() {
 		sc := bufio.NewScanner(out)

@@ -1,0 +1,310 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/queue"
+)
+
+// serverChildEnv makes a child process run one cluster node (serverMain).
+const serverChildEnv = "FLEET_RELIABILITY_SERVER"
+
+// serverMain runs a clustered nats-server with JetStream until killed.
+func serverMain() int {
+	get := func(k string) string { return os.Getenv("FLEET_REL_SRV_" + k) }
+	cport, _ := strconv.Atoi(get("CLIENT_PORT"))
+	rport, _ := strconv.Atoi(get("CLUSTER_PORT"))
+	opts := &server.Options{
+		ServerName: get("NAME"), Host: get("HOST"), Port: cport, NoSigs: true,
+		JetStream: true, StoreDir: get("STORE"), JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30,
+		Cluster: server.ClusterOpts{Name: "fleet-netns", Host: get("HOST"), Port: rport},
+		Routes:  server.RoutesFromStr(get("ROUTES")),
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "server:", err)
+		return 1
+	}
+	srv.ConfigureLogger()
+	go srv.Start()
+	if !srv.ReadyForConnections(30*time.Second) || !srv.JetStreamEnabled() {
+		fmt.Fprintln(os.Stderr, "server not ready")
+		return 1
+	}
+	fmt.Println("READY")
+	select {}
+}
+
+// host is one network namespace with its address: a separate host for the
+// cluster node and the worker it runs.
+type host struct {
+	ns, hostVeth, addr string
+	node               *proc
+	store              string
+}
+
+// netnsLab is three namespaces on a bridge in the root namespace.
+type netnsLab struct {
+	t      *testing.T
+	bridge string
+	hosts  []*host
+	gw     string
+}
+
+func run(t *testing.T, args ...string) error {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// newNetnsLab builds the namespaces, or skips the test where the machine
+// does not allow it (not root, no ip, no netns support).
+func newNetnsLab(t *testing.T) *netnsLab {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("no ip command (iproute2)")
+	}
+	tag := fmt.Sprintf("fr%04x", rand.IntN(0xffff))
+	subnet := fmt.Sprintf("10.213.%d", 1+rand.IntN(250))
+	lab := &netnsLab{t: t, bridge: tag + "br", gw: subnet + ".254"}
+	t.Cleanup(lab.teardown)
+	if err := run(t, "ip", "link", "add", lab.bridge, "type", "bridge"); err != nil {
+		t.Skipf("cannot create a bridge: %v", err)
+	}
+	must := func(args ...string) {
+		if err := run(t, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must("ip", "addr", "add", lab.gw+"/24", "dev", lab.bridge)
+	must("ip", "link", "set", lab.bridge, "up")
+	for i := 1; i <= 3; i++ {
+		h := &host{ns: fmt.Sprintf("%s-n%d", tag, i), hostVeth: fmt.Sprintf("%sh%d", tag, i), addr: fmt.Sprintf("%s.%d", subnet, i)}
+		lab.hosts = append(lab.hosts, h)
+		peer := fmt.Sprintf("%sn%d", tag, i)
+		if err := run(t, "ip", "netns", "add", h.ns); err != nil {
+			t.Skipf("cannot create a network namespace: %v", err)
+		}
+		must("ip", "link", "add", h.hostVeth, "type", "veth", "peer", "name", peer)
+		must("ip", "link", "set", peer, "netns", h.ns)
+		must("ip", "link", "set", h.hostVeth, "master", lab.bridge)
+		must("ip", "link", "set", h.hostVeth, "up")
+		must("ip", "netns", "exec", h.ns, "ip", "addr", "add", h.addr+"/24", "dev", peer)
+		must("ip", "netns", "exec", h.ns, "ip", "link", "set", peer, "up")
+		must("ip", "netns", "exec", h.ns, "ip", "link", "set", "lo", "up")
+		h.store = filepath.Join(t.TempDir(), "js")
+	}
+	return lab
+}
+
+func (lab *netnsLab) teardown() {
+	for _, h := range lab.hosts {
+		if h.node != nil && h.node.alive() {
+			h.node.kill()
+		}
+		_ = exec.Command("ip", "netns", "del", h.ns).Run()
+		_ = exec.Command("ip", "link", "del", h.hostVeth).Run()
+	}
+	_ = exec.Command("ip", "link", "del", lab.bridge).Run()
+}
+
+func (lab *netnsLab) routes() string {
+	var r []string
+	for _, h := range lab.hosts {
+		r = append(r, "nats://"+h.addr+":6222")
+	}
+	return strings.Join(r, ",")
+}
+
+// startNode runs host h's nats-server in its namespace.
+func (lab *netnsLab) startNode(h *host, name string) {
+	t := lab.t
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", h.ns, exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), serverChildEnv+"=1",
+		"FLEET_REL_SRV_NAME="+name, "FLEET_REL_SRV_HOST="+h.addr, "FLEET_REL_SRV_CLIENT_PORT=4222",
+		"FLEET_REL_SRV_CLUSTER_PORT=6222", "FLEET_REL_SRV_ROUTES="+lab.routes(), "FLEET_REL_SRV_STORE="+h.store)
+	h.node = startCmd(t, name, cmd)
+	h.node.waitReady(60 * time.Second)
+}
+
+func (h *host) url() string { return "nats://" + h.addr + ":4222" }
+
+// TestNodeLossNetns runs the 3-node cluster as three hosts in network
+// namespaces (own addresses on a bridge, traffic through veth pairs), one
+// worker process in each host talking to its local node. Two faults, each
+// mid-backlog: the host of the FLEET_RUNS leader is cut off (link down on
+// its veth, node and worker alive but partitioned) and healed, then the new
+// leader's server process is SIGKILLed and restarted. Jobs continue on the
+// majority, nothing is lost or duplicated, the node rejoins.
+func TestNodeLossNetns(t *testing.T) {
+	t.Parallel()
+	lab := newNetnsLab(t)
+	sc := scale(t)
+	n := 80 * sc
+	start := time.Now()
+	for i, h := range lab.hosts {
+		lab.startNode(h, fmt.Sprintf("n%d", i+1))
+	}
+	var urls []string
+	for _, h := range lab.hosts {
+		urls = append(urls, h.url())
+	}
+	nc := dial(t, strings.Join(urls, ","))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := streamsEnv{AckWait: 2 * time.Second, MaxDeliver: 20, Replicas: 3}
+	ensureStreams(t, js, streams.config())
+	var workers []*proc
+	for i, h := range lab.hosts {
+		workers = append(workers, startChild(t, childConfig{URL: h.url(), Name: fmt.Sprintf("w%d", i+1), Slots: 2,
+			Job: 100 * time.Millisecond, Streams: streams, Engine: "child", Netns: h.ns}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	s := Summary{Test: "node-loss-netns", Jobs: n, Kills: 2}
+	var rejoin time.Duration
+	var faults []string
+	for f, kind := range []string{"link-down", "kill"} {
+		victim := lab.leaderHost(t, js)
+		var survivor *host
+		for _, h := range lab.hosts {
+			if h != victim {
+				survivor = h
+				break
+			}
+		}
+		// Watch results from a survivor: a client of the cut-off node would
+		// see nothing.
+		snc := dial(t, survivor.url())
+		sjs, _ := jetstream.New(snc)
+		tr := newTracker(t, snc)
+		// Half the backlog per fault, enqueued just before it.
+		if _, err := enqueue(ctx, sjs, "netns", f*n/2, n/2, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !tr.waitDistinct(1, 30*time.Second) {
+			t.Fatalf("fault %d: no results before the fault", f+1)
+		}
+		t.Logf("fault %d: %s of %s at %s", f+1, kind, victim.node.name, time.Since(start).Round(time.Millisecond))
+		t0 := time.Now()
+		switch kind {
+		case "link-down":
+			if err := run(t, "ip", "link", "set", victim.hostVeth, "down"); err != nil {
+				t.Fatal(err)
+			}
+		case "kill":
+			victim.node.kill()
+		}
+		faults = append(faults, kind+":"+victim.node.name)
+		if next, ok := tr.nextAfter(t0, time.Minute); ok {
+			s.Recover = max(s.Recover, next.Sub(t0))
+		} else if storedCount(t, sjs, "netns") < n {
+			t.Fatalf("fault %d (%s): no result within 1m on the majority", f+1, kind)
+		}
+		// Heal.
+		r0 := time.Now()
+		switch kind {
+		case "link-down":
+			if err := run(t, "ip", "link", "set", victim.hostVeth, "up"); err != nil {
+				t.Fatal(err)
+			}
+		case "kill":
+			lab.startNode(victim, victim.node.name)
+		}
+		for !replicasCurrent(ctx, sjs, queue.StreamRuns, queue.StreamResults, "KV_"+queue.BucketJobs) {
+			if ctx.Err() != nil {
+				t.Fatalf("fault %d: %s did not rejoin with current replicas: %s", f+1, victim.node.name,
+					replicaStates(sjs, queue.StreamRuns, queue.StreamResults, "KV_"+queue.BucketJobs))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		rejoin = max(rejoin, time.Since(r0))
+		t.Logf("fault %d (%s of %s): results again after %s, rejoined in %s", f+1, kind, victim.node.name,
+			s.Recover.Round(time.Millisecond), time.Since(r0).Round(time.Millisecond))
+	}
+
+	deadline := time.Now().Add(2 * time.Minute)
+	for storedCount(t, js, "netns") < n {
+		if time.Now().After(deadline) {
+			diagnose(t, js, "netns", n)
+			t.Fatalf("only %d/%d jobs have results after 2m", storedCount(t, js, "netns"), n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	s.Elapsed = time.Since(start)
+	for _, w := range workers {
+		if !w.alive() {
+			t.Errorf("worker %s exited:\n%s", w.name, w.logTail())
+		}
+		if err := w.stop(30 * time.Second); err != nil {
+			t.Errorf("stop %s: %v\n%s", w.name, err, w.logTail())
+		}
+	}
+	verdict(t, js, "netns", n, &s)
+	if left := runsLeft(t, js); left != 0 {
+		t.Errorf("%d requests left in FLEET_RUNS, want 0", left)
+	}
+	s.Extra = fmt.Sprintf("hosts=3(netns) replicas=3 faults=%s rejoin=%s", strings.Join(faults, ","), rejoin.Round(time.Millisecond))
+	report(t, s)
+}
+
+// leaderHost returns the host whose node leads FLEET_RUNS.
+func (lab *netnsLab) leaderHost(t *testing.T, js jetstream.JetStream) *host {
+	t.Helper()
+	leader := streamLeader(t, js, queue.StreamRuns).Leader
+	for _, h := range lab.hosts {
+		if h.node.name == leader {
+			return h
+		}
+	}
+	t.Fatalf("FLEET_RUNS leader %q is not one of the hosts", leader)
+	return nil
+}
+
+// storedCount is how many jobs of prefix have a stored result.
+func storedCount(t *testing.T, js jetstream.JetStream, prefix string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, queue.StreamResults)
+	if err != nil {
+		return 0
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(queue.SubjectResultsPrefix+"*"))
+	if err != nil {
+		return 0
+	}
+	c := 0
+	for subj := range info.State.Subjects {
+		if strings.HasPrefix(subj, queue.SubjectResultsPrefix+prefix+"-") {
+			c++
+		}
+	}
+	return c
+}
