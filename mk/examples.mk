@@ -17,3 +17,11 @@ $(EXAMPLES_NODE_DIR)/node_modules/.package-lock.json: $(EXAMPLES_NODE_DIR)/packa
 
 test-examples: examples-deps ## run the Node example against a real worker
 	$(GO) test -race -count=1 ./internal/examples_test/
+
+# Observability overhead: the metrics event sink, per loop event.
+BENCH_TARGETS += bench-metrics
+
+.PHONY: bench-metrics
+
+bench-metrics: ## metrics: cost of turning loop events into Prometheus metrics (ns/event)
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/metrics/

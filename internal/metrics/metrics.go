@@ -94,7 +94,8 @@ type Metrics struct {
 	invalid       *prometheus.CounterVec
 	runs          *prometheus.CounterVec
 
-	fc *funcCollector
+	fc  *funcCollector
+	ops sync.Map // operation -> *opSeries
 }
 
 // NewRegistry returns a registry with the Go runtime and process collectors,
@@ -226,21 +227,12 @@ func (m *Metrics) SetWorkerStats(f func() queue.Stats) {
 // EventSink returns a sink that turns one run's loop events into metrics.
 // Use a new sink per run (it keeps the run's turn timing); Emit never blocks.
 func (m *Metrics) EventSink(operation string) loop.EventSink {
-	return &runSink{m: m, op: operation,
-		turns:         m.turns.WithLabelValues(operation),
-		turnDuration:  m.turnDuration.WithLabelValues(operation),
-		modelDuration: m.modelDuration.WithLabelValues(operation),
-		prompt:        m.tokens.WithLabelValues(operation, "prompt"),
-		cached:        m.tokens.WithLabelValues(operation, "cached"),
-		completion:    m.tokens.WithLabelValues(operation, "completion"),
-		forced:        m.tokens.WithLabelValues(operation, "forced"),
-		promptTPS:     m.tokensPerSec.WithLabelValues(operation, "prompt"),
-		completionTPS: m.tokensPerSec.WithLabelValues(operation, "completion"),
-	}
+	return &runSink{opSeries: m.series(operation)}
 }
 
-// runSink is one run's EventSink.
-type runSink struct {
+// opSeries caches one operation's series, so that a run's sink does no label
+// lookups for the fixed ones.
+type opSeries struct {
 	m  *Metrics
 	op string
 
@@ -248,8 +240,51 @@ type runSink struct {
 	turnDuration, modelDuration        prometheus.Observer
 	prompt, cached, completion, forced prometheus.Counter
 	promptTPS, completionTPS           prometheus.Observer
-	mu                                 sync.Mutex
-	turnStart                          time.Time
+	tools                              sync.Map // toolKey -> prometheus.Observer
+}
+
+func (m *Metrics) series(op string) *opSeries {
+	if s, ok := m.ops.Load(op); ok {
+		return s.(*opSeries)
+	}
+	s, _ := m.ops.LoadOrStore(op, &opSeries{m: m, op: op,
+		turns:         m.turns.WithLabelValues(op),
+		turnDuration:  m.turnDuration.WithLabelValues(op),
+		modelDuration: m.modelDuration.WithLabelValues(op),
+		prompt:        m.tokens.WithLabelValues(op, "prompt"),
+		cached:        m.tokens.WithLabelValues(op, "cached"),
+		completion:    m.tokens.WithLabelValues(op, "completion"),
+		forced:        m.tokens.WithLabelValues(op, "forced"),
+		promptTPS:     m.tokensPerSec.WithLabelValues(op, "prompt"),
+		completionTPS: m.tokensPerSec.WithLabelValues(op, "completion"),
+	})
+	return s.(*opSeries)
+}
+
+type toolKey struct {
+	name string
+	ok   bool
+}
+
+func (o *opSeries) tool(name string, ok bool) prometheus.Observer {
+	key := toolKey{name, ok}
+	if h, found := o.tools.Load(key); found {
+		return h.(prometheus.Observer)
+	}
+	okv := "false"
+	if ok {
+		okv = "true"
+	}
+	h := o.m.toolDuration.WithLabelValues(o.op, name, okv)
+	o.tools.Store(key, h)
+	return h
+}
+
+// runSink is one run's EventSink.
+type runSink struct {
+	*opSeries
+	mu        sync.Mutex
+	turnStart time.Time
 }
 
 func (s *runSink) Emit(e loop.Event) {
@@ -282,11 +317,7 @@ func (s *runSink) Emit(e loop.Event) {
 			}
 		}
 	case loop.EventToolResult:
-		ok := "false"
-		if e.OK {
-			ok = "true"
-		}
-		s.m.toolDuration.WithLabelValues(s.op, e.Tool, ok).Observe(max(e.Duration, 0).Seconds())
+		s.tool(e.Tool, e.OK).Observe(max(e.Duration, 0).Seconds())
 	case loop.EventRetry:
 		s.m.retries.WithLabelValues(s.op, e.Code).Inc()
 	case loop.EventInvalidResponse:
