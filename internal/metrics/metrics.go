@@ -21,13 +21,13 @@
 //	met, err := metrics.New(reg)
 //	if err != nil { ... }
 //	met.AddOperations(ops...)              // series at 0 before the first job
-//	met.SetSlots(slots)
 //	qcfg.NewProcessor = func(i int) (queue.Processor, error) {
 //		p, err := newProcessor(i)          // the real processor
 //		if err != nil { return nil, err }
 //		return met.Processor(p), nil        // job + loop-event metrics
 //	}
 //	w, err := queue.NewWorker(qcfg)
+//	met.SetSlots(w.Config().Slots)
 //	met.SetWorkerStats(w.Stats)
 //	met.SetQueueDepthFunc(metrics.WorkerQueueDepth(w))
 //	if cfg.Worker.MetricsListen != "" {
@@ -37,6 +37,7 @@
 //		if err := srv.Start(ctx); err != nil { ... }
 //		defer srv.Stop()
 //	}
+//	err = w.Start(ctx) // after the server: /readyz says "not ready" until then
 package metrics
 
 import (
