@@ -21,3 +21,10 @@ demo: model $(DEMO_DEPS) ## run a real lint job end to end: worker + embedded NA
 		backend=scripted; \
 	fi; \
 	GO=$(GO) DEMO_BACKEND=$$backend bash testdata/demo/demo.sh
+
+BENCH_TARGETS += bench-jobrun
+
+.PHONY: bench-jobrun
+
+bench-jobrun: ## per-job lifecycle cost around the loop (workspace, overlay, Monty submit, diff)
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/jobrun/
