@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 func TestEmbeddedRefusesSharedStore(t *testing.T) {
@@ -117,5 +119,73 @@ func TestEmbeddedAndConnectValidation(t *testing.T) {
 		if _, err := Connect(ctx, o); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: %v", o, err)
 		}
+	}
+}
+
+func TestWorkerSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := srv.ClientURL()
+	nc, err := Connect(ctx, ConnectOptions{URL: url, ReconnectWait: 100 * time.Millisecond})
+	if err != nil {
+		srv.Shutdown()
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, PullExpiry: 200 * time.Millisecond,
+		NewProcessor: func(int) (Processor, error) { return newLoopProcessor(t, nil, nil), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Queue a job while the server is down: restart it on the same port and
+	// store, and publish before the worker has reconnected.
+	srv.Shutdown()
+	srv, err = StartEmbedded(ctx, EmbeddedConfig{StoreDir: dir, Listen: strings.TrimPrefix(url, "nats://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	defer func() {
+		if err := w.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	cnc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cnc.Close()
+	m, err := NewRequestMsg(newReq("restart-1"), JSON, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cnc.RequestMsg(m, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The worker reconnects by itself, pulls and answers; read the stored
+	// result (the job may have finished before we could subscribe).
+	cjs, _ := jetstream.New(cnc)
+	c, err := cjs.OrderedConsumer(ctx, StreamResults, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{ResultSubject("restart-1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, err := c.Next(jetstream.FetchMaxWait(30 * time.Second))
+	if err != nil {
+		t.Fatalf("no result after the restart: %v", err)
+	}
+	r, err := DecodeAgentResult(rm.Data(), rm.Headers().Get(HeaderContentType))
+	if err != nil || r.State != StateSucceeded {
+		t.Fatalf("%+v %v", r, err)
 	}
 }

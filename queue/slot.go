@@ -140,6 +140,11 @@ func (s *slot) drainInbox() {
 	if s.sub == nil {
 		return
 	}
+	if !s.nc.IsConnected() {
+		// Nothing can arrive, and the server forgot the pull request.
+		_ = s.sub.Unsubscribe()
+		return
+	}
 	closed := s.sub.StatusChanged(nats.SubscriptionClosed)
 	if err := s.sub.Drain(); err != nil {
 		return
@@ -200,7 +205,9 @@ func (s *slot) next() *nats.Msg {
 				}
 			}
 		}
-		m, _ := s.pull(s.rot, s.pullBody, s.w.cfg.PullExpiry+2*time.Second)
+		// The server answers an expired pull within PullExpiry; give it
+		// some slack before deciding the request was lost (a reconnect).
+		m, _ := s.pull(s.rot, s.pullBody, s.w.cfg.PullExpiry+max(s.w.cfg.PullExpiry/2, time.Second))
 		if m != nil {
 			if n > 1 {
 				s.rot = (s.rot + 1) % n

@@ -398,8 +398,13 @@ func (w *Worker) Stop() error {
 	if w.cancelSb != nil {
 		err = errors.Join(err, w.cancelSb.Unsubscribe())
 	}
-	if ferr := w.cfg.Conn.FlushTimeout(5 * time.Second); ferr != nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
-		err = errors.Join(err, fmt.Errorf("queue: flush on stop: %w", ferr))
+	if w.cfg.Conn.IsConnected() {
+		if ferr := w.cfg.Conn.FlushTimeout(5 * time.Second); ferr != nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
+			err = errors.Join(err, fmt.Errorf("queue: flush on stop: %w", ferr))
+		}
+	} else if !w.cfg.Conn.IsClosed() {
+		// Reconnecting: nats.go sends what it buffered once it is back.
+		w.log.Warn("stopped while disconnected; buffered acks go out on reconnect")
 	}
 	w.log.Info("worker stopped")
 	return err
