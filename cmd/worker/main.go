@@ -191,6 +191,17 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	}
 	log.Info("agents loaded", "dir", cfg.Worker.AgentsDir, "operations", ops, "llama_built_in", llamaBuilt)
 
+	be, err := newBackend(cfg, log)
+	if err != nil {
+		return &usageError{fmt.Errorf("model backend %s: %w", cfg.Model.Backend, err)}
+	}
+	done.add(func() {
+		if err := be.Close(); err != nil {
+			log.Warn("closing the model backend", "err", err)
+		}
+	})
+	log.Info("model backend ready", be.Describe()...)
+
 	// NATS: embedded by default, or a server by URL.
 	nc, url, err := connectNATS(ctx, cfg, log, &done)
 	if err != nil {
@@ -203,17 +214,6 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 		return err
 	}
 	done.add(pool.Stop)
-
-	be, err := newBackend(cfg, log)
-	if err != nil {
-		return &usageError{fmt.Errorf("model backend %s: %w", cfg.Model.Backend, err)}
-	}
-	done.add(func() {
-		if err := be.Close(); err != nil {
-			log.Warn("closing the model backend", "err", err)
-		}
-	})
-	log.Info("model backend ready", be.Describe()...)
 
 	wsDir := cfg.Worker.WorkspaceDir
 	if err := os.MkdirAll(wsDir, 0o750); err != nil {
