@@ -103,7 +103,13 @@ func (w *worker) Logs() string {
 // which carries the NATS URL.
 func startWorker(t *testing.T, bin, modelYAML string) *worker {
 	t.Helper()
-	dir := t.TempDir()
+	return startWorkerIn(t, t.TempDir(), bin, modelYAML)
+}
+
+// startWorkerIn is startWorker with the data folder dir (a second worker on
+// the same folder finds the first one's queue).
+func startWorkerIn(t *testing.T, dir, bin, modelYAML string) *worker {
+	t.Helper()
 	cfg := fmt.Sprintf(`nats:
   embedded:
     listen: 127.0.0.1:0
@@ -115,9 +121,10 @@ worker:
   name: e2e-worker
 monty:
   binary: %[2]s/.build/monty/monty
-queue:
-  drain_grace: 10s
 %[3]s`, dir, repoRoot, modelYAML)
+	if !strings.Contains(modelYAML, "queue:") {
+		cfg += "queue:\n  drain_grace: 10s\n"
+	}
 	cfgPath := filepath.Join(dir, "fleet.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -383,5 +390,92 @@ func TestLlamaWorker(t *testing.T) {
 	}
 	if err := w.stop(); err != nil {
 		t.Fatalf("worker exit: %v", err)
+	}
+}
+
+func slowScript(t *testing.T) string {
+	t.Helper()
+	script := filepath.Join(t.TempDir(), "slow.yaml")
+	if err := os.WriteFile(script, []byte("steps:\n  - delay: 10m\n    call: run_linter\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("model:\n  backend: scripted\n  scripted:\n    script: %s\n", script)
+}
+
+// waitRunning polls the job's status until a worker runs it.
+func waitRunning(t *testing.T, w *worker, jobID string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, _, _ := enqueue(t, w.url, "status", jobID, "--json")
+		if strings.Contains(out, `"state":"running"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job never ran: %s\n%s", out, w.Logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A worker stopped while a job runs hands it back after its grace period
+// (status queued, not failed); the next worker on the same queue runs it.
+func TestShutdownRequeuesRunningJob(t *testing.T) {
+	dir := t.TempDir()
+	a := startWorkerIn(t, dir, scriptedWorker, slowScript(t)+"queue:\n  drain_grace: 500ms\n  ack_wait: 3s\n")
+	if _, _, code := enqueue(t, a.url, "run", "lint", sample, "--no-wait", "--job-id", "e2e-requeue-1"); code != 0 {
+		t.Fatalf("enqueue exit %d", code)
+	}
+	waitRunning(t, a, "e2e-requeue-1")
+	if err := a.stop(); err != nil {
+		t.Fatalf("worker exit: %v\n%s", err, a.Logs())
+	}
+	if !strings.Contains(a.Logs(), `"requeued":1`) {
+		t.Fatalf("the job was not requeued:\n%s", a.Logs())
+	}
+	// The embedded server restarts with the second worker; a job handed
+	// back just before the restart is redelivered after the ack wait.
+	b := startWorkerIn(t, dir, scriptedWorker, scriptedYAML()+"queue:\n  ack_wait: 3s\n")
+	out, _, code := enqueue(t, b.url, "attach", "e2e-requeue-1", "--json")
+
+	evs, r := parseNDJSON(t, out)
+	if code != 0 || r.State != queue.StateSucceeded || r.Attempts != 2 || len(r.ChangedFiles) != 1 {
+		t.Fatalf("requeued job: exit %d %+v", code, r)
+	}
+	// The first attempt's events are stored too, marked attempt 1.
+	if evs[0].Attempt != 1 || evs[len(evs)-1].Attempt != 2 {
+		t.Fatalf("attempts of the events: first %d last %d", evs[0].Attempt, evs[len(evs)-1].Attempt)
+	}
+}
+
+// A second signal ends the worker at once, without waiting for the grace
+// period.
+func TestSecondSignalExits(t *testing.T) {
+	w := startWorker(t, scriptedWorker, slowScript(t)+"queue:\n  drain_grace: 5m\n")
+	if _, _, code := enqueue(t, w.url, "run", "lint", sample, "--no-wait", "--job-id", "e2e-sig-1"); code != 0 {
+		t.Fatalf("enqueue exit %d", code)
+	}
+	waitRunning(t, w, "e2e-sig-1")
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(w.Logs(), "signal received") {
+		if time.Now().After(deadline) {
+			t.Fatalf("first signal not logged:\n%s", w.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	start := time.Now()
+	_ = w.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-w.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("worker still running 30s after the second signal:\n%s", w.Logs())
+	}
+	var ee *exec.ExitError
+	if !errors.As(w.err, &ee) || ee.ExitCode() != 1 || time.Since(start) > 30*time.Second {
+		t.Fatalf("exit %v after %s", w.err, time.Since(start))
+	}
+	if !strings.Contains(w.Logs(), "second signal") {
+		t.Fatalf("second signal not logged:\n%s", w.Logs())
 	}
 }
