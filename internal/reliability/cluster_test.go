@@ -117,7 +117,11 @@ func streamLeader(t *testing.T, js jetstream.JetStream, stream string) *jetstrea
 
 // replicasCurrent reports whether every stream has a leader and all its
 // replicas (3 in total) are current.
-func replicasCurrent(ctx context.Context, js jetstream.JetStream, streams ...string) bool {
+func replicasCurrent(parent context.Context, js jetstream.JetStream, streams ...string) bool {
+	// A JetStream API request can go unanswered while leaders change: bound
+	// each call, not just the whole wait.
+	ctx, cancel := context.WithTimeout(parent, 2*time.Second)
+	defer cancel()
 	for _, name := range streams {
 		s, err := js.Stream(ctx, name)
 		if err != nil {

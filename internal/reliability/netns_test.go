@@ -222,11 +222,18 @@ func TestNodeLossNetns(t *testing.T) {
 			victim.node.kill()
 		}
 		faults = append(faults, kind+":"+victim.node.name)
-		if next, ok := tr.nextAfter(t0, time.Minute); ok {
-			s.Recover = max(s.Recover, next.Sub(t0))
-		} else if storedCount(t, sjs, "netns") < n {
-			t.Fatalf("fault %d (%s): no result within 1m on the majority", f+1, kind)
+		before := tr.distinct()
+		// Hold the fault until the majority has noticed it (a new
+		// FLEET_RUNS leader, the victim's replica not current) and has
+		// finished more jobs.
+		noticed := waitLost(t, sjs, victim.node.name, time.Minute)
+		if !tr.waitDistinct(before+3, time.Minute) && storedCount(t, sjs, "netns") < (f+1)*n/2 {
+			t.Fatalf("fault %d (%s): the majority finished no jobs within 1m", f+1, kind)
 		}
+		if next, ok := tr.nextAfter(t0, time.Second); ok {
+			s.Recover = max(s.Recover, next.Sub(t0))
+		}
+		t.Logf("fault %d: the cluster noticed after %s", f+1, noticed.Round(time.Millisecond))
 		// Heal.
 		r0 := time.Now()
 		switch kind {
@@ -307,4 +314,31 @@ func storedCount(t *testing.T, js jetstream.JetStream, prefix string) int {
 		}
 	}
 	return c
+}
+
+// waitLost waits until the survivors see node gone from FLEET_RUNS: another
+// leader, and node's replica offline or not current. It returns how long
+// that took.
+func waitLost(t *testing.T, js jetstream.JetStream, node string, d time.Duration) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	for time.Since(t0) < d {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s, err := js.Stream(ctx, queue.StreamRuns)
+		var info *jetstream.StreamInfo
+		if err == nil {
+			info, err = s.Info(ctx)
+		}
+		cancel()
+		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != node {
+			for _, r := range info.Cluster.Replicas {
+				if r.Name == node && (r.Offline || !r.Current) {
+					return time.Since(t0)
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("the survivors did not notice the loss of %s within %s: %s", node, d, replicaStates(js, queue.StreamRuns))
+	return 0
 }
