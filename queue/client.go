@@ -174,6 +174,25 @@ func (c *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	return kv, nil
 }
 
+// Served reports whether some worker has ever served operation: whether its
+// durable consumer exists on FLEET_RUNS. A request for an operation nobody
+// serves waits in the queue until a worker for it starts.
+func (c *Client) Served(ctx context.Context, operation string) (bool, error) {
+	if !ValidOperation(operation) {
+		return false, invalid("operation", "%q is not a valid operation", clip(operation))
+	}
+	_, err := c.js.Consumer(ctx, StreamRuns, operation)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		return false, nil
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return false, ErrNoStreams
+	}
+	return false, fmt.Errorf("queue: consumer %s: %w", operation, err)
+}
+
 // Status returns the job's status record and its KV revision.
 func (c *Client) Status(ctx context.Context, jobID string) (*StatusRecord, uint64, error) {
 	if !ValidJobID(jobID) {

@@ -303,6 +303,12 @@ func TestClientCancelRunningAndQueued(t *testing.T) {
 func TestClientErrors(t *testing.T) {
 	env := newClientEnv(t, 1, queue.ClientOptions{})
 	ctx := timeout(t)
+	if ok, err := env.client.Served(ctx, "lint"); !ok || err != nil {
+		t.Fatalf("lint served: %v %v", ok, err)
+	}
+	if ok, err := env.client.Served(ctx, "docstring"); ok || err != nil {
+		t.Fatalf("docstring served: %v %v", ok, err)
+	}
 	if _, _, err := env.client.Status(ctx, "never-seen"); !errors.Is(err, queue.ErrJobNotFound) {
 		t.Fatalf("status: %v", err)
 	}
@@ -335,6 +341,9 @@ func TestClientErrors(t *testing.T) {
 	c, err := queue.NewClient(nc, queue.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := c.Served(ctx, "lint"); !errors.Is(err, queue.ErrNoStreams) {
+		t.Fatalf("served without streams: %v", err)
 	}
 	if _, err := c.Enqueue(ctx, request("y", "f")); !errors.Is(err, queue.ErrNoStreams) {
 		t.Fatalf("enqueue without streams: %v", err)

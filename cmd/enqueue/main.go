@@ -311,6 +311,13 @@ func (c *cli) cmdRun(args []string) error {
 		return err
 	}
 	defer nc.Close()
+	served, err := client.Served(cctx, op)
+	if err != nil {
+		return connErr(err)
+	}
+	if !served {
+		return fail(exitUsage, "no worker serves operation %q on this NATS server (a worker serves the operations of its agents folder)", op)
+	}
 	enq, err := client.Enqueue(cctx, req)
 	if err != nil {
 		return connErr(err)

@@ -289,6 +289,9 @@ func TestEnqueueRunLint(t *testing.T) {
 	if _, _, code = enqueue(t, w.url, "status", "no-such-job"); code != 4 {
 		t.Fatalf("status of an unknown job: exit %d", code)
 	}
+	if _, stderr, code := enqueue(t, w.url, "run", "translate", sample); code != 2 || !strings.Contains(stderr, "no worker serves") {
+		t.Fatalf("unserved operation: exit %d %s", code, stderr)
+	}
 	if _, _, code = enqueue(t, w.url, "run", "lint", "testdata/demo/missing.py"); code != 2 {
 		t.Fatalf("missing file: exit %d", code)
 	}
