@@ -84,6 +84,8 @@ type worker struct {
 	t   *testing.T
 	cmd *exec.Cmd
 	url string
+	// config is the worker's configuration file.
+	config string
 
 	mu   sync.Mutex
 	logs bytes.Buffer
@@ -110,11 +112,7 @@ func startWorker(t *testing.T, bin, modelYAML string) *worker {
 // the same folder finds the first one's queue).
 func startWorkerIn(t *testing.T, dir, bin, modelYAML string) *worker {
 	t.Helper()
-	cfg := fmt.Sprintf(`nats:
-  embedded:
-    listen: 127.0.0.1:0
-    store_dir: %[1]s/nats
-worker:
+	cfg := fmt.Sprintf(`worker:
   slots: 1
   agents_dir: %[2]s/agents
   workspace_dir: %[1]s/ws
@@ -124,6 +122,9 @@ monty:
 %[3]s`, dir, repoRoot, modelYAML)
 	if !strings.Contains(modelYAML, "queue:") {
 		cfg += "queue:\n  drain_grace: 10s\n"
+	}
+	if !strings.Contains(modelYAML, "nats:") {
+		cfg += fmt.Sprintf("nats:\n  embedded:\n    listen: 127.0.0.1:0\n    store_dir: %s/nats\n", dir)
 	}
 	cfgPath := filepath.Join(dir, "fleet.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
@@ -139,7 +140,7 @@ monty:
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	w := &worker{t: t, cmd: cmd, done: make(chan struct{})}
+	w := &worker{t: t, cmd: cmd, done: make(chan struct{}), config: cfgPath}
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -193,9 +194,15 @@ func (w *worker) stop() error {
 // code.
 func enqueue(t *testing.T, url string, args ...string) (string, string, int) {
 	t.Helper()
+	return enqueueRaw(t, append([]string{"--nats-url", url}, args...)...)
+}
+
+// enqueueRaw runs enqueue with exactly args.
+func enqueueRaw(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, enqueueBin, append([]string{"--nats-url", url}, args...)...)
+	cmd := exec.CommandContext(ctx, enqueueBin, args...)
 	cmd.Dir = repoRoot
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -480,5 +487,35 @@ func TestSecondSignalExits(t *testing.T) {
 	}
 	if !strings.Contains(w.Logs(), "second signal") {
 		t.Fatalf("second signal not logged:\n%s", w.Logs())
+	}
+}
+
+// A worker and enqueue connect to a NATS server by URL with user and
+// password, both from the same configuration file.
+func TestRemoteNATSWithPassword(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := queue.StartEmbedded(ctx, queue.EmbeddedConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1",
+		User: "fleet", Password: "s3cret-pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	url := srv.ClientURL()
+	w := startWorker(t, scriptedWorker, scriptedYAML()+fmt.Sprintf("nats:\n  url: %s\n  user: fleet\n  password: s3cret-pw\n", url))
+	if w.url != url {
+		t.Fatalf("worker serves %q, want %q", w.url, url)
+	}
+	out, stderr, code := enqueueRaw(t, "-config", w.config, "run", "lint", sample, "--json")
+	_, r := parseNDJSON(t, out)
+	if code != 0 || r.State != queue.StateSucceeded || !strings.Contains(r.Diff, "-import os") {
+		t.Fatalf("exit %d %+v\n%s", code, r, stderr)
+	}
+	// Without the password the server refuses enqueue: a connection error.
+	if _, stderr, code := enqueue(t, url, "status", r.JobID); code != 3 || !strings.Contains(stderr, "uthorization") {
+		t.Fatalf("no password: exit %d %s", code, stderr)
+	}
+	if err := w.stop(); err != nil {
+		t.Fatalf("worker exit: %v\n%s", err, w.Logs())
 	}
 }
