@@ -643,7 +643,6 @@ type tracker struct {
 	mu        sync.Mutex
 	published map[string]int       // job id -> result messages seen
 	first     map[string]time.Time // job id -> first seen
-	last      time.Time
 	changed   chan struct{}
 }
 
@@ -658,7 +657,6 @@ func newTracker(t *testing.T, nc *nats.Conn) *tracker {
 		if _, ok := tr.first[id]; !ok {
 			tr.first[id] = now
 		}
-		tr.last = now
 		close(tr.changed)
 		tr.changed = make(chan struct{})
 		tr.mu.Unlock()
@@ -712,16 +710,22 @@ func (tr *tracker) waitDistinct(n int, d time.Duration) bool {
 	}
 }
 
-// nextAfter waits for a result message published after t and returns when
-// it arrived.
+// nextAfter waits until some job gets its first result after t and returns
+// the earliest such arrival.
 func (tr *tracker) nextAfter(t time.Time, d time.Duration) (time.Time, bool) {
 	deadline := time.After(d)
 	for {
 		tr.mu.Lock()
-		last, ch := tr.last, tr.changed
+		var first time.Time
+		for _, at := range tr.first {
+			if at.After(t) && (first.IsZero() || at.Before(first)) {
+				first = at
+			}
+		}
+		ch := tr.changed
 		tr.mu.Unlock()
-		if last.After(t) {
-			return last, true
+		if !first.IsZero() {
+			return first, true
 		}
 		select {
 		case <-ch:
