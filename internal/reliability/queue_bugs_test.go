@@ -11,10 +11,13 @@ import (
 )
 
 // TestTerminalStatusImpliesStoredResult pins down the cause of the results
-// lost in TestServerRestart/standalone: the worker publishes a job's result
-// and its terminal status at the same time (queue/slot.go storeResult), so
-// the status can be stored while the result is not (here the results stream
-// refuses it; in the restart test the server stops between the two). The
+// lost (intermittently) in TestServerRestart/standalone, TestNodeLoss and
+// TestNodeLossNetns: the worker publishes a job's result and its terminal
+// status at the same time (queue/slot.go storeResult), so the status can be
+// stored while the result is not (here the results stream refuses it; in the
+// restart test the server stops between the two; on a cluster FLEET_RESULTS
+// and KV_fleet_jobs are separate Raft groups, and a FLEET_RESULTS leader
+// change times the result out while the status commits). The
 // attempt then hands the job back, and the redelivery finds a terminal
 // status and acknowledges the job without running it (slot.claim), so no
 // result is ever stored and a client waiting on agents.results.<id> waits
