@@ -50,6 +50,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/config"
 	"github.com/agentfleet/fleet/internal/jobrun"
+	"github.com/agentfleet/fleet/internal/metrics"
 	"github.com/agentfleet/fleet/queue"
 )
 
@@ -176,9 +177,6 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 		return &usageError{fmt.Errorf("queue.stream_prefix %q: only %q is supported by this worker (the protocol's stream names are fixed)",
 			cfg.Queue.StreamPrefix, config.DefaultStreamPrefix)}
 	}
-	if cfg.Worker.MetricsListen != "" {
-		log.Warn("worker.metrics_listen is set but /metrics is not implemented yet; ignored", "metrics_listen", cfg.Worker.MetricsListen)
-	}
 	var done cleanups
 	defer done.run()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -225,6 +223,14 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 		log.Info("removed old job workspaces", "count", n, "older_than", cfg.Queue.ResultsMaxAge)
 	}
 
+	// Metrics on an injected registry; served only with worker.metrics_listen.
+	reg := metrics.NewRegistry()
+	met, err := metrics.New(reg)
+	if err != nil {
+		return err
+	}
+	met.AddOperations(ops...)
+
 	loopCfg := cfg.Loop.LoopConfig()
 	wcfg := queue.Config{
 		Conn:       nc,
@@ -236,7 +242,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 			if err != nil {
 				return nil, err
 			}
-			return jobrun.New(jobrun.Config{
+			p, err := jobrun.New(jobrun.Config{
 				Agents:       defs,
 				Sandbox:      pool,
 				ModelFor:     pick,
@@ -244,6 +250,10 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 				WorkspaceDir: wsDir,
 				Logger:       log.With("slot", slot),
 			})
+			if err != nil {
+				return nil, err
+			}
+			return met.Processor(p), nil
 		},
 		Streams: queue.StreamsConfig{
 			AckWait:       cfg.Queue.AckWait,
@@ -268,6 +278,25 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	w, err := queue.NewWorker(wcfg)
 	if err != nil {
 		return &usageError{err}
+	}
+	met.SetSlots(w.Config().Slots)
+	met.SetWorkerStats(w.Stats)
+	met.SetQueueDepthFunc(metrics.WorkerQueueDepth(w))
+	if cfg.Worker.MetricsListen != "" {
+		// Before the worker starts: /readyz says "not ready" until it has.
+		srv, err := metrics.NewServer(metrics.Config{Listen: cfg.Worker.MetricsListen, Gatherer: reg,
+			Ready: metrics.WorkerReady(nc, w), Logger: log})
+		if err != nil {
+			return &usageError{err}
+		}
+		if err := srv.Start(ctx); err != nil {
+			return fmt.Errorf("metrics server on %s: %w", cfg.Worker.MetricsListen, err)
+		}
+		done.add(func() {
+			if err := srv.Stop(); err != nil {
+				log.Warn("stopping the metrics server", "err", err)
+			}
+		})
 	}
 	if err := w.Start(ctx); err != nil {
 		return fmt.Errorf("start: %w", err)
