@@ -4,7 +4,8 @@
 # testdata/demo/demo.sh: a real lint job end to end on an embedded NATS server
 # with the generated random-weight model. When the llama.cpp headers are
 # missing it falls back, loudly, to the scripted backend
-# (DEMO_BACKEND=scripted forces that).
+# (DEMO_BACKEND=scripted forces that). The prerequisites are named here:
+# mk/monty.mk appends to DEMO_DEPS only after this file is read.
 
 BIN ?= bin
 
@@ -14,7 +15,7 @@ build: llama-headers monty ## build bin/worker (llama.cpp backend included) and 
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 	$(GO) build -o $(BIN)/enqueue ./cmd/enqueue
 
-demo: model $(DEMO_DEPS) ## run a real lint job end to end: worker + embedded NATS + llama.cpp, enqueue, diff
+demo: model monty ## run a real lint job end to end: worker + embedded NATS + llama.cpp, enqueue, diff
 	@backend=$${DEMO_BACKEND:-llama}; \
 	if [ "$$backend" = llama ] && ! $(MAKE) --no-print-directory llama-headers; then \
 		echo "demo: the llama.cpp build cannot work here (see above): USING THE SCRIPTED BACKEND INSTEAD" >&2; \
