@@ -18,7 +18,7 @@ include $(sort $(wildcard mk/*.mk))
 .PHONY: help test vet bench fmt clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 vet: $(TEST_DEPS) ## go vet every package
 	$(GO) vet ./...
