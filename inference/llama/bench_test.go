@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -152,10 +153,38 @@ func BenchmarkInference(b *testing.B) {
 	pf("read bandwidth, 1 core (AVX2=%v): %6.2f GB/s (1 GiB buffer, best of 5)\n", bw.Vector, bw.GBps())
 	pf("bandwidth bound:                 %7.1f tok/s; decode / bound = %.2f (target >= 0.75)\n", bound, decodeTPS/bound)
 
+	// Cost of one decode by batch size (what forced-token batches pay).
+	pf("decode time by batch size:      ")
+	for _, n := range []int{1, 2, 3, 4, 8, 16} {
+		ctx := context.Background()
+		k, _ := s1.contextFor(be.cfg.Model)
+		base := len(k.tokens)
+		var best time.Duration
+		for i := range 5 {
+			batch := make([]int, n)
+			for j := range batch {
+				batch[j] = 600 + j
+			}
+			t0 := time.Now()
+			if err := s1.decode(ctx, k, batch); err != nil {
+				b.Fatal(err)
+			}
+			_ = k.lastLogits()[0]
+			if d := time.Since(t0); i == 0 || d < best {
+				best = d
+			}
+			k.c.KvCacheSeqRm(0, base, -1)
+			k.tokens = k.tokens[:base]
+		}
+		pf(" %d: %.1f ms;", n, float64(best.Microseconds())/1000)
+	}
+	pf("\n")
+
 	// 3. Strict mode: effective tool-call tokens/s, fast-forward vs not,
 	// and the grammar's cost per sampled token.
-	effective := func(noFF, fullScan bool) (tps float64, u loop.Usage, st slotStats) {
-		be2 := newBench(b, func(c *Config) { c.NoFastForward = noFF })
+	effective := func(noFF, fullScan bool, maxString int) (tps float64, u loop.Usage, st slotStats) {
+		be2 := newBench(b, func(c *Config) { c.NoFastForward = noFF; c.MaxStringTokens = maxString })
+		defer be2.Close()
 		s, _ := be2.NewSlot()
 		s.benchFullScan = fullScan
 		users := []string{"Has job 7f3a finished?", "Retry job 12 with 5 attempts.", "Is job abc still running?", "Check jobs 1 and 2."}
@@ -171,9 +200,13 @@ func BenchmarkInference(b *testing.B) {
 		}
 		return float64(u.CompletionTokens) / u.CompletionDuration.Seconds(), u, s.stats
 	}
-	ffTPS, ffU, ffSt := effective(false, false)
-	noTPS, noU, noSt := effective(true, false)
-	_, _, fullSt := effective(false, true)
+	ffTPS, ffU, ffSt := effective(false, false, 0)
+	noTPS, noU, _ := effective(true, false, 0)
+	_, _, fullSt := effective(false, true, 0)
+	// Random weights fill every string to the MaxStringTokens bound; a
+	// trained model writes short values. Emulate that with a bound of 4.
+	shortFF, shortFFU, _ := effective(false, false, 4)
+	shortNo, shortNoU, _ := effective(true, false, 4)
 	b.ReportMetric(ffTPS, "toolcall-ff-tok/s")
 	b.ReportMetric(noTPS, "toolcall-noff-tok/s")
 	perTok := func(st slotStats) time.Duration {
@@ -184,9 +217,11 @@ func BenchmarkInference(b *testing.B) {
 	}
 	pf("tool-call tokens/s, fast-forward: %7.1f (%d tokens, %d forced, in %v; target >= 125)\n", ffTPS, ffU.CompletionTokens, ffU.ForcedTokens, ffU.CompletionDuration.Round(time.Millisecond))
 	pf("tool-call tokens/s, sampled:      %7.1f (%d tokens in %v)\n", noTPS, noU.CompletionTokens, noU.CompletionDuration.Round(time.Millisecond))
+	pf("tool-call tokens/s, short values (strings <= 4 tokens): fast-forward %.1f (%d tokens, %d forced), sampled %.1f (%d tokens)\n",
+		shortFF, shortFFU.CompletionTokens, shortFFU.ForcedTokens, shortNo, shortNoU.CompletionTokens)
 	pf("grammar cost per sampled token:  fast path %v (%d of %d samples hit the top %d); full vocabulary %v\n",
 		perTok(ffSt), ffSt.fastHits, ffSt.samples, be.cfg.GrammarCandidates, perTok(fullSt))
-	_ = noSt
+	b.ReportMetric(shortFF, "toolcall-short-ff-tok/s")
 
 	// 4. Prefilled ÷ context over a 6-turn job, cold and after a job of the
 	// same agent.
@@ -226,7 +261,12 @@ func BenchmarkInference(b *testing.B) {
 	// 5. Aggregate decode tokens/s and RSS for 1 and 2 slots.
 	s1.Close()
 	be.Close()
-	runtime.GC()
+	bw = membw.Result{}
+	freeMem := func() {
+		runtime.GC()
+		debug.FreeOSMemory()
+	}
+	freeMem()
 	beA := newBench(b, nil)
 	agg := func(slots []*Slot) float64 {
 		var wg sync.WaitGroup
@@ -244,10 +284,12 @@ func BenchmarkInference(b *testing.B) {
 	a1, _ := beA.NewSlot()
 	decodeRun(b, a1, prompt, 8)
 	one := agg([]*Slot{a1})
+	freeMem()
 	rss1 := rss(b)
 	a2, _ := beA.NewSlot()
 	decodeRun(b, a2, prompt, 8)
 	two := agg([]*Slot{a1, a2})
+	freeMem()
 	rss2 := rss(b)
 	b.ReportMetric(one, "agg1-tok/s")
 	b.ReportMetric(two, "agg2-tok/s")

@@ -402,8 +402,17 @@ func (s *Slot) generate(ctx context.Context, k *kvContext, m matcher) (gen []int
 				if len(gen)+len(ids) > s.cfg.MaxTokens || len(k.tokens)+len(ids) >= k.nCtx {
 					return gen, forced, loop.FinishLength, nil
 				}
-				if err := s.decode(ctx, k, ids); err != nil {
-					return gen, forced, "", err
+				if len(ids) >= minForcedBatch {
+					if err := s.decode(ctx, k, ids); err != nil {
+						return gen, forced, "", err
+					}
+				} else {
+					for _, id := range ids {
+						one[0] = id
+						if err := s.decode(ctx, k, one); err != nil {
+							return gen, forced, "", err
+						}
+					}
 				}
 				gen = append(gen, ids...)
 				forced += len(ids)
@@ -436,6 +445,13 @@ func (s *Slot) generate(ctx context.Context, k *kvContext, m matcher) (gen []int
 	}
 	return gen, forced, loop.FinishLength, nil
 }
+
+// minForcedBatch is the shortest run of forced tokens decoded as one
+// batch; shorter runs are decoded token by token, still without sampling.
+// inference.md §3.5 measured 2-token batches costing more than two single
+// decodes on its host; on the benchmark host of docs/PERFORMANCE.md a
+// 2-token batch costs 1.2× one token, so 2 it is.
+var minForcedBatch = 2
 
 // forcedTokens tokenizes the grammar's forced text (special tokens allowed:
 // the text comes from the grammar, never from a user) and feeds each token
