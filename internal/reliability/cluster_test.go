@@ -237,7 +237,7 @@ func TestNodeLoss(t *testing.T) {
 	}
 	if !tr.waitDistinct(n, time.Minute) {
 		diagnose(t, js, "node", n)
-		t.Fatalf("only %d/%d acknowledged jobs have results after 1m", tr.distinct(), n)
+		t.Errorf("only %d/%d acknowledged jobs have results after 1m", tr.distinct(), n)
 	}
 	s.Elapsed = time.Since(start)
 	for _, w := range workers {

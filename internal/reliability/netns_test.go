@@ -260,7 +260,8 @@ func TestNodeLossNetns(t *testing.T) {
 	for storedCount(t, js, "netns") < n {
 		if time.Now().After(deadline) {
 			diagnose(t, js, "netns", n)
-			t.Fatalf("only %d/%d jobs have results after 2m", storedCount(t, js, "netns"), n)
+			t.Errorf("only %d/%d jobs have results after 2m", storedCount(t, js, "netns"), n)
+			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -116,7 +116,7 @@ func serverRestart(t *testing.T, embedded bool) {
 		for _, w := range workers {
 			t.Logf("%s log:\n%s", w.name, grepLog(w, "cannot store", "already ended", "retrying"))
 		}
-		t.Fatalf("only %d/%d acknowledged jobs have results after 1m", tr.distinct(), n)
+		t.Errorf("only %d/%d acknowledged jobs have results after 1m", tr.distinct(), n)
 	}
 	s.Elapsed = time.Since(start)
 	for _, w := range workers {
