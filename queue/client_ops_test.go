@@ -4,7 +4,6 @@ import (
 	"errors"
 	"testing"
 
-
 	"github.com/agentfleet/fleet/queue"
 )
 
