@@ -185,40 +185,147 @@ func (s *slot) stopping() bool {
 	}
 }
 
-// next returns the slot's next job, or nil when the worker stops. It has at
-// most one pull request outstanding, for one message.
+// next returns the slot's next job, or nil when the worker stops. With one
+// operation it has at most one pull request outstanding, for one message.
+//
+// With several operations, an idle slot first sweeps them with no_wait
+// requests (a backlog is taken one message at a time, never over-delivered),
+// then long-polls every operation at once, so that a job for any of them
+// starts at once instead of waiting for the pull on another operation to
+// expire. The first job wins; the slot then withdraws its other requests
+// (cancelPulls). A job that the server had already sent on one of them is
+// handed to another idle slot, or, when none is idle, handed back at once
+// with a Nak (counted in Stats.Overdelivered; it costs that job one
+// delivery attempt but never an ack wait).
 func (s *slot) next() *nats.Msg {
 	n := len(s.pullSubj)
 	for !s.stopping() {
-		if n > 1 {
-			// Several operations: sweep them without waiting first, so a
-			// backlog on any of them is found at once.
-			for i := 0; i < n; i++ {
-				op := (s.rot + i) % n
-				m, ok := s.pull(op, s.noWait, 2*time.Second)
-				if m != nil {
-					s.rot = (op + 1) % n
-					return m
-				}
-				if !ok {
-					break
-				}
+		if n == 1 {
+			// The server answers an expired pull within PullExpiry; give it
+			// some slack before deciding the request was lost (a reconnect).
+			if m, _ := s.pull(0, s.pullBody, s.lostAfter()); m != nil {
+				return m
+			}
+			continue
+		}
+		for i := 0; i < n; i++ {
+			op := (s.rot + i) % n
+			m, ok := s.pull(op, s.noWait, 2*time.Second)
+			if m != nil {
+				s.rot = (op + 1) % n
+				return m
+			}
+			if !ok {
+				break
 			}
 		}
-		// The server answers an expired pull within PullExpiry; give it
-		// some slack before deciding the request was lost (a reconnect).
-		m, _ := s.pull(s.rot, s.pullBody, s.w.cfg.PullExpiry+max(s.w.cfg.PullExpiry/2, time.Second))
-		if m != nil {
-			if n > 1 {
-				s.rot = (s.rot + 1) % n
-			}
+		if m := s.pollAll(); m != nil {
 			return m
-		}
-		if n > 1 {
-			s.rot = (s.rot + 1) % n
 		}
 	}
 	return nil
+}
+
+func (s *slot) lostAfter() time.Duration {
+	return s.w.cfg.PullExpiry + max(s.w.cfg.PullExpiry/2, time.Second)
+}
+
+// pollAll long-polls every operation at once and returns the first job (from
+// the server or handed over by another slot), or nil when the requests
+// expired, failed or the worker stops.
+func (s *slot) pollAll() *nats.Msg {
+	n := len(s.pullSubj)
+	sent := 0
+	for op := 0; op < n; op++ {
+		if err := s.nc.PublishRequest(s.pullSubj[op], s.inbox, s.pullBody); err != nil {
+			s.log.Warn("pull request failed", "err", err)
+			if sent > 0 {
+				s.cancelPulls()
+			}
+			s.pause(250 * time.Millisecond)
+			return nil
+		}
+		sent++
+	}
+	open := sent
+	t := time.NewTimer(s.lostAfter())
+	defer t.Stop()
+	for {
+		select {
+		case m := <-s.ch:
+			if isJobMsg(m) {
+				if open > 1 {
+					s.cancelPulls()
+				}
+				return m
+			}
+			switch code := m.Header.Get("Status"); code {
+			case "404", "408":
+				if open--; open == 0 {
+					return nil
+				}
+			case "100", "":
+			default:
+				s.log.Warn("pull refused", "status", code, "description", m.Header.Get("Description"))
+				s.cancelPulls()
+				s.pause(time.Second)
+				return nil
+			}
+		case m := <-s.w.handoff:
+			s.cancelPulls()
+			return m
+		case <-t.C:
+			if err := s.subscribe(); err != nil {
+				s.log.Error("cannot resubscribe pull inbox", "err", err)
+				s.pause(time.Second)
+			}
+			return nil
+		case <-s.w.stopping:
+			return nil
+		}
+	}
+}
+
+// cancelPulls withdraws the slot's outstanding pull requests: the slot moves
+// to a fresh inbox and drains the old one (the server drops waiting requests
+// whose inbox has no interest). Jobs already on their way are handed to an
+// idle slot, or back to the queue.
+func (s *slot) cancelPulls() {
+	old, oldCh := s.sub, s.ch
+	if err := s.subscribe(); err != nil {
+		s.log.Error("cannot resubscribe pull inbox", "err", err)
+	}
+	if old == nil {
+		return
+	}
+	s.w.cancelWG.Add(1)
+	go func() {
+		defer s.w.cancelWG.Done()
+		closed := old.StatusChanged(nats.SubscriptionClosed)
+		if !s.nc.IsConnected() || old.Drain() != nil {
+			_ = old.Unsubscribe()
+			return
+		}
+		t := time.NewTimer(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case m := <-oldCh:
+				s.w.overflow(m)
+			case <-closed:
+				for {
+					select {
+					case m := <-oldCh:
+						s.w.overflow(m)
+					default:
+						return
+					}
+				}
+			case <-t.C:
+				return
+			}
+		}
+	}()
 }
 
 // pull sends one pull request for one message and waits for its answer. It

@@ -220,10 +220,14 @@ type Stats struct {
 	Requeued int64
 	// EventsDropped counts events not published.
 	EventsDropped int64
+	// Overdelivered counts jobs that arrived on a withdrawn pull request
+	// (a slot long-polling several operations got two at once) while no
+	// slot was idle, and were handed back at once.
+	Overdelivered int64
 }
 
 type stats struct {
-	started, succeeded, failed, canceled, dead, duplicates, retried, requeued, eventsDropped atomic.Int64
+	started, succeeded, failed, canceled, dead, duplicates, retried, requeued, eventsDropped, overdelivered atomic.Int64
 }
 
 // Worker pulls run requests for its operations, one job per slot at a time,
@@ -250,7 +254,10 @@ type Worker struct {
 	runMu   sync.Mutex
 	running map[string][]*runningJob // job id -> its runs here (a redelivery may overlap a stale run)
 	abandon chan struct{}            // closed when Stop gives up on stuck slots
-	st      stats
+	handoff chan *nats.Msg           // a job over-delivered to one slot, taken by an idle one
+	// cancelWG tracks the goroutines draining withdrawn pull inboxes.
+	cancelWG sync.WaitGroup
+	st       stats
 }
 
 // NewWorker validates cfg and returns a Worker; nothing happens until Start.
@@ -263,7 +270,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
 	w := &Worker{cfg: cfg, js: js, log: cfg.Logger.With("worker", cfg.Name),
-		running: map[string][]*runningJob{}, abandon: make(chan struct{})}
+		running: map[string][]*runningJob{}, abandon: make(chan struct{}), handoff: make(chan *nats.Msg)}
 	if cfg.NoEvents || len(cfg.EventKinds) > 0 {
 		w.kinds = make(map[loop.EventKind]bool, len(cfg.EventKinds))
 		for _, k := range cfg.EventKinds {
@@ -292,6 +299,7 @@ func (w *Worker) Stats() Stats {
 		Started: w.st.started.Load(), Succeeded: w.st.succeeded.Load(), Failed: w.st.failed.Load(),
 		Canceled: w.st.canceled.Load(), Dead: w.st.dead.Load(), Duplicates: w.st.duplicates.Load(),
 		Retried: w.st.retried.Load(), Requeued: w.st.requeued.Load(), EventsDropped: w.st.eventsDropped.Load(),
+		Overdelivered: w.st.overdelivered.Load(),
 	}
 }
 
@@ -393,6 +401,7 @@ func (w *Worker) Stop() error {
 		w.log.Error("abandoning stuck slots", "err", err)
 	}
 	t.Stop()
+	w.cancelWG.Wait()
 	w.bgCancel()
 	w.bgWG.Wait()
 	if w.cancelSb != nil {
@@ -408,6 +417,26 @@ func (w *Worker) Stop() error {
 	}
 	w.log.Info("worker stopped")
 	return err
+}
+
+// overflow gives a job that arrived on a withdrawn pull request to an idle
+// slot, or hands it straight back to the queue when no slot is idle (or the
+// worker is stopping).
+func (w *Worker) overflow(m *nats.Msg) {
+	if !isJobMsg(m) {
+		return
+	}
+	select {
+	case <-w.stopping:
+	default:
+		select {
+		case w.handoff <- m:
+			return
+		default:
+		}
+	}
+	w.st.overdelivered.Add(1)
+	_ = m.Nak()
 }
 
 // runningJob is a job being processed, found by its cancel subject.

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -720,5 +721,69 @@ func TestEventDropPolicyAndKinds(t *testing.T) {
 	}
 	if evs := b2.storedEvents("kinds-1"); len(evs) != 1 || evs[0].Kind != loop.EventFinished {
 		t.Fatalf("events %+v", evs)
+	}
+}
+
+// TestIdleSlotPicksUpAnyOperationAtOnce: a worker with one slot serving four
+// operations waits on all of them at once, so a job for the last one starts
+// within milliseconds, not after the pull on another operation expires.
+func TestIdleSlotPicksUpAnyOperationAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ops := []string{"op0", "op1", "op2", "op3"}
+	const expiry = 20 * time.Second
+	started := make(chan time.Time, 4)
+	b.worker(func(int) Processor {
+		return ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
+			started <- time.Now()
+			return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
+		})
+	}, func(c *Config) {
+		c.Slots = 1
+		c.Operations = ops
+		c.PullExpiry = expiry
+		c.Streams.AckWait = time.Minute
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// The slot is idle once it waits on every operation's consumer.
+	waitIdle := func() {
+		for _, op := range ops {
+			for {
+				info, err := b.js.Consumer(ctx, StreamRuns, op)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ci, err := info.Info(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ci.NumWaiting > 0 {
+					break
+				}
+			}
+		}
+	}
+	for round, op := range []string{"op3", "op0", "op2", "op3"} {
+		waitIdle()
+		sub := b.subscribe(ResultSubject(fmt.Sprintf("any-%d", round)))
+		r := newReq(fmt.Sprintf("any-%d", round))
+		r.Operation = op
+		t0 := time.Now()
+		b.publish(r, JSON, "")
+		var t1 time.Time
+		select {
+		case t1 = <-started:
+		case <-ctx.Done():
+			t.Fatalf("round %d: job for %s did not start", round, op)
+		}
+		if d := t1.Sub(t0); d > 250*time.Millisecond {
+			t.Fatalf("round %d: job for %s started after %s (pull expiry %s)", round, op, d, expiry)
+		} else {
+			t.Logf("round %d: job for %s started %s after its publish", round, op, d)
+		}
+		if res := b.result(sub); res.State != StateSucceeded {
+			t.Fatalf("round %d: %+v", round, res)
+		}
 	}
 }
