@@ -155,14 +155,14 @@ func (s *slot) drainInbox() {
 		select {
 		case m := <-s.ch:
 			if isJobMsg(m) {
-				_ = m.Nak()
+				_ = s.w.handBack(m)
 			}
 		case <-closed:
 			for {
 				select {
 				case m := <-s.ch:
 					if isJobMsg(m) {
-						_ = m.Nak()
+						_ = s.w.handBack(m)
 					}
 				default:
 					return
@@ -928,7 +928,7 @@ func (s *slot) requeue(j *job, why string) {
 		cancel()
 	}
 	s.w.st.requeued.Add(1)
-	if err := j.msg.Nak(); err != nil {
+	if err := s.w.handBack(j.msg); err != nil {
 		s.log.Warn("nak failed", "job", j.id, "err", err)
 	}
 }

@@ -436,7 +436,30 @@ func (w *Worker) overflow(m *nats.Msg) {
 		}
 	}
 	w.st.overdelivered.Add(1)
-	_ = m.Nak()
+	_ = w.handBack(m)
+}
+
+// handBackNak is a Nak with the smallest delay. A plain Nak only puts the
+// message on the consumer's in-memory redelivery queue: if the server stops
+// before redelivering it (an embedded server shut down with the worker), the
+// restarted server finds the delivery pending with its original timestamp
+// and redelivers it only after the whole ack wait. A Nak with a delay moves
+// the pending entry's timestamp to "expired" in the consumer's stored state,
+// so a restarted server redelivers it within about a second.
+var handBackNak = []byte(`-NAK {"delay":1}`)
+
+// handBack returns a delivery to the queue for immediate redelivery and
+// waits for the server's confirmation (the server answers an ack carrying a
+// reply subject after processing it), so that a shutdown that follows cannot
+// overtake it. Without a connection it falls back to a buffered plain Nak.
+func (w *Worker) handBack(m *nats.Msg) error {
+	if !w.cfg.Conn.IsConnected() {
+		return m.Nak()
+	}
+	if _, err := w.cfg.Conn.Request(m.Reply, handBackNak, 5*time.Second); err != nil {
+		return errors.Join(err, m.Nak())
+	}
+	return nil
 }
 
 // runningJob is a job being processed, found by its cancel subject.

@@ -787,3 +787,82 @@ func TestIdleSlotPicksUpAnyOperationAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestRequeueSurvivesServerRestart: a running job handed back by a shutdown
+// is redelivered soon after the embedded server restarts on the same store,
+// not after the ack wait (a plain Nak lives only in the server's memory).
+func TestRequeueSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := func() (*Embedded, *nats.Conn) {
+		srv, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: dir, NoListen: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := srv.Connect()
+		if err != nil {
+			srv.Shutdown()
+			t.Fatal(err)
+		}
+		return srv, nc
+	}
+	worker := func(nc *nats.Conn, p Processor) *Worker {
+		w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, Name: "restart",
+			NewProcessor: func(int) (Processor, error) { return p, nil }, DrainGrace: -1,
+			Streams: StreamsConfig{AckWait: time.Minute}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	srv, nc := start()
+	g := newGate(true)
+	w := worker(nc, g)
+	m, err := NewRequestMsg(newReq("restart-1"), JSON, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	g.waitStarted(t)
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Stats().Requeued != 1 {
+		t.Fatalf("stats %+v", w.Stats())
+	}
+	nc.Close()
+	srv.Shutdown()
+
+	srv, nc = start()
+	defer func() { nc.Close(); srv.Shutdown() }()
+	sub, err := nc.SubscribeSync(ResultSubject("restart-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	w = worker(nc, newLoopProcessor(t, nil, nil))
+	defer func() { _ = w.Stop() }()
+	rm, err := sub.NextMsg(20 * time.Second)
+	if err != nil {
+		t.Fatalf("no result %s after the restart (ack wait 1m): %v", time.Since(t0), err)
+	}
+	r, err := DecodeAgentResult(rm.Data, rm.Header.Get(HeaderContentType))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != StateSucceeded || r.Attempts != 2 {
+		t.Fatalf("result %+v", r)
+	}
+	t.Logf("requeued job finished %s after the restart", time.Since(t0))
+}
