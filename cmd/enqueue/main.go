@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -21,51 +22,85 @@ import (
 	"github.com/agentfleet/fleet/queue"
 )
 
-// Exit codes (documented in the help text).
+// Exit codes (documented in the help text and docs/CLI.md).
 const (
 	exitOK        = 0
 	exitJobFailed = 1
 	exitUsage     = 2
 	exitConnect   = 3
 	exitNotFound  = 4
+	exitConflict  = 5
 	exitInterrupt = 130
 )
 
-const helpText = `enqueue: run fleet agents on Python code and follow the jobs.
+const helpText = `enqueue: run fleet agents on Python code, follow the jobs, review their
+changes and operate the queue.
 
 Usage:
   enqueue [connection flags] <command> [flags] [args]
+  enqueue <command> --help      the command's flags
 
-Commands:
+Jobs:
   run <operation> <file.py> [--node NAME | --line N] [--json] [--no-wait]
         Publish a job for the file (or the function/class NAME, or the one
-        enclosing line N), print its events as they arrive, then the result
-        and its diff. The workspace sent is the file plus the project's
-        config files (pyproject.toml, ruff.toml, setup.cfg, pytest.ini,
-        tox.ini, conftest.py; tests/ for the test and sample_data operations),
-        relative to the project root (the nearest folder with pyproject.toml
-        or .git). Flags: --max-turns N, --timeout D (how long to wait, default
-        10m), --job-id ID, --msgpack.
-  attach <job-id> [--json]
-        Print a job's events (stored ones first, then live) and its result.
+        enclosing line N), show its progress, then the result and its diff.
+        On a terminal: the event lines and a live progress line (turn i/max,
+        what runs, elapsed time); otherwise plain lines. The workspace sent
+        is the file plus the project's config files (pyproject.toml,
+        ruff.toml, setup.cfg, pytest.ini, tox.ini, conftest.py; tests/ for
+        the test and sample_data operations), relative to the project root
+        (the nearest folder with pyproject.toml or .git). The sha256 of each
+        file sent is recorded in <root>/.fleet/jobs/<job-id>.json for accept.
+        Flags: --max-turns N, --timeout D (how long to wait, default 10m),
+        --job-id ID, --msgpack, --no-progress, --no-record.
+  attach <job-id> [--json] [--no-progress]
+        Show a job's events (stored ones first, then live) and its result,
+        also long after it finished.
   status <job-id> [--json]
         Print a job's status record and, when stored, its result summary.
+  list [--state S] [--operation OP] [--limit N] [--json]
+        List the jobs of the fleet_jobs bucket: job id, operation, state,
+        worker, attempt, last update (oldest first).
   cancel <job-id> [--reason TEXT]
         Cancel a queued or running job.
 
+Review:
+  accept <job-id> [--dir D] [--force]
+        Apply the job's diff to the local files under the project root D
+        (default: the project root of the current folder). Refused (exit 5,
+        nothing written) when a file changed since the job was enqueued, the
+        job's record is missing, or it was already accepted or rejected;
+        --force applies the diff where its context still matches.
+  reject <job-id> [--dir D]
+        Mark the job rejected in its local record (nothing is written to
+        the project; accept then refuses it).
+
+Dead letters (FLEET_DLQ):
+  dlq list [--json]               dead letters with their code and reason
+  dlq show <job-id|seq> [--json]  one dead letter: headers and request
+  dlq replay <job-id|seq> [--job-id ID] [--keep] [--wait [--json]]
+        Publish the request again as a new job (<job-id>-r<n>) after the
+        cause is fixed; the dead letter is removed unless --keep.
+  dlq purge [--operation OP] [--yes]
+        Delete the dead letters (asks on a terminal unless --yes).
+
 Connection flags (shared with the worker):
-  -config FILE      the worker's YAML configuration (nats section); FLEET_* variables apply too
+  -config FILE      the worker's YAML configuration (nats section: url, creds,
+                    nkey_seed, user/password, token, tls); FLEET_* variables apply too
   --nats-url URL    NATS server URL (default: nats.url, else the embedded server's
                     nats.embedded.listen, 127.0.0.1:4222)
 
---json prints newline-delimited JSON: each event, then the result.
+--json prints newline-delimited JSON (run/attach: each event, then the result).
 
 Exit codes:
   0  success (the job succeeded; the command did what it was asked)
-  1  the job failed, was dead-lettered or canceled (cancel: it had already finished)
+  1  the job failed, was dead-lettered or canceled (cancel: it had already
+     finished; accept: it did not succeed or has not finished)
   2  usage error: bad flags or arguments, unreadable file, unknown node, bad configuration
   3  connection error or timeout: NATS unreachable, no fleet streams, --timeout passed
-  4  job not found
+  4  job or dead letter not found
+  5  refused: accept/reject conflict (local files changed since the job was
+     enqueued, no local record, the diff does not apply, already reviewed)
   130 interrupted while waiting (the job goes on: enqueue attach <job-id>)
 `
 
@@ -121,6 +156,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdStatus(cargs)
 	case "cancel":
 		err = c.cmdCancel(cargs)
+	case "list":
+		err = c.cmdList(cargs)
+	case "accept":
+		err = c.cmdAccept(cargs)
+	case "reject":
+		err = c.cmdReject(cargs)
+	case "dlq":
+		err = c.cmdDLQ(cargs)
 	case "help":
 		fmt.Fprint(stdout, helpText)
 		return exitOK
@@ -256,9 +299,9 @@ func connErr(err error) error {
 		return nil
 	case errors.As(err, &ee):
 		return err
-	case errors.Is(err, queue.ErrJobNotFound):
+	case errors.Is(err, queue.ErrJobNotFound), errors.Is(err, queue.ErrDeadLetterNotFound):
 		return &exitError{code: exitNotFound, err: err}
-	case errors.Is(err, queue.ErrInvalidRequest), errors.Is(err, queue.ErrUnknownOperation):
+	case errors.Is(err, queue.ErrInvalidRequest), errors.Is(err, queue.ErrUnknownOperation), errors.Is(err, queue.ErrUndecodable):
 		return &exitError{code: exitUsage, err: err}
 	case errors.Is(err, errInterrupted):
 		return &exitError{code: exitInterrupt, err: err}
@@ -276,6 +319,8 @@ func (c *cli) cmdRun(args []string) error {
 	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the result")
 	jobID := fs.String("job-id", "", "the job id (default: generated); the same id is never run twice")
 	msgpack := fs.Bool("msgpack", false, "publish the request as msgpack instead of JSON")
+	noProgress := fs.Bool("no-progress", false, "plain lines even on a terminal")
+	noRecord := fs.Bool("no-record", false, "do not record the sent files in <root>/.fleet/jobs (accept then needs --force)")
 	pos, err := c.parse(fs, args, 2, "<operation> <file.py>")
 	if err != nil {
 		return err
@@ -295,6 +340,11 @@ func (c *cli) cmdRun(args []string) error {
 		return &exitError{code: exitUsage, err: err}
 	}
 	req.JobID = *jobID
+	if req.JobID == "" {
+		req.JobID = queue.NewJobID(op)
+	} else if !queue.ValidJobID(req.JobID) {
+		return fail(exitUsage, "--job-id %q: want 1-128 of A-Z a-z 0-9 _ -", req.JobID)
+	}
 	for _, n := range notes {
 		fmt.Fprintf(c.stderr, "note: %s\n", n)
 	}
@@ -318,9 +368,32 @@ func (c *cli) cmdRun(args []string) error {
 	if !served {
 		return fail(exitUsage, "no worker serves operation %q on this NATS server (a worker serves the operations of its agents folder)", op)
 	}
+	// The record is written before the publish (a job is never out without
+	// it) and only when none exists (a duplicate job id keeps the first).
+	root := ""
+	recorded := false
+	if !*noRecord {
+		if abs, err := filepath.Abs(file); err == nil {
+			root = projectRoot(filepath.Dir(abs))
+			if _, err := loadRecord(root, req.JobID); notExist(err) {
+				if err := newRecord(root, req).save(root); err != nil {
+					fmt.Fprintf(c.stderr, "note: cannot record the job in %s (accept will need --force): %v\n", root, err)
+				} else {
+					recorded = true
+				}
+			}
+		}
+	}
 	enq, err := client.Enqueue(cctx, req)
 	if err != nil {
+		if recorded {
+			removeRecord(root, req.JobID)
+		}
 		return connErr(err)
+	}
+	if enq.Duplicate && recorded {
+		// Another request with this id runs; its files may differ.
+		removeRecord(root, req.JobID)
 	}
 	p := newPrinter(c.stdout, *asJSON)
 	if *noWait {
@@ -330,22 +403,24 @@ func (c *cli) cmdRun(args []string) error {
 	p.queued(enq, req, false)
 	wctx, wcancel := context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("no result after --timeout %s", *timeout))
 	defer wcancel()
-	return c.follow(wctx, client, p, enq.JobID)
+	return c.follow(wctx, client, newView(c.stdout, *asJSON, *noProgress), enq.JobID)
 }
 
-// follow prints a job's events and result and maps the result to an exit
+// follow shows a job's events and result and maps the result to an exit
 // code.
-func (c *cli) follow(ctx context.Context, client *queue.Client, p *printer, jobID string) error {
+func (c *cli) follow(ctx context.Context, client *queue.Client, v view, jobID string) error {
+	defer v.close()
 	w, err := client.Attach(ctx, jobID)
 	if err != nil {
 		return connErr(err)
 	}
 	defer w.Stop()
 	for e := range w.Events() {
-		p.event(e)
+		v.event(e)
 	}
 	r, ok := <-w.Result()
 	if !ok {
+		v.close()
 		err := w.Err()
 		if errors.Is(err, errInterrupted) || errors.Is(context.Cause(ctx), errInterrupted) {
 			return fail(exitInterrupt, "interrupted; the job goes on: enqueue attach %s", jobID)
@@ -355,7 +430,7 @@ func (c *cli) follow(ctx context.Context, client *queue.Client, p *printer, jobI
 		}
 		return connErr(err)
 	}
-	p.result(r)
+	v.result(r)
 	if r.State != queue.StateSucceeded {
 		return &exitError{code: exitJobFailed, err: errors.New("")}
 	}
@@ -363,8 +438,9 @@ func (c *cli) follow(ctx context.Context, client *queue.Client, p *printer, jobI
 }
 
 func (c *cli) cmdAttach(args []string) error {
-	fs := c.subFlags("attach", "attach <job-id> [--json] [--timeout D]")
+	fs := c.subFlags("attach", "attach <job-id> [--json] [--no-progress] [--timeout D]")
 	asJSON := fs.Bool("json", false, "print newline-delimited JSON events, then the result")
+	noProgress := fs.Bool("no-progress", false, "plain lines even on a terminal")
 	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the result")
 	pos, err := c.parse(fs, args, 1, "<job-id>")
 	if err != nil {
@@ -387,7 +463,7 @@ func (c *cli) cmdAttach(args []string) error {
 	}
 	wctx, wcancel := context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("no result after --timeout %s", *timeout))
 	defer wcancel()
-	return c.follow(wctx, client, newPrinter(c.stdout, *asJSON), pos[0])
+	return c.follow(wctx, client, newView(c.stdout, *asJSON, *noProgress), pos[0])
 }
 
 func (c *cli) cmdStatus(args []string) error {

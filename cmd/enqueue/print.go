@@ -18,6 +18,8 @@ type printer struct {
 	json    bool
 	attempt int
 	start   time.Time
+	// color colors the diff (a terminal).
+	color bool
 }
 
 func newPrinter(w io.Writer, asJSON bool) *printer {
@@ -158,10 +160,15 @@ func (p *printer) result(r *queue.AgentResult) {
 		return
 	}
 	fmt.Fprintf(p.w, "changed:  %s\n\n", strings.Join(r.ChangedFiles, ", "))
-	fmt.Fprint(p.w, r.Diff)
+	if p.color {
+		fmt.Fprint(p.w, colorDiff(r.Diff))
+	} else {
+		fmt.Fprint(p.w, r.Diff)
+	}
 	if !strings.HasSuffix(r.Diff, "\n") {
 		fmt.Fprintln(p.w)
 	}
+	fmt.Fprintf(p.w, "\nreview, then: enqueue accept %s   (or: enqueue reject %s)\n", r.JobID, r.JobID)
 }
 
 func (p *printer) status(jobID string, rec *queue.StatusRecord, res *queue.AgentResult) {
