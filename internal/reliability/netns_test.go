@@ -256,11 +256,11 @@ func TestNodeLossNetns(t *testing.T) {
 			s.Recover.Round(time.Millisecond), time.Since(r0).Round(time.Millisecond))
 	}
 
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(time.Minute)
 	for storedCount(t, js, "netns") < n {
 		if time.Now().After(deadline) {
 			diagnose(t, js, "netns", n)
-			t.Errorf("only %d/%d jobs have results after 2m", storedCount(t, js, "netns"), n)
+			t.Errorf("only %d/%d jobs have results after 1m", storedCount(t, js, "netns"), n)
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
