@@ -57,6 +57,15 @@ func (s *Slot) sample(k *kvContext, m matcher) (int, error) {
 	}
 	t0 := time.Now()
 	allowed := m.Allows
+	if sp.Temperature == 0 && !s.benchFullScan {
+		// Greedy: the argmax is the first candidate in sampled order; a
+		// trained model's argmax is usually admissible.
+		if id := argmax(logits); allowed(id) {
+			s.stats.fastHits++
+			s.stats.grammarTime += time.Since(t0)
+			return id, nil
+		}
+	}
 	s.cands = topK(logits, max(s.cfg.GrammarCandidates, sp.TopK), s.cands[:0])
 	var picked []candidate
 	if s.benchFullScan {

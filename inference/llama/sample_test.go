@@ -1,0 +1,77 @@
+package llama
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+)
+
+func TestTopK(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(1, 2))
+	l := make([]float32, 5000)
+	for i := range l {
+		l[i] = float32(r.NormFloat64())
+	}
+	l[17], l[4000] = 9, 9 // a tie: lower id first
+	got := topK(l, 64, nil)
+	idx := make([]int, len(l))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return l[idx[a]] > l[idx[b]] })
+	if len(got) != 64 {
+		t.Fatalf("%d candidates", len(got))
+	}
+	for i, c := range got {
+		if c.id != idx[i] {
+			t.Fatalf("candidate %d is %d (%g), want %d (%g)", i, c.id, c.logit, idx[i], l[idx[i]])
+		}
+	}
+	if argmax(l) != 17 {
+		t.Fatalf("argmax %d, want 17", argmax(l))
+	}
+	if n := len(topK(l[:10], 64, nil)); n != 10 {
+		t.Fatalf("topK of 10 logits returned %d", n)
+	}
+}
+
+func TestDraw(t *testing.T) {
+	t.Parallel()
+	mk := func(sp Sampling) *Slot {
+		return &Slot{cfg: Config{Sampling: sp}, rng: rand.New(rand.NewPCG(7, 7))}
+	}
+	cands := func() []candidate {
+		return []candidate{{id: 5, logit: 3}, {id: 9, logit: 2.5}, {id: 1, logit: -4}}
+	}
+	if id := mk(Sampling{}).draw(cands()); id != 5 {
+		t.Fatalf("greedy drew %d", id)
+	}
+	// min-p 0.5 drops ids 9? exp(-0.5)=0.61 > 0.5 keeps 9; exp(-7) drops 1.
+	s := mk(Sampling{Temperature: 1, MinP: 0.5, TopP: 1})
+	seen := map[int]int{}
+	for range 2000 {
+		seen[s.draw(cands())]++
+	}
+	if seen[1] != 0 || seen[5] == 0 || seen[9] == 0 {
+		t.Fatalf("min-p draws %v", seen)
+	}
+	// top-p 0.5 keeps only the most likely token (p≈0.62).
+	s = mk(Sampling{Temperature: 1, TopP: 0.5})
+	for range 200 {
+		if id := s.draw(cands()); id != 5 {
+			t.Fatalf("top-p 0.5 drew %d", id)
+		}
+	}
+	// Same seed, same draws.
+	a, b := mk(Sampling{Temperature: 1, TopP: 1}), mk(Sampling{Temperature: 1, TopP: 1})
+	var da, db []int
+	for range 50 {
+		da = append(da, a.draw(cands()))
+		db = append(db, b.draw(cands()))
+	}
+	if !slices.Equal(da, db) {
+		t.Fatal("equal seeds drew differently")
+	}
+}
