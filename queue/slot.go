@@ -37,6 +37,8 @@ type slot struct {
 	pullBody []byte
 	noWait   []byte
 
+	timer *time.Timer // pull timeouts; Go 1.23+ timers: no stale ticks after Stop/Reset
+
 	// heartbeat state
 	hbMu       sync.Mutex
 	hbMsg      *nats.Msg
@@ -226,6 +228,17 @@ func (s *slot) next() *nats.Msg {
 	return nil
 }
 
+// waitTimer returns the slot's pull timer reset to d (one timer for the
+// slot's life instead of one per pull; the caller stops it).
+func (s *slot) waitTimer(d time.Duration) *time.Timer {
+	if s.timer == nil {
+		s.timer = time.NewTimer(d)
+	} else {
+		s.timer.Reset(d)
+	}
+	return s.timer
+}
+
 func (s *slot) lostAfter() time.Duration {
 	return s.w.cfg.PullExpiry + max(s.w.cfg.PullExpiry/2, time.Second)
 }
@@ -248,7 +261,7 @@ func (s *slot) pollAll() *nats.Msg {
 		sent++
 	}
 	open := sent
-	t := time.NewTimer(s.lostAfter())
+	t := s.waitTimer(s.lostAfter())
 	defer t.Stop()
 	for {
 		select {
@@ -337,7 +350,7 @@ func (s *slot) pull(op int, body []byte, wait time.Duration) (*nats.Msg, bool) {
 		s.pause(250 * time.Millisecond)
 		return nil, false
 	}
-	t := time.NewTimer(wait)
+	t := s.waitTimer(wait)
 	defer t.Stop()
 	for {
 		select {
@@ -689,9 +702,21 @@ func (s *slot) ended(j *job, rec *StatusRecord, rev uint64) {
 // settled here (handled), a newer attempt's job is left to it (handled),
 // anything else is taken over from the current revision.
 func (s *slot) confirmClaim(j *job, running jetstream.PubAckFuture) (handled bool) {
+	// Usually stored long before the run ends: no timeout context then.
+	var rev uint64
+	var err error
+	select {
+	case a := <-running.Ok():
+		j.rev = a.Sequence
+		return false
+	case err = <-running.Err():
+	default:
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rev, err := waitStatus(ctx, running)
+	if err == nil {
+		rev, err = waitStatus(ctx, running)
+	}
 	if err == nil {
 		j.rev = rev
 		return false
@@ -844,8 +869,15 @@ func (w *Worker) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reas
 	return false, nil
 }
 
+// ack acknowledges the delivery without waiting for the server's
+// confirmation (a double ack is one more round trip and server reply per
+// job). It is only called once the job's result is stored (or the job is
+// known to have ended), so a lost ack loses nothing: the redelivery finds
+// the terminal status or the stored result and is acknowledged without
+// running again. It leaves on the same connection before the slot's next
+// pull, and Stop flushes the connection.
 func (s *slot) ack(j *job) {
-	if err := j.msg.AckSync(nats.AckWait(5 * time.Second)); err != nil && !errors.Is(err, nats.ErrMsgAlreadyAckd) {
+	if err := j.msg.Ack(); err != nil && !errors.Is(err, nats.ErrMsgAlreadyAckd) {
 		s.log.Warn("ack failed", "job", j.id, "err", err)
 	}
 }
