@@ -85,7 +85,6 @@ func newLive(w io.Writer, color bool) *live {
 		progressbar.OptionSetDescription(l.describe()),
 		progressbar.OptionSetElapsedTime(true),
 		progressbar.OptionSetPredictTime(false),
-		progressbar.OptionShowCount(),
 		progressbar.OptionSetWidth(20),
 		progressbar.OptionThrottle(0),
 		// No spinner goroutine of the library's own: the tick below
@@ -122,15 +121,14 @@ func (l *live) tick() {
 	}
 }
 
-// flush prints the buffered lines above the progress line.
+// flush prints the buffered lines above the progress line and redraws it.
 func (l *live) flush() {
-	if l.buf.Len() == 0 {
-		return
+	if l.buf.Len() > 0 {
+		_ = l.bar.Clear()
+		_, _ = l.term.Write(l.buf.Bytes())
+		l.buf.Reset()
 	}
-	_ = l.bar.Clear()
-	_, _ = l.term.Write(l.buf.Bytes())
-	l.buf.Reset()
-	_ = l.bar.RenderBlank()
+	l.bar.Describe(l.describe())
 }
 
 func (l *live) event(e *queue.Event) {
@@ -162,7 +160,6 @@ func (l *live) event(e *queue.Event) {
 		l.doing = "finished (" + string(e.Status) + ")"
 	}
 	l.flush()
-	l.bar.Describe(l.describe())
 }
 
 func (l *live) result(r *queue.AgentResult) {
@@ -185,7 +182,8 @@ func (l *live) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	_ = l.bar.Clear()
-	l.flush()
+	_, _ = l.term.Write(l.buf.Bytes())
+	l.buf.Reset()
 }
 
 // SGR colors for the diff on a terminal.

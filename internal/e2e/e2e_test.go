@@ -30,6 +30,8 @@ var (
 	binDir   string
 	// enqueueBin and scriptedWorker are built once by TestMain.
 	enqueueBin, scriptedWorker string
+	// workDir holds a copy of testdata/demo; enqueue runs there.
+	workDir string
 )
 
 func TestMain(m *testing.M) {
@@ -55,6 +57,12 @@ func setup(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(binDir)
+	// enqueue runs in a copy of the demo project: it records its jobs in
+	// the project (.fleet/jobs), which must not land in the repository.
+	workDir = filepath.Join(binDir, "work")
+	if err := os.CopyFS(filepath.Join(workDir, "testdata", "demo"), os.DirFS(filepath.Join(repoRoot, "testdata", "demo"))); err != nil {
+		return 0, err
+	}
 	enqueueBin = filepath.Join(binDir, "enqueue")
 	scriptedWorker = filepath.Join(binDir, "worker-nollama")
 	if err := goBuild(enqueueBin, "./cmd/enqueue"); err != nil {
@@ -203,7 +211,7 @@ func enqueueRaw(t *testing.T, args ...string) (string, string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, enqueueBin, args...)
-	cmd.Dir = repoRoot
+	cmd.Dir = workDir
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
