@@ -93,9 +93,9 @@ func TestRunProgressOnTerminal(t *testing.T) {
 		"turn 1/",              // the progress line and the event lines
 		"running run_linter",   // the tool running now
 		"running apply_fix",
-		"▕",         // the bar
-		"s]",        // its elapsed time, [0s] [1s] ...
-		"\r",        // redrawn in place
+		"▕",  // the bar
+		"s]", // its elapsed time, [0s] [1s] ...
+		"\r", // redrawn in place
 		"== result of",
 		"\x1b[31m-import os", // the diff, colored
 		"enqueue accept ",
