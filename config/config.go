@@ -108,6 +108,11 @@ type Queue struct {
 	// MaxDeliver is how many times a job is delivered before it is
 	// dead-lettered. Default 5.
 	MaxDeliver int `yaml:"max_deliver"`
+	// Replicas of the streams and the job-status bucket (1-5; 3 on a 3-node
+	// cluster). 0 keeps what existing streams have, and creates missing ones
+	// with 1, so a worker never scales down an operator's R3 streams.
+	// Default 0.
+	Replicas int `yaml:"replicas"`
 	// ResultsMaxAge is how long results and events are kept for late
 	// readers. Default 24h.
 	ResultsMaxAge time.Duration `yaml:"results_max_age"`

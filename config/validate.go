@@ -177,6 +177,9 @@ func (q *Queue) validate(k *checker) {
 		k.add("queue.ack_wait", "must be >= 1s, got %s", q.AckWait)
 	}
 	k.minInt("queue.max_deliver", q.MaxDeliver, 1)
+	if q.Replicas < 0 || q.Replicas > 5 {
+		k.add("queue.replicas", "must be 0 (keep existing, else 1) to 5, got %d", q.Replicas)
+	}
 	k.positive("queue.results_max_age", q.ResultsMaxAge)
 	k.positive("queue.dlq_max_age", q.DLQMaxAge)
 	for i, b := range q.Backoff {

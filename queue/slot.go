@@ -212,7 +212,11 @@ func (s *slot) next() *nats.Msg {
 		}
 		for i := 0; i < n; i++ {
 			op := (s.rot + i) % n
+			t0 := time.Now()
 			m, ok := s.pull(op, s.noWait, 2*time.Second)
+			if d := time.Since(t0); d > 20*time.Millisecond {
+				println("DEBUG nowait", op, d.String(), m != nil, ok)
+			}
 			if m != nil {
 				s.rot = (op + 1) % n
 				return m
@@ -221,7 +225,12 @@ func (s *slot) next() *nats.Msg {
 				break
 			}
 		}
-		if m := s.pollAll(); m != nil {
+		t0 := time.Now()
+		m := s.pollAll()
+		if d := time.Since(t0); d > 20*time.Millisecond {
+			println("DEBUG pollAll", d.String(), m != nil)
+		}
+		if m != nil {
 			return m
 		}
 	}
@@ -667,8 +676,18 @@ func (s *slot) claim(ctx context.Context, j *job) (skip bool, running jetstream.
 		rev = e.Revision()
 		var rec StatusRecord
 		if JSON.Unmarshal(e.Value(), &rec) == nil && rec.State.Terminal() {
-			s.ended(j, &rec, rev)
-			return true, nil, nil
+			lost, err := s.resultLost(ctx, j, &rec)
+			if err != nil {
+				return false, nil, err
+			}
+			if !lost {
+				s.ended(j, &rec, rev)
+				return true, nil, nil
+			}
+			// The status says the job ran, but its result was never
+			// stored (the server stopped, or the results stream's leader
+			// changed, between the two writes): run it again.
+			s.log.Warn("terminal status without a stored result; running the job again", "job", j.id, "state", rec.State)
 		}
 	}
 	if j.attempt > 1 {
@@ -681,6 +700,25 @@ func (s *slot) claim(ctx context.Context, j *job) (skip bool, running jetstream.
 		return false, nil, fmt.Errorf("write status: %w", err)
 	}
 	return false, f, nil
+}
+
+// resultLost reports whether a job whose status is terminal (succeeded or
+// failed) has no stored result. The result and the status are published
+// together, so the status can be stored without its result; the result is
+// the source of truth, and a job without one must run again. Dead and
+// canceled jobs need no stored result.
+func (s *slot) resultLost(ctx context.Context, j *job, rec *StatusRecord) (bool, error) {
+	if rec.State != StateSucceeded && rec.State != StateFailed {
+		return false, nil
+	}
+	_, err := s.w.streams.Results.GetLastMsgForSubject(ctx, ResultSubject(j.id))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("look up stored result: %w", err)
+	}
+	return false, nil
 }
 
 // ended handles a delivery of a job whose status is terminal: a canceled job

@@ -31,7 +31,9 @@ type StreamsConfig struct {
 	// Operations gets one durable pull consumer each (filter
 	// agents.run.<operation>). Required.
 	Operations []string
-	// Replicas of every stream and the bucket; 0 = 1. Use 3 on a cluster.
+	// Replicas of every stream and the bucket. 0 keeps an existing stream's
+	// replicas (so a worker never scales down what an operator set up) and
+	// creates missing ones with 1. Use 3 on a 3-node cluster.
 	Replicas int
 	// Memory stores the streams in memory instead of files (tests and
 	// benchmarks only: a server restart loses every queued job).
@@ -95,7 +97,6 @@ func (c *StreamsConfig) validate() error {
 	if c.MaxDeliver < -1 {
 		return fmt.Errorf("%w: MaxDeliver must be >= -1, got %d", ErrInvalidConfig, c.MaxDeliver)
 	}
-	c.Replicas = cmp.Or(c.Replicas, 1)
 	c.DedupeWindow = cmp.Or(c.DedupeWindow, DefaultDedupeWindow)
 	c.ResultsMaxAge = cmp.Or(c.ResultsMaxAge, DefaultResultsMaxAge)
 	c.DLQMaxAge = cmp.Or(c.DLQMaxAge, DefaultDLQMaxAge)
@@ -175,7 +176,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		MaxMsgs:     runsMaxMsgs,
 		Duplicates:  cfg.DedupeWindow,
 		Storage:     storage,
-		Replicas:    cfg.Replicas,
+		Replicas:    replicas(ctx, js, StreamRuns, cfg.Replicas),
 		AllowDirect: true,
 	}); err != nil {
 		return nil, fmt.Errorf("queue: stream %s: %w", StreamRuns, err)
@@ -188,7 +189,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		MaxAge:      cfg.ResultsMaxAge,
 		Duplicates:  cfg.DedupeWindow,
 		Storage:     storage,
-		Replicas:    cfg.Replicas,
+		Replicas:    replicas(ctx, js, StreamResults, cfg.Replicas),
 		AllowDirect: true,
 	}); err != nil {
 		return nil, fmt.Errorf("queue: stream %s: %w", StreamResults, err)
@@ -201,7 +202,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		MaxAge:      cfg.DLQMaxAge,
 		Duplicates:  min(cfg.DedupeWindow, cfg.DLQMaxAge),
 		Storage:     storage,
-		Replicas:    cfg.Replicas,
+		Replicas:    replicas(ctx, js, StreamDLQ, cfg.Replicas),
 		AllowDirect: true,
 	}); err != nil {
 		return nil, fmt.Errorf("queue: stream %s: %w", StreamDLQ, err)
@@ -213,7 +214,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      24 * time.Hour,
 		Storage:     storage,
-		Replicas:    cfg.Replicas,
+		Replicas:    replicas(ctx, js, StreamAdvisories, cfg.Replicas),
 	}); err != nil {
 		return nil, fmt.Errorf("queue: stream %s: %w", StreamAdvisories, err)
 	}
@@ -233,7 +234,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		History:     1,
 		TTL:         cfg.StatusTTL,
 		Storage:     storage,
-		Replicas:    cfg.Replicas,
+		Replicas:    replicas(ctx, js, "KV_"+BucketJobs, cfg.Replicas),
 	}); err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", BucketJobs, err)
 	}
@@ -257,4 +258,19 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		s.Consumers[op] = c
 	}
 	return s, nil
+}
+
+// replicas is the replica count EnsureStreams gives stream name: the
+// configured one when set, else the existing stream's (never scale down what
+// an operator set up), else 1.
+func replicas(ctx context.Context, js jetstream.JetStream, name string, configured int) int {
+	if configured > 0 {
+		return configured
+	}
+	if st, err := js.Stream(ctx, name); err == nil {
+		if n := st.CachedInfo().Config.Replicas; n > 0 {
+			return n
+		}
+	}
+	return 1
 }

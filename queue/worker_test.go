@@ -162,12 +162,15 @@ func TestDuplicateJobRunsOnce(t *testing.T) {
 	b.result(sub)
 
 	// Outside the dedupe window the status decides: a job whose status is
-	// terminal is acknowledged without running.
+	// terminal (and whose result is stored) is acknowledged without running.
 	kv, err := b.js.KeyValue(context.Background(), BucketJobs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kv.Put(context.Background(), "done-1", []byte(`{"job_id":"done-1","state":"succeeded"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.Publish(context.Background(), ResultSubject("done-1"), []byte(`{"job_id":"done-1","state":"succeeded"}`)); err != nil {
 		t.Fatal(err)
 	}
 	b.publish(newReq("done-1"), JSON, "")
@@ -184,8 +187,8 @@ func TestDuplicateJobRunsOnce(t *testing.T) {
 	if st := w.Stats(); st.Duplicates != 1 || st.Succeeded != 2 {
 		t.Fatalf("stats %+v", st)
 	}
-	if n := b.countSubject(StreamResults, ResultSubject("done-1")); n != 0 {
-		t.Fatalf("done-1 got %d results", n)
+	if n := b.countSubject(StreamResults, ResultSubject("done-1")); n != 1 {
+		t.Fatalf("done-1 has %d results, want only the stored one", n)
 	}
 	if info := b.consumerInfo("lint"); info.NumPending != 0 || info.NumAckPending != 0 {
 		t.Fatalf("consumer: pending %d ack pending %d", info.NumPending, info.NumAckPending)

@@ -258,6 +258,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 		Streams: queue.StreamsConfig{
 			AckWait:       cfg.Queue.AckWait,
 			MaxDeliver:    cfg.Queue.MaxDeliver,
+			Replicas:      cfg.Queue.Replicas,
 			ResultsMaxAge: cfg.Queue.ResultsMaxAge,
 			DedupeWindow:  min(queue.DefaultDedupeWindow, cfg.Queue.ResultsMaxAge),
 			DLQMaxAge:     cfg.Queue.DLQMaxAge,
