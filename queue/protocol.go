@@ -16,6 +16,7 @@ import (
 	"mime"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
@@ -552,6 +553,11 @@ func DecodeRunRequest(data []byte, contentType string) (*RunRequest, error) {
 		if r.Len() != 0 {
 			return nil, &RequestError{Code: CodeUndecodable, Reason: fmt.Sprintf("%d bytes of trailing data after the msgpack value", r.Len())}
 		}
+	} else if !utf8.Valid(data) {
+		// encoding/json would quietly turn invalid UTF-8 into U+FFFD, so a
+		// file's bytes would change on the way in: refuse instead, as the
+		// msgpack path does.
+		return nil, &RequestError{Code: CodeUndecodable, Reason: "JSON payload is not valid UTF-8"}
 	} else if err := json.Unmarshal(data, req); err != nil {
 		// json.Unmarshal also refuses trailing data.
 		return nil, &RequestError{Code: CodeUndecodable, Reason: fmt.Sprintf("not a JSON RunRequest: %v", err)}
