@@ -110,7 +110,7 @@ func (c *child) next() (childEvent, error) {
 		if errors.Is(err, io.EOF) {
 			return childEvent{}, fmt.Errorf("%w: process exited", ErrCrashed)
 		}
-		return childEvent{}, fmt.Errorf("%w: %v", ErrCrashed, err)
+		return childEvent{}, fmt.Errorf("%w: %w", ErrCrashed, err)
 	}
 	c.rbuf = body[:0]
 	ev, err := decodeChildEvent(body)

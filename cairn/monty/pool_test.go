@@ -603,3 +603,20 @@ func TestConfigValidate(t *testing.T) {
 	p.Stop() // before Start: a no-op
 	p.Stop()
 }
+
+func TestOversizedMessageIsLimitNotCrash(t *testing.T) {
+	t.Parallel()
+	p := montytest.Pool(t, monty.Config{Size: 1})
+	// A result far over the frame limit: the process cannot be kept, but
+	// the tool sees a limit (MemoryError), not an interpreter crash.
+	_, err := p.Run(ctxT(t, 60*time.Second), script("'z' * (40 * 1024 * 1024)"), nil, nil)
+	var le *monty.LimitError
+	if !errors.As(err, &le) || le.Type != "MemoryError" || errors.Is(err, monty.ErrCrashed) {
+		t.Fatalf("err %#v, want a MemoryError LimitError", err)
+	}
+	out, err := p.Run(ctxT(t, 10*time.Second), script("1 + 1"), nil, nil)
+	if err != nil {
+		t.Fatalf("pool after an oversized message: %v", err)
+	}
+	assertJSON(t, out.Value, `2`)
+}

@@ -196,6 +196,13 @@ func (r *run) drive(ctx context.Context) (Outcome, error) {
 	if r.killed || ctx.Err() != nil {
 		return r.outcome(), timeoutError(ctx)
 	}
+	var big *frameTooLargeError
+	if errors.As(err, &big) {
+		// Not a crash: the script made a value too large to carry. The
+		// process is replaced all the same (the stream is out of step).
+		return r.outcome(), &LimitError{Type: "MemoryError",
+			Message: fmt.Sprintf("the tool produced a %d-byte message, over the %d-byte cap", big.size, big.limit)}
+	}
 	return r.outcome(), err
 }
 

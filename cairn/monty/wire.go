@@ -84,6 +84,15 @@ func writeFrame(w io.Writer, buf []byte, body []byte) ([]byte, error) {
 	return buf, err
 }
 
+// frameTooLargeError is a child frame over the parent's frame limit: the
+// script produced a value or output too large to take. The stream cannot be
+// resynchronised, so the process is replaced.
+type frameTooLargeError struct{ size, limit uint32 }
+
+func (e *frameTooLargeError) Error() string {
+	return fmt.Sprintf("monty: frame of %d bytes exceeds limit %d", e.size, e.limit)
+}
+
 // readFrame reads one frame. It returns io.EOF only for a clean close at a
 // frame boundary.
 func readFrame(r io.Reader, buf []byte, limit uint32) ([]byte, error) {
@@ -93,7 +102,7 @@ func readFrame(r io.Reader, buf []byte, limit uint32) ([]byte, error) {
 	}
 	n := binary.LittleEndian.Uint32(hdr[:])
 	if n > limit {
-		return nil, fmt.Errorf("monty: frame of %d bytes exceeds limit %d", n, limit)
+		return nil, &frameTooLargeError{size: n, limit: limit}
 	}
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)
