@@ -76,7 +76,7 @@ func (e *benchEnv) startWorker(b *testing.B, slots int) *Worker {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := Config{Conn: nc, Operations: []string{"lint"}, Slots: slots, Name: "bench",
+	cfg := Config{Conn: nc, Operations: benchOps(), Slots: slots, Name: "bench",
 		NewProcessor: func(int) (Processor, error) { return newLoopProcessor(b, nil, nil), nil }}
 	// FLEET_BENCH_EVENTS=none|finished measures the cost of events;
 	// FLEET_BENCH_MEMORY=1 keeps the streams in memory.
@@ -101,8 +101,27 @@ func (e *benchEnv) startWorker(b *testing.B, slots int) *Worker {
 	return w
 }
 
+// benchOps are the worker's operations: FLEET_BENCH_OPS=n serves n
+// operations (lint, op1, ...) and spreads the jobs over them round robin,
+// which exercises the multi-operation pull path.
+func benchOps() []string {
+	ops := []string{"lint"}
+	if n, err := strconv.Atoi(os.Getenv("FLEET_BENCH_OPS")); err == nil {
+		for i := 1; i < n; i++ {
+			ops = append(ops, fmt.Sprintf("op%d", i))
+		}
+	}
+	return ops
+}
+
 func benchRequestMsg(b *testing.B, id string) *nats.Msg {
-	m, err := NewRequestMsg(newReq(id), JSON, "")
+	return benchRequestMsgOp(b, id, "lint")
+}
+
+func benchRequestMsgOp(b *testing.B, id, op string) *nats.Msg {
+	r := newReq(id)
+	r.Operation = op
+	m, err := NewRequestMsg(r, JSON, "")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -221,8 +240,9 @@ func BenchmarkNoopJobs(b *testing.B) {
 	}
 	msgs := make([]*nats.Msg, n)
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	ops := benchOps()
 	for i := range msgs {
-		msgs[i] = benchRequestMsg(b, fmt.Sprintf("b%s-%d", run, i))
+		msgs[i] = benchRequestMsgOp(b, fmt.Sprintf("b%s-%d", run, i), ops[i%len(ops)])
 	}
 	var got, bad atomic.Int64
 	finished := make(chan struct{})
@@ -257,9 +277,10 @@ func BenchmarkNoopJobs(b *testing.B) {
 		b.Fatalf("%d results were not succeeded", bad.Load())
 	}
 	fleetRate := float64(n) / el.Seconds()
-	var dropped int64
+	var dropped, over int64
 	for _, w := range ws {
 		dropped += w.Stats().EventsDropped
+		over += w.Stats().Overdelivered
 	}
 	b.ReportMetric(fleetRate, "jobs/s")
 	b.ReportMetric(rawRate, "raw-msgs/s")
@@ -268,9 +289,9 @@ func BenchmarkNoopJobs(b *testing.B) {
 	b.ReportMetric(float64(fleetCPU.Microseconds())/float64(n), "cpu-µs/job")
 	b.ReportMetric(float64(rawCPU.Microseconds())/float64(n), "raw-cpu-µs/msg")
 	if n >= 1000 {
-		b.Logf("n=%d slots=%d GOMAXPROCS=%d: fleet %.0f jobs/s (%.0f µs CPU per job, all parts in this process), raw JetStream %.0f msgs/s one at a time (%.0f µs CPU per message), ratio %.2f; raw with a pull buffer %.0f msgs/s (events dropped %d)",
+		b.Logf("n=%d slots=%d GOMAXPROCS=%d: fleet %.0f jobs/s (%.0f µs CPU per job, all parts in this process), raw JetStream %.0f msgs/s one at a time (%.0f µs CPU per message), ratio %.2f; raw with a pull buffer %.0f msgs/s (operations %d, events dropped %d, over-delivered %d)",
 			n, slots, runtime.GOMAXPROCS(0), fleetRate, float64(fleetCPU.Microseconds())/float64(n), rawRate,
-			float64(rawCPU.Microseconds())/float64(n), fleetRate/rawRate, rawBatchRate, dropped)
+			float64(rawCPU.Microseconds())/float64(n), fleetRate/rawRate, rawBatchRate, len(ops), dropped, over)
 	}
 }
 

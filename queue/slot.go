@@ -38,6 +38,7 @@ type slot struct {
 	noWait   []byte
 
 	timer *time.Timer // pull timeouts; Go 1.23+ timers: no stale ticks after Stop/Reset
+	multi *multiPull  // several operations: pulls answered through the worker's dispatcher
 
 	// heartbeat state
 	hbMu       sync.Mutex
@@ -108,11 +109,19 @@ func (s *slot) run() {
 		close(s.evDone)
 		bg.Wait()
 	}()
-	if err := s.subscribe(); err != nil {
-		s.log.Error("cannot subscribe pull inbox", "err", err)
-		return
+	if s.multi != nil {
+		defer func() {
+			for _, m := range s.multi.setBusy() {
+				s.w.overflow(m, s.multi)
+			}
+		}()
+	} else {
+		if err := s.subscribe(); err != nil {
+			s.log.Error("cannot subscribe pull inbox", "err", err)
+			return
+		}
+		defer s.drainInbox()
 	}
-	defer s.drainInbox()
 	for {
 		m := s.next()
 		if m == nil {
@@ -189,48 +198,15 @@ func (s *slot) stopping() bool {
 
 // next returns the slot's next job, or nil when the worker stops. With one
 // operation it has at most one pull request outstanding, for one message.
-//
-// With several operations, an idle slot first sweeps them with no_wait
-// requests (a backlog is taken one message at a time, never over-delivered),
-// then long-polls every operation at once, so that a job for any of them
-// starts at once instead of waiting for the pull on another operation to
-// expire. The first job wins; the slot then withdraws its other requests
-// (cancelPulls). A job that the server had already sent on one of them is
-// handed to another idle slot, or, when none is idle, handed back at once
-// with a Nak (counted in Stats.Overdelivered; it costs that job one
-// delivery attempt but never an ack wait).
+// With several it uses nextMulti.
 func (s *slot) next() *nats.Msg {
-	n := len(s.pullSubj)
+	if len(s.pullSubj) > 1 {
+		return s.nextMulti()
+	}
 	for !s.stopping() {
-		if n == 1 {
-			// The server answers an expired pull within PullExpiry; give it
-			// some slack before deciding the request was lost (a reconnect).
-			if m, _ := s.pull(0, s.pullBody, s.lostAfter()); m != nil {
-				return m
-			}
-			continue
-		}
-		for i := 0; i < n; i++ {
-			op := (s.rot + i) % n
-			t0 := time.Now()
-			m, ok := s.pull(op, s.noWait, 2*time.Second)
-			if d := time.Since(t0); d > 20*time.Millisecond {
-				println("DEBUG nowait", op, d.String(), m != nil, ok)
-			}
-			if m != nil {
-				s.rot = (op + 1) % n
-				return m
-			}
-			if !ok {
-				break
-			}
-		}
-		t0 := time.Now()
-		m := s.pollAll()
-		if d := time.Since(t0); d > 20*time.Millisecond {
-			println("DEBUG pollAll", d.String(), m != nil)
-		}
-		if m != nil {
+		// The server answers an expired pull within PullExpiry; give it
+		// some slack before deciding the request was lost (a reconnect).
+		if m, _ := s.pull(0, s.pullBody, s.lostAfter()); m != nil {
 			return m
 		}
 	}
@@ -250,104 +226,6 @@ func (s *slot) waitTimer(d time.Duration) *time.Timer {
 
 func (s *slot) lostAfter() time.Duration {
 	return s.w.cfg.PullExpiry + max(s.w.cfg.PullExpiry/2, time.Second)
-}
-
-// pollAll long-polls every operation at once and returns the first job (from
-// the server or handed over by another slot), or nil when the requests
-// expired, failed or the worker stops.
-func (s *slot) pollAll() *nats.Msg {
-	n := len(s.pullSubj)
-	sent := 0
-	for op := 0; op < n; op++ {
-		if err := s.nc.PublishRequest(s.pullSubj[op], s.inbox, s.pullBody); err != nil {
-			s.log.Warn("pull request failed", "err", err)
-			if sent > 0 {
-				s.cancelPulls()
-			}
-			s.pause(250 * time.Millisecond)
-			return nil
-		}
-		sent++
-	}
-	open := sent
-	t := s.waitTimer(s.lostAfter())
-	defer t.Stop()
-	for {
-		select {
-		case m := <-s.ch:
-			if isJobMsg(m) {
-				if open > 1 {
-					s.cancelPulls()
-				}
-				return m
-			}
-			switch code := m.Header.Get("Status"); code {
-			case "404", "408":
-				if open--; open == 0 {
-					return nil
-				}
-			case "100", "":
-			default:
-				s.log.Warn("pull refused", "status", code, "description", m.Header.Get("Description"))
-				s.cancelPulls()
-				s.pause(time.Second)
-				return nil
-			}
-		case m := <-s.w.handoff:
-			s.cancelPulls()
-			return m
-		case <-t.C:
-			if err := s.subscribe(); err != nil {
-				s.log.Error("cannot resubscribe pull inbox", "err", err)
-				s.pause(time.Second)
-			}
-			return nil
-		case <-s.w.stopping:
-			return nil
-		}
-	}
-}
-
-// cancelPulls withdraws the slot's outstanding pull requests: the slot moves
-// to a fresh inbox and drains the old one (the server drops waiting requests
-// whose inbox has no interest). Jobs already on their way are handed to an
-// idle slot, or back to the queue.
-func (s *slot) cancelPulls() {
-	old, oldCh := s.sub, s.ch
-	if err := s.subscribe(); err != nil {
-		s.log.Error("cannot resubscribe pull inbox", "err", err)
-	}
-	if old == nil {
-		return
-	}
-	s.w.cancelWG.Add(1)
-	go func() {
-		defer s.w.cancelWG.Done()
-		closed := old.StatusChanged(nats.SubscriptionClosed)
-		if !s.nc.IsConnected() || old.Drain() != nil {
-			_ = old.Unsubscribe()
-			return
-		}
-		t := time.NewTimer(5 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case m := <-oldCh:
-				s.w.overflow(m)
-			case <-closed:
-				for {
-					select {
-					case m := <-oldCh:
-						s.w.overflow(m)
-					default:
-						return
-					}
-				}
-			case <-t.C:
-				return
-			}
-		}
-	}()
 }
 
 // pull sends one pull request for one message and waits for its answer. It

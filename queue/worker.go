@@ -254,10 +254,11 @@ type Worker struct {
 	runMu   sync.Mutex
 	running map[string][]*runningJob // job id -> its runs here (a redelivery may overlap a stale run)
 	abandon chan struct{}            // closed when Stop gives up on stuck slots
-	handoff chan *nats.Msg           // a job over-delivered to one slot, taken by an idle one
-	// cancelWG tracks the goroutines draining withdrawn pull inboxes.
-	cancelWG sync.WaitGroup
-	st       stats
+	// Several operations: each slot's pull answers are dispatched by
+	// onPullMsg (slot_multi.go).
+	slots   []*slot
+	opIndex map[string]int // operation (consumer name) -> index
+	st      stats
 }
 
 // NewWorker validates cfg and returns a Worker; nothing happens until Start.
@@ -270,7 +271,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
 	w := &Worker{cfg: cfg, js: js, log: cfg.Logger.With("worker", cfg.Name),
-		running: map[string][]*runningJob{}, abandon: make(chan struct{}), handoff: make(chan *nats.Msg)}
+		running: map[string][]*runningJob{}, abandon: make(chan struct{})}
 	if cfg.NoEvents || len(cfg.EventKinds) > 0 {
 		w.kinds = make(map[loop.EventKind]bool, len(cfg.EventKinds))
 		for _, k := range cfg.EventKinds {
@@ -338,8 +339,25 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.runCtx, w.cancel = context.WithCancelCause(context.Background())
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	w.bgCancel = bgCancel
+	w.slots = make([]*slot, len(procs))
 	for i, p := range procs {
-		s := newSlot(w, i, p)
+		w.slots[i] = newSlot(w, i, p)
+	}
+	if len(w.cfg.Operations) > 1 {
+		w.opIndex = make(map[string]int, len(w.cfg.Operations))
+		for k, op := range w.cfg.Operations {
+			w.opIndex[op] = k
+		}
+		for _, s := range w.slots {
+			s.multi = newMultiPull(s)
+			if err := s.multi.subscribe(); err != nil {
+				w.drainPullSubs()
+				_ = sub.Unsubscribe()
+				return fmt.Errorf("queue: subscribe pull inbox: %w", err)
+			}
+		}
+	}
+	for _, s := range w.slots {
 		w.slotsWG.Add(1)
 		go func() {
 			defer w.slotsWG.Done()
@@ -401,7 +419,7 @@ func (w *Worker) Stop() error {
 		w.log.Error("abandoning stuck slots", "err", err)
 	}
 	t.Stop()
-	w.cancelWG.Wait()
+	w.drainPullSubs()
 	w.bgCancel()
 	w.bgWG.Wait()
 	if w.cancelSb != nil {
@@ -417,26 +435,6 @@ func (w *Worker) Stop() error {
 	}
 	w.log.Info("worker stopped")
 	return err
-}
-
-// overflow gives a job that arrived on a withdrawn pull request to an idle
-// slot, or hands it straight back to the queue when no slot is idle (or the
-// worker is stopping).
-func (w *Worker) overflow(m *nats.Msg) {
-	if !isJobMsg(m) {
-		return
-	}
-	select {
-	case <-w.stopping:
-	default:
-		select {
-		case w.handoff <- m:
-			return
-		default:
-		}
-	}
-	w.st.overdelivered.Add(1)
-	_ = w.handBack(m)
 }
 
 // handBackNak is a Nak with the smallest delay. A plain Nak only puts the

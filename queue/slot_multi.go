@@ -1,0 +1,319 @@
+package queue
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Several operations: an idle slot must wait on all of them at once, or a
+// job for one operation waits up to PullExpiry while the slot long-polls
+// another. So an idle slot keeps a long-poll (batch 1) outstanding on every
+// operation's consumer. A request cannot be withdrawn safely (removing the
+// inbox's interest races with a delivery already on its way, which the
+// server then counts as delivered and redelivers only after the ack wait),
+// so requests stay until they are answered or expire, and their answers
+// arrive on one worker-wide subscription (onPullMsg) instead of a slot's
+// own inbox:
+//
+//   - a job for an idle slot goes to that slot;
+//   - a job for a busy slot (its other requests were still outstanding
+//     when it took a job) goes to another idle slot, or, when none is
+//     idle, straight back to the queue (handBack; Stats.Overdelivered);
+//   - 404/408 answers tell the slot which requests ended.
+//
+// A slot that becomes idle first sweeps the operations with no_wait
+// requests (a backlog is taken one message at a time, never over-delivered)
+// and only then long-polls every operation without a request outstanding.
+// Over-delivery therefore happens only when jobs for several operations
+// arrive together while slots are idle (at most one request per slot and
+// operation is outstanding). No job ever waits behind a busy slot.
+type multiPull struct {
+	s       *slot
+	prefix  string             // this slot's pull inbox: <prefix>.<operation index>
+	replies []string           // long-poll reply subject per operation
+	sweeps  []string           // no_wait reply subject per operation
+	sub     *nats.Subscription // answers to this slot's requests
+
+	mu      sync.Mutex
+	idle    bool
+	jobs    chan *nats.Msg // jobs for this slot while idle
+	open    []int          // outstanding requests per operation
+	sentAt  []time.Time    // last long-poll per operation
+	refused bool           // a request was refused (consumer missing?)
+	swept   bool           // the current no_wait request was answered
+	wake    chan struct{}
+}
+
+func newMultiPull(s *slot) *multiPull {
+	n := len(s.pullSubj)
+	p := &multiPull{s: s, jobs: make(chan *nats.Msg, n+1), open: make([]int, n), sentAt: make([]time.Time, n),
+		wake: make(chan struct{}, 1)}
+	p.prefix = s.nc.NewInbox()
+	for k := range n {
+		p.replies = append(p.replies, p.prefix+"."+strconv.Itoa(k))
+		p.sweeps = append(p.sweeps, p.prefix+".n"+strconv.Itoa(k))
+	}
+	return p
+}
+
+// subscribe starts the slot's pull subscription.
+func (p *multiPull) subscribe() error {
+	sub, err := p.s.nc.Subscribe(p.prefix+".*", func(m *nats.Msg) { p.s.w.onPullMsg(p, m) })
+	if err != nil {
+		return err
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	p.sub = sub
+	return nil
+}
+
+// onPullMsg dispatches an answer to one of slot p's pull requests (several
+// operations). It runs on that slot's pull subscription goroutine. A job
+// carries its own subject; its consumer (the operation) is in its ack reply
+// subject. A status answer comes on the request's reply subject, whose last
+// token is the operation's index.
+func (w *Worker) onPullMsg(p *multiPull, m *nats.Msg) {
+	if isJobMsg(m) {
+		k := -1
+		// $JS.ACK.<stream>.<consumer>.<...>
+		if parts := strings.SplitN(m.Reply, ".", 5); len(parts) == 5 {
+			k = w.opIndex[parts[3]]
+		}
+		if !p.offer(m, k) {
+			w.overflow(m, p)
+		}
+		return
+	}
+	_, ks, _ := strings.Cut(strings.TrimPrefix(m.Subject, p.prefix), ".")
+	ks, sweep := strings.CutPrefix(ks, "n")
+	k, err := strconv.Atoi(ks)
+	if err != nil || k < 0 || k >= len(w.cfg.Operations) {
+		return
+	}
+	switch code := m.Header.Get("Status"); code {
+	case "100", "":
+		return
+	case "404", "408":
+		p.ended(k, sweep, false)
+	default:
+		w.log.Warn("pull refused", "status", code, "description", m.Header.Get("Description"), "operation", w.cfg.Operations[k])
+		p.ended(k, sweep, true)
+	}
+}
+
+// offer gives the slot a job answering its request on operation k; false
+// when the slot is busy.
+func (p *multiPull) offer(m *nats.Msg, k int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k >= 0 {
+		p.open[k] = max(p.open[k]-1, 0)
+	}
+	if !p.idle {
+		return false
+	}
+	select {
+	case p.jobs <- m:
+		return true
+	default:
+		return false
+	}
+}
+
+// take gives an idle slot a job that no request of its own brought.
+func (p *multiPull) take(m *nats.Msg) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.idle {
+		return false
+	}
+	select {
+	case p.jobs <- m:
+		return true
+	default:
+		return false
+	}
+}
+
+// ended records the end of a request on operation k without a job: a
+// no_wait sweep request, or a long-poll.
+func (p *multiPull) ended(k int, sweep, refused bool) {
+	p.mu.Lock()
+	if sweep {
+		p.swept = true
+	} else {
+		p.open[k] = max(p.open[k]-1, 0)
+	}
+	p.refused = p.refused || refused
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// setBusy marks the slot busy and returns the jobs that reached it
+// meanwhile beyond the first (they go to other slots or back).
+func (p *multiPull) setBusy() []*nats.Msg {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idle = false
+	var extra []*nats.Msg
+	for {
+		select {
+		case m := <-p.jobs:
+			extra = append(extra, m)
+		default:
+			return extra
+		}
+	}
+}
+
+// overflow gives a job that reached a busy slot to an idle one, or hands it
+// straight back to the queue when no slot is idle or the worker stops.
+func (w *Worker) overflow(m *nats.Msg, from *multiPull) {
+	select {
+	case <-w.stopping:
+	default:
+		for _, s := range w.slots {
+			if s.multi != from && s.multi.take(m) {
+				return
+			}
+		}
+	}
+	w.st.overdelivered.Add(1)
+	_ = w.handBack(m)
+}
+
+// drainPullSubs ends the slots' pull subscriptions once the slots are
+// done; jobs still arriving on them are handed back.
+func (w *Worker) drainPullSubs() {
+	var closed []<-chan nats.SubStatus
+	for _, s := range w.slots {
+		if s.multi == nil || s.multi.sub == nil {
+			continue
+		}
+		sub := s.multi.sub
+		if !w.cfg.Conn.IsConnected() {
+			_ = sub.Unsubscribe()
+			continue
+		}
+		c := sub.StatusChanged(nats.SubscriptionClosed)
+		if sub.Drain() == nil {
+			closed = append(closed, c)
+		}
+	}
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	for _, c := range closed {
+		select {
+		case <-c:
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// nextMulti is next for several operations.
+func (s *slot) nextMulti() *nats.Msg {
+	p := s.multi
+	n := len(s.pullSubj)
+	p.mu.Lock()
+	p.idle = true
+	p.mu.Unlock()
+	got := func(m *nats.Msg) *nats.Msg {
+		for _, x := range p.setBusy() {
+			s.w.overflow(x, p)
+		}
+		return m
+	}
+	// Sweep: one no_wait request at a time finds a backlog without
+	// over-delivery (a job may also come from an older request or another
+	// slot meanwhile).
+	for i := 0; i < n && !s.stopping(); i++ {
+		op := (s.rot + i) % n
+		p.mu.Lock()
+		p.swept = false
+		p.mu.Unlock()
+		if err := s.nc.PublishRequest(s.pullSubj[op], p.sweeps[op], s.noWait); err != nil {
+			s.log.Warn("pull request failed", "err", err)
+			break
+		}
+		t := s.waitTimer(2 * time.Second)
+	sweep:
+		for {
+			select {
+			case m := <-p.jobs:
+				t.Stop()
+				s.rot = (op + 1) % n
+				return got(m)
+			case <-p.wake:
+				p.mu.Lock()
+				done := p.swept || p.refused
+				p.mu.Unlock()
+				if done {
+					break sweep
+				}
+			case <-t.C:
+				break sweep // lost
+			case <-s.w.stopping:
+				t.Stop()
+				p.setBusy()
+				return nil
+			}
+		}
+		t.Stop()
+	}
+	// Long-poll every operation without a request outstanding, renewing
+	// each as it expires, until a job comes.
+	for !s.stopping() {
+		p.mu.Lock()
+		if p.refused {
+			p.refused = false
+			p.mu.Unlock()
+			s.pause(time.Second)
+			p.mu.Lock()
+		}
+		now := time.Now()
+		var send []int
+		next := now.Add(s.lostAfter())
+		for op := range n {
+			if p.open[op] > 0 && now.Sub(p.sentAt[op]) > s.lostAfter() {
+				p.open[op] = 0 // lost (a reconnect); a late answer is ignored
+			}
+			if p.open[op] == 0 {
+				p.open[op]++
+				p.sentAt[op] = now
+				send = append(send, op)
+			} else if d := p.sentAt[op].Add(s.lostAfter()); d.Before(next) {
+				next = d
+			}
+		}
+		p.mu.Unlock()
+		for _, op := range send {
+			if err := s.nc.PublishRequest(s.pullSubj[op], p.replies[op], s.pullBody); err != nil {
+				s.log.Warn("pull request failed", "err", err)
+				p.mu.Lock()
+				p.open[op] = 0
+				p.mu.Unlock()
+				s.pause(250 * time.Millisecond)
+			}
+		}
+		t := s.waitTimer(time.Until(next))
+		select {
+		case m := <-p.jobs:
+			t.Stop()
+			return got(m)
+		case <-p.wake:
+		case <-t.C:
+		case <-s.w.stopping:
+		}
+		t.Stop()
+	}
+	p.setBusy()
+	return nil
+}
