@@ -106,8 +106,9 @@ type Config struct {
 	// 0 = the ack wait / 3; -1 = no heartbeats (tests of redelivery).
 	Heartbeat time.Duration
 	// PullExpiry is how long an idle slot's pull request waits on the server
-	// before it is renewed (with several operations, before the slot moves
-	// on to the next one). 0 = DefaultPullExpiry.
+	// before it is renewed. With several operations an idle slot has one
+	// outstanding on each, so a job for any of them starts at once.
+	// 0 = DefaultPullExpiry.
 	PullExpiry time.Duration
 	// DrainGrace is how long Stop lets running jobs finish before canceling
 	// them with ErrShutdown and handing them back. 0 = DefaultDrainGrace;
