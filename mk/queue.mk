@@ -2,7 +2,9 @@
 # `make bench-queue` prints, in one run, no-op jobs/s through the whole path
 # against raw JetStream publish+consume+ack (and their ratio), then the
 # single-job dispatch latency p50/p99 next to a raw JetStream round trip.
-# FLEET_BENCH_SLOTS sets the worker's slots in the throughput run (default 8).
+# FLEET_BENCH_SLOTS sets the worker's slots in the throughput run (default 8);
+# FLEET_BENCH_OPS=n serves n operations (the multi-operation pull path);
+# FLEET_BENCH_EVENTS=none|finished and FLEET_BENCH_MEMORY=1 are the other variants.
 
 BENCH_TARGETS += bench-queue
 
