@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -868,4 +869,83 @@ func TestRequeueSurvivesServerRestart(t *testing.T) {
 		t.Fatalf("result %+v", r)
 	}
 	t.Logf("requeued job finished %s after the restart", time.Since(t0))
+}
+
+// TestBurstOnSeveralOperationsRunsEachJobOnce: jobs for every operation
+// arriving together at idle slots (each with a long-poll on every
+// operation) are over-delivered; the extra ones go to the other slot or
+// straight back, so each job runs once and none waits for the ack wait.
+func TestBurstOnSeveralOperationsRunsEachJobOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ops := []string{"op0", "op1", "op2", "op3"}
+	var mu sync.Mutex
+	runs := map[string]int{}
+	w := b.worker(func(int) Processor {
+		return ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
+			mu.Lock()
+			runs[req.JobID]++
+			mu.Unlock()
+			return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
+		})
+	}, func(c *Config) {
+		c.Slots = 2
+		c.Operations = ops
+		c.PullExpiry = 20 * time.Second
+		c.Streams.AckWait = time.Minute
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, op := range ops { // both slots wait on every operation
+		for {
+			c, err := b.js.Consumer(ctx, StreamRuns, op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ci, err := c.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ci.NumWaiting >= 2 {
+				break
+			}
+		}
+	}
+	sub := b.subscribe(SubjectResultsPrefix + ">")
+	const perOp = 3
+	for i := range perOp {
+		for _, op := range ops {
+			r := newReq(fmt.Sprintf("burst-%s-%d", op, i))
+			r.Operation = op
+			m, err := NewRequestMsg(r, JSON, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.js.PublishMsgAsync(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	<-b.js.PublishAsyncComplete()
+	t0 := time.Now()
+	seen := map[string]bool{}
+	for len(seen) < perOp*len(ops) {
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("%d of %d results after %s (ack wait 1m): %v", len(seen), perOp*len(ops), time.Since(t0), err)
+		}
+		r, err := DecodeAgentResult(m.Data, m.Header.Get(HeaderContentType))
+		if err != nil || r.State != StateSucceeded {
+			t.Fatalf("result %+v %v", r, err)
+		}
+		seen[r.JobID] = true
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range runs {
+		if n != 1 {
+			t.Errorf("%s ran %d times", id, n)
+		}
+	}
+	t.Logf("%d jobs in %s, over-delivered %d", len(seen), time.Since(t0), w.Stats().Overdelivered)
 }
