@@ -191,13 +191,14 @@ func BenchmarkInference(b *testing.B) {
 	type variant struct {
 		noFF, fullScan bool
 		maxString      int
+		be             *Backend
 		s              *Slot
 		u              loop.Usage
 	}
 	variants := []*variant{{}, {noFF: true}, {fullScan: true}, {maxString: 4}, {noFF: true, maxString: 4}}
 	for _, v := range variants {
 		be2 := newBench(b, func(c *Config) { c.NoFastForward = v.noFF; c.MaxStringTokens = v.maxString })
-		defer be2.Close()
+		v.be = be2
 		v.s, _ = be2.NewSlot()
 		v.s.benchFullScan = v.fullScan
 	}
@@ -219,6 +220,9 @@ func BenchmarkInference(b *testing.B) {
 	fullSt := variants[2].s.stats
 	shortFF, shortFFU := tps(variants[3]), variants[3].u
 	shortNo, shortNoU := tps(variants[4]), variants[4].u
+	for _, v := range variants {
+		v.be.Close()
+	}
 	b.ReportMetric(ffTPS, "toolcall-ff-tok/s")
 	b.ReportMetric(noTPS, "toolcall-noff-tok/s")
 	perTok := func(st slotStats) time.Duration {
