@@ -84,6 +84,10 @@ const (
 	DefaultMaxRetryBackoff = time.Minute
 	DefaultEventBuffer     = 1024
 	DefaultStopTimeout     = 10 * time.Second
+	// DefaultPublishTimeout bounds the wait for a PubAck. A lost stream
+	// leader never answers; past this the result is retried (under the
+	// same Nats-Msg-Id, so a stored copy is not duplicated).
+	DefaultPublishTimeout = 5 * time.Second
 )
 
 // Config configures a Worker. The zero value of a field means its default.
@@ -120,6 +124,10 @@ type Config struct {
 	// their jobs are redelivered after the ack wait, and Stop returns
 	// ErrStuckSlots. 0 = DefaultStopTimeout.
 	StopTimeout time.Duration
+	// PublishTimeout bounds the wait for the server to confirm a status or
+	// result write; a write not confirmed by then hands the job back for a
+	// retry. 0 = DefaultPublishTimeout.
+	PublishTimeout time.Duration
 	// RetryBackoff is the first NakWithDelay after a transient failure; it
 	// doubles per attempt up to MaxRetryBackoff, with jitter.
 	RetryBackoff    time.Duration
@@ -189,6 +197,10 @@ func (c *Config) validate() error {
 	}
 	c.DrainGrace = cmp.Or(c.DrainGrace, DefaultDrainGrace)
 	c.StopTimeout = cmp.Or(c.StopTimeout, DefaultStopTimeout)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
+	if c.PublishTimeout < 10*time.Millisecond {
+		return fmt.Errorf("%w: PublishTimeout must be at least 10ms, got %s", ErrInvalidConfig, c.PublishTimeout)
+	}
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, DefaultRetryBackoff)
 	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, DefaultMaxRetryBackoff)
 	if c.MaxRetryBackoff < c.RetryBackoff {
@@ -267,7 +279,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(30*time.Second))
+	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
