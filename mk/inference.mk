@@ -40,11 +40,20 @@ BENCH_TARGETS += bench-inference
 
 llama-headers: check-llama-headers $(MINIAUDIO) ## check/assemble the headers the llama.cpp cgo build needs
 
+# On a fresh Debian/Ubuntu machine, root installs the missing packages here so
+# that `make demo` and `make test` need no separate set-up step.
+LLAMA_APT := nlohmann-json3-dev libstb-dev g++
+HEADER_PROBE := printf '\#include <nlohmann/json.hpp>\n\#include <stb/stb_image.h>\nint main(){}\n' | $(CXX) -std=c++17 -fsyntax-only -x c++ - 2>/dev/null
+
 check-llama-headers:
-	@printf '#include <nlohmann/json.hpp>\n#include <stb/stb_image.h>\nint main(){}\n' | \
-	  $(CXX) -std=c++17 -fsyntax-only -x c++ - 2>/dev/null || \
-	  { echo "llama.cpp build: missing C++ headers nlohmann/json.hpp or stb/stb_image.h;" >&2; \
-	    echo "  install them with: sudo apt-get install nlohmann-json3-dev libstb-dev (and g++)" >&2; exit 1; }
+	@$(HEADER_PROBE) && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "llama.cpp build: installing $(LLAMA_APT)" >&2; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(LLAMA_APT); } >/dev/null; \
+	  $(HEADER_PROBE) && exit 0; \
+	fi; \
+	echo "llama.cpp build: missing C++ headers nlohmann/json.hpp or stb/stb_image.h;" >&2; \
+	echo "  install them with: sudo apt-get install $(LLAMA_APT)" >&2; exit 1
 
 $(MINIAUDIO):
 	$(GO) mod download $(MALGO)
