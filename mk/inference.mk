@@ -20,8 +20,10 @@ CXX       ?= g++
 
 export CGO_ENABLED  := 1
 export CGO_CPPFLAGS := -I$(CGO_INC)
-export CGO_CFLAGS   := $(ARCHFLAGS)
-export CGO_CXXFLAGS := $(ARCHFLAGS)
+# -w: llama.cpp's own compiler warnings are not ours to fix and would bury
+# the output of `make demo` and `make test`.
+export CGO_CFLAGS   := $(ARCHFLAGS) -w
+export CGO_CXXFLAGS := $(ARCHFLAGS) -w
 # Keep ggml's backend scan away from any installed Ollama libraries (§1.6).
 export OLLAMA_LIBRARY_PATH :=
 
