@@ -235,7 +235,9 @@ func TestNodeLoss(t *testing.T) {
 	if pr.err != nil {
 		t.Fatalf("publisher: %v (acked %d/%d)", pr.err, pr.acked, n)
 	}
-	if !tr.waitDistinct(n, time.Minute) {
+	// The tracker's core subscription misses results published while its
+	// own connection was reconnecting: the stored results are the truth.
+	if !tr.waitDistinct(n, time.Minute) && storedCount(t, js, "node") < n {
 		diagnose(t, js, "node", n)
 		t.Errorf("only %d/%d acknowledged jobs have results after 1m", tr.distinct(), n)
 	}
