@@ -20,12 +20,14 @@ include $(sort $(wildcard mk/*.mk))
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-vet: $(TEST_DEPS) ## go vet every package
+vet: $(TEST_DEPS) ## go vet every package (and cmd/worker with its llama.cpp backend)
 	$(GO) vet ./...
+	$(GO) vet -tags llama ./cmd/worker
 
 test: $(TEST_DEPS) ## vet, then run every test with the race detector
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
+	$(GO) vet -tags llama ./cmd/worker
 	$(GO) test -race -count=1 $(GOTESTFLAGS) ./...
 
 bench: $(BENCH_DEPS) ## run the benchmarks and print their figures (ratios against in-process baselines)

@@ -12,7 +12,7 @@ BIN ?= bin
 .PHONY: build demo
 
 build: llama-headers monty ## build bin/worker (llama.cpp backend included) and bin/enqueue
-	$(GO) build -o $(BIN)/worker ./cmd/worker
+	$(GO) build -tags llama -o $(BIN)/worker ./cmd/worker
 	$(GO) build -o $(BIN)/enqueue ./cmd/enqueue
 
 demo: model monty ## run a real lint job end to end: worker + embedded NATS + llama.cpp, enqueue, diff

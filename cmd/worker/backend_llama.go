@@ -1,4 +1,4 @@
-//go:build !nollama
+//go:build llama
 
 package main
 

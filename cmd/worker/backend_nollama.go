@@ -1,4 +1,4 @@
-//go:build nollama
+//go:build !llama
 
 package main
 
@@ -13,6 +13,6 @@ import (
 const llamaBuilt = false
 
 func newLlamaBackend(*config.Config, *slog.Logger) (backend, error) {
-	return nil, errors.New("this worker was built with -tags nollama, without the llama.cpp backend: " +
+	return nil, errors.New("this worker was built without -tags llama, so without the llama.cpp backend: " +
 		"build it with `make build`, or set model.backend to scripted or remote")
 }

@@ -17,6 +17,11 @@
 // nats.embedded.listen with port 0 picks a free port; -ready-file receives
 // the client URL once the worker serves, for scripts that start it.
 //
+// Build: the llama.cpp backend is compiled in only with `-tags llama` and
+// the cgo flags and headers of mk/inference.mk, which `make build` supplies;
+// a plain `go build ./cmd/worker` gives a worker with the scripted and
+// remote backends only (and it says so if model.backend is llama).
+//
 // SIGTERM or SIGINT drains: no new job is pulled, running jobs get
 // queue.drain_grace to finish, the rest are handed back to the queue. A
 // second signal exits at once (running jobs are then redelivered after the

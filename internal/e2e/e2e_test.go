@@ -1,5 +1,5 @@
 // Package e2e runs the real binaries end to end: cmd/worker (built by the
-// test with go build) with its embedded NATS server and the real Monty
+// test with go build; -tags llama adds the llama.cpp backend) with its embedded NATS server and the real Monty
 // sandbox, and cmd/enqueue publishing a lint job on testdata/demo. The
 // scripted backend keeps the default tests fast; TestLlamaWorker runs the
 // llama.cpp backend on the tiny generated model.
@@ -64,11 +64,11 @@ func setup(m *testing.M) (int, error) {
 		return 0, err
 	}
 	enqueueBin = filepath.Join(binDir, "enqueue")
-	scriptedWorker = filepath.Join(binDir, "worker-nollama")
+	scriptedWorker = filepath.Join(binDir, "worker-scripted")
 	if err := goBuild(enqueueBin, "./cmd/enqueue"); err != nil {
 		return 0, err
 	}
-	if err := goBuild(scriptedWorker, "./cmd/worker", "-tags", "nollama"); err != nil {
+	if err := goBuild(scriptedWorker, "./cmd/worker"); err != nil {
 		return 0, err
 	}
 	return m.Run(), nil
@@ -385,7 +385,7 @@ func TestLlamaWorker(t *testing.T) {
 		t.Skip("the llama.cpp build needs the cgo flags of mk/inference.mk: run it through make test")
 	}
 	bin := filepath.Join(binDir, "worker-llama")
-	if err := goBuild(bin, "./cmd/worker"); err != nil {
+	if err := goBuild(bin, "./cmd/worker", "-tags", "llama"); err != nil {
 		t.Fatal(err)
 	}
 	w := startWorker(t, bin, fmt.Sprintf("model:\n  backend: llama\n  path: %s\n  context_size: 4096\n  max_tokens: 64\n", model))

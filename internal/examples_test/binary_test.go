@@ -29,7 +29,7 @@ func repoRoot(t *testing.T) string {
 }
 
 // workerBinary builds cmd/worker into a temporary folder, without the
-// llama.cpp backend (-tags nollama): the test uses the scripted model, and
+// llama.cpp backend (no -tags llama): the test uses the scripted model, and
 // the cgo build of llama.cpp would cost minutes on a small machine.
 func workerBinary(t *testing.T) string {
 	t.Helper()
@@ -38,7 +38,7 @@ func workerBinary(t *testing.T) string {
 		t.Skip("cmd/worker is not in this tree yet")
 	}
 	bin := filepath.Join(t.TempDir(), "worker")
-	cmd := exec.Command("go", "build", "-tags", "nollama", "-o", bin, "./cmd/worker")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/worker")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/worker: %v\n%s", err, out)

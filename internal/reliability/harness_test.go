@@ -70,7 +70,7 @@ var (
 	buildErr  error
 )
 
-// workerBinary builds cmd/worker once per test run (with the nollama tag:
+// workerBinary builds cmd/worker once per test run (without -tags llama:
 // the scripted backend needs no llama.cpp, and the build stays fast).
 func workerBinary(t *testing.T) string {
 	t.Helper()
@@ -84,7 +84,7 @@ func workerBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "worker")
-		cmd := exec.Command("go", "build", "-tags", "nollama", "-o", binPath, "./cmd/worker")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/worker")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/worker: %v\n%s", err, out)

@@ -28,7 +28,7 @@ banner() {
 mkdir -p bin
 say "building bin/worker and bin/enqueue"
 if [ "$BACKEND" = llama ]; then
-	if ! "$GO" build -o bin/worker ./cmd/worker; then
+	if ! "$GO" build -tags llama -o bin/worker ./cmd/worker; then
 		BACKEND=scripted
 		banner "THE LLAMA.CPP BACKEND DID NOT BUILD (see the errors above)." \
 			"FALLING BACK TO THE SCRIPTED BACKEND: the 'model' replays testdata/demo/scripts/lint.yaml." \
@@ -36,8 +36,8 @@ if [ "$BACKEND" = llama ]; then
 	fi
 fi
 if [ "$BACKEND" = scripted ]; then
-	"$GO" build -tags nollama -o bin/worker ./cmd/worker
-	banner "BACKEND: SCRIPTED. The worker is built without llama.cpp (-tags nollama) and its" \
+	"$GO" build -o bin/worker ./cmd/worker
+	banner "BACKEND: SCRIPTED. The worker is built without llama.cpp (no -tags llama) and its" \
 		"'model' replays testdata/demo/scripts/lint.yaml: the tools, sandbox, workspace and queue" \
 		"are real, the model turns are not. Install g++, nlohmann-json3-dev and libstb-dev for llama.cpp."
 fi
