@@ -501,9 +501,13 @@ func (s *slot) runJob(j *job) {
 	}
 	s.setHeartbeat(j.msg, deadline)
 	w.st.started.Add(1)
+	// The running write is confirmed (or redone) while the job runs; a
+	// claim that cannot stand stops the run early.
+	claimed := make(chan claimOutcome, 1)
+	go func() { claimed <- s.confirmClaim(j, running, cancel) }()
 	out, perr, panicked := s.process(ctx, j)
 	s.setHeartbeat(nil, time.Time{})
-	if s.confirmClaim(j, running) {
+	if s.settleClaim(j, <-claimed) {
 		return
 	}
 
@@ -573,6 +577,9 @@ func (s *slot) claim(ctx context.Context, j *job) (skip bool, running jetstream.
 			return done, nil, err
 		}
 	}
+	if w.testHookStatusRead != nil {
+		w.testHookStatusRead(j.id)
+	}
 	f, err := w.writeStatus(j, StateRunning, "", "", rev)
 	if err != nil {
 		return false, nil, fmt.Errorf("write status: %w", err)
@@ -612,57 +619,86 @@ func (s *slot) ended(j *job, rec *StatusRecord, rev uint64) {
 	s.ack(j)
 }
 
-// confirmClaim waits for the running status write. When it lost its
-// compare-and-set (a client wrote queued or canceled in between, or another
-// attempt claimed the job), the current record decides: an ended job is
-// settled here (handled), a newer attempt's job is left to it (handled),
-// anything else is taken over from the current revision.
-func (s *slot) confirmClaim(j *job, running jetstream.PubAckFuture) (handled bool) {
-	// Usually stored long before the run ends: no timeout context then.
-	var rev uint64
-	var err error
-	select {
-	case a := <-running.Ok():
-		j.rev = a.Sequence
-		return false
-	case err = <-running.Err():
-	default:
-	}
+// errClaimLost stops a run whose claim on the job did not stand.
+var errClaimLost = errors.New("queue: the job's status was taken over")
+
+// claimOutcome is what confirmClaim found: the revision of the running
+// status this attempt owns, or the record that keeps it from running
+// (ended, or a newer attempt's), or an error that sends the job back.
+type claimOutcome struct {
+	rev    uint64
+	rec    *StatusRecord
+	recRev uint64
+	err    error
+}
+
+// confirmClaim waits for the running status write, on its own goroutine
+// while the job runs. When the write lost its compare-and-set (a client
+// created the queued record or canceled the job in between, or another
+// attempt claimed the job), the current record decides: an ended job or a
+// newer attempt's stops the run (stop) and is returned for settleClaim;
+// anything else is claimed again from the current revision, so the status
+// says running while the job runs.
+func (s *slot) confirmClaim(j *job, running jetstream.PubAckFuture, stop context.CancelCauseFunc) claimOutcome {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err == nil {
-		rev, err = waitStatus(ctx, running)
+	for try := 0; ; try++ {
+		rev, err := waitStatus(ctx, running)
+		if err == nil {
+			return claimOutcome{rev: rev}
+		}
+		if !isWrongSeq(err) || try == 5 {
+			stop(errClaimLost)
+			return claimOutcome{err: err}
+		}
+		e, err := s.w.streams.Status.Get(ctx, j.id)
+		var cur uint64
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			stop(errClaimLost)
+			return claimOutcome{err: err}
+		default:
+			cur = e.Revision()
+			var rec StatusRecord
+			if JSON.Unmarshal(e.Value(), &rec) == nil &&
+				(rec.State.Terminal() || rec.State == StateRunning && rec.Attempt > j.attempt) {
+				stop(errClaimLost)
+				return claimOutcome{rec: &rec, recRev: cur}
+			}
+		}
+		// Queued (a client's record written after ours was read), an
+		// older attempt's, or deleted: claim it again on top of it.
+		if running, err = s.w.writeStatus(j, StateRunning, "", "", cur); err != nil {
+			stop(errClaimLost)
+			return claimOutcome{err: err}
+		}
 	}
-	if err == nil {
-		j.rev = rev
-		return false
-	}
-	if !isWrongSeq(err) {
-		s.log.Warn("cannot write running status; retrying later", "job", j.id, "err", err)
+}
+
+// settleClaim applies confirmClaim's outcome once the run is over: the
+// attempt owns the status (false), or the delivery was settled here
+// (true): sent back after an error, acknowledged or canceled for an ended
+// job, left alone for a newer attempt.
+func (s *slot) settleClaim(j *job, c claimOutcome) (handled bool) {
+	switch {
+	case c.err != nil:
+		s.log.Warn("cannot write running status; retrying later", "job", j.id, "err", c.err)
 		s.w.st.retried.Add(1)
 		_ = j.msg.NakWithDelay(s.w.backoff(j.attempt))
 		return true
-	}
-	e, err := s.w.streams.Status.Get(ctx, j.id)
-	if err != nil {
-		j.rev = 0 // deleted meanwhile: create it again
+	case c.rec == nil:
+		j.rev = c.rev
 		return false
+	case c.rec.State.Terminal():
+		s.flushEvents()
+		s.ended(j, c.rec, c.recRev)
+		return true
+	default:
+		s.flushEvents()
+		s.log.Info("a newer attempt owns the job; leaving this delivery", "job", j.id, "attempt", j.attempt, "owner", c.rec.Attempt)
+		return true
 	}
-	var rec StatusRecord
-	if JSON.Unmarshal(e.Value(), &rec) == nil {
-		if rec.State.Terminal() {
-			s.flushEvents()
-			s.ended(j, &rec, e.Revision())
-			return true
-		}
-		if rec.State == StateRunning && rec.Attempt > j.attempt {
-			s.flushEvents()
-			s.log.Info("a newer attempt owns the job; leaving this delivery", "job", j.id, "attempt", j.attempt, "owner", rec.Attempt)
-			return true
-		}
-	}
-	j.rev = e.Revision()
-	return false
 }
 
 // storedResult handles a redelivered job whose result is already stored (a

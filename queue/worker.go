@@ -272,6 +272,10 @@ type Worker struct {
 	slots   []*slot
 	opIndex map[string]int // operation (consumer name) -> index
 	st      stats
+
+	// testHookStatusRead, set by tests only, runs between a slot's read of
+	// a job's status and its running write.
+	testHookStatusRead func(jobID string)
 }
 
 // NewWorker validates cfg and returns a Worker; nothing happens until Start.

@@ -120,14 +120,10 @@ func startWorker(t *testing.T, bin, modelYAML string) *worker {
 // the same folder finds the first one's queue).
 func startWorkerIn(t *testing.T, dir, bin, modelYAML string) *worker {
 	t.Helper()
-	// One operation: with one slot serving all four, a job enqueued right
-	// after start is sometimes not picked up (an open bug of the
-	// several-operations pull path, queue/slot_multi.go, in the session
-	// note); these tests are about the binaries, not that path, which
-	// queue's own tests cover.
+	// One slot serving every operation in the agents folder (the default
+	// worker's several-operations pull path).
 	cfg := fmt.Sprintf(`worker:
   slots: 1
-  operations: [lint]
   agents_dir: %[2]s/agents
   workspace_dir: %[1]s/ws
   name: e2e-worker
