@@ -9,12 +9,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/agentfleet/fleet/internal/yamlnode"
 )
 
 // DefinitionFile is the preferred name of an agent's YAML file inside its
@@ -167,7 +168,7 @@ func (v *validator) decode(data []byte) bool {
 		if errors.Is(err, io.EOF) {
 			v.add("", "file is empty")
 		} else {
-			line, msg := splitYAMLError(err)
+			line, msg := yamlnode.SplitError(err)
 			v.problems = append(v.problems, Problem{Line: line, Message: "not valid YAML: " + msg})
 		}
 		return false
@@ -222,12 +223,12 @@ func (v *validator) decode(data []byte) bool {
 // mapping decodes a YAML mapping, calling fields[key] for each known key and
 // reporting unknown and repeated keys.
 func (v *validator) mapping(field string, n *yaml.Node, fields map[string]func(string, *yaml.Node)) {
-	n = deref(n)
+	n = yamlnode.Deref(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return
 	}
 	if n.Kind != yaml.MappingNode {
-		v.problems = append(v.problems, Problem{Field: field, Line: n.Line, Message: "must be a mapping, got " + nodeKind(n)})
+		v.problems = append(v.problems, Problem{Field: field, Line: n.Line, Message: "must be a mapping, got " + yamlnode.Kind(n)})
 		return
 	}
 	seen := map[string]bool{}
@@ -261,12 +262,12 @@ func (v *validator) mapping(field string, n *yaml.Node, fields map[string]func(s
 
 // seq decodes a YAML sequence, calling item for each element.
 func (v *validator) seq(field string, n *yaml.Node, item func(string, *yaml.Node)) {
-	n = deref(n)
+	n = yamlnode.Deref(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return
 	}
 	if n.Kind != yaml.SequenceNode {
-		v.problems = append(v.problems, Problem{Field: field, Line: n.Line, Message: "must be a list, got " + nodeKind(n)})
+		v.problems = append(v.problems, Problem{Field: field, Line: n.Line, Message: "must be a list, got " + yamlnode.Kind(n)})
 		return
 	}
 	for i, e := range n.Content {
@@ -277,9 +278,9 @@ func (v *validator) seq(field string, n *yaml.Node, item func(string, *yaml.Node
 }
 
 func (v *validator) str(field string, n *yaml.Node) string {
-	n = deref(n)
+	n = yamlnode.Deref(n)
 	if n.Kind != yaml.ScalarNode {
-		v.problems = append(v.problems, Problem{Field: field, Line: n.Line, Message: "must be a string, got " + nodeKind(n)})
+		v.problems = append(v.problems, Problem{Field: field, Line: n.Line, Message: "must be a string, got " + yamlnode.Kind(n)})
 		return ""
 	}
 	if n.Tag == "!!null" {
@@ -289,13 +290,13 @@ func (v *validator) str(field string, n *yaml.Node) string {
 }
 
 func (v *validator) int(field string, n *yaml.Node) int {
-	n = deref(n)
+	n = yamlnode.Deref(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return 0
 	}
 	var i int
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&i) != nil {
-		v.problems = append(v.problems, Problem{Field: field, Line: n.Line, Message: fmt.Sprintf("must be an integer, got %s", nodeKind(n))})
+		v.problems = append(v.problems, Problem{Field: field, Line: n.Line, Message: fmt.Sprintf("must be an integer, got %s", yamlnode.Kind(n))})
 		return 0
 	}
 	return i
@@ -304,12 +305,12 @@ func (v *validator) int(field string, n *yaml.Node) int {
 // schema converts a YAML mapping to JSON, keeping key order (the order
 // properties are declared is the order a model sees them).
 func (v *validator) schema(field string, n *yaml.Node) json.RawMessage {
-	n = deref(n)
+	n = yamlnode.Deref(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil
 	}
 	if n.Kind != yaml.MappingNode {
-		v.problems = append(v.problems, Problem{Field: field, Line: n.Line, Message: "must be a mapping (a JSON Schema), got " + nodeKind(n)})
+		v.problems = append(v.problems, Problem{Field: field, Line: n.Line, Message: "must be a mapping (a JSON Schema), got " + yamlnode.Kind(n)})
 		return nil
 	}
 	var buf bytes.Buffer
@@ -339,15 +340,15 @@ func yamlToJSON(buf *bytes.Buffer, n *yaml.Node, depth int) *convError {
 	if buf.Len() > maxSchemaBytes {
 		return &convError{n.Line, fmt.Sprintf("larger than %d bytes as JSON", maxSchemaBytes)}
 	}
-	n = deref(n)
+	n = yamlnode.Deref(n)
 	switch n.Kind {
 	case yaml.MappingNode:
 		buf.WriteByte('{')
 		seen := map[string]bool{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := deref(n.Content[i])
+			k := yamlnode.Deref(n.Content[i])
 			if k.Kind != yaml.ScalarNode {
-				return &convError{k.Line, "mapping keys must be strings, got " + nodeKind(k)}
+				return &convError{k.Line, "mapping keys must be strings, got " + yamlnode.Kind(k)}
 			}
 			if k.Tag == "!!merge" {
 				return &convError{k.Line, "YAML merge keys (<<) are not supported in parameters"}
@@ -408,46 +409,7 @@ func yamlToJSON(buf *bytes.Buffer, n *yaml.Node, depth int) *convError {
 			return &convError{n.Line, fmt.Sprintf("unsupported YAML value of type %s", n.Tag)}
 		}
 	default:
-		return &convError{n.Line, "unsupported YAML node " + nodeKind(n)}
+		return &convError{n.Line, "unsupported YAML node " + yamlnode.Kind(n)}
 	}
 	return nil
-}
-
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// splitYAMLError pulls the line number out of a yaml.v3 syntax error.
-func splitYAMLError(err error) (int, string) {
-	m := yamlLineRE.FindStringSubmatch(err.Error())
-	if m == nil {
-		return 0, strings.TrimPrefix(err.Error(), "yaml: ")
-	}
-	line, _ := strconv.Atoi(m[1])
-	return line, m[2]
-}
-
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < maxYAMLDepth; i++ {
-		n = n.Alias
-	}
-	return n
-}
-
-func nodeKind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		switch n.Tag {
-		case "!!null":
-			return "null"
-		case "!!str":
-			return fmt.Sprintf("string %q", n.Value)
-		}
-		return fmt.Sprintf("%s %s", strings.TrimPrefix(n.Tag, "!!"), n.Value)
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	return "a document"
 }

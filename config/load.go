@@ -8,13 +8,14 @@ import (
 	"math"
 	"os"
 	"reflect"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/agentfleet/fleet/internal/yamlnode"
 )
 
 // ErrInvalidConfig is matched (errors.Is) by every *ValidationError.
@@ -143,7 +144,7 @@ func (l *loader) decodeYAML(c *Config, data []byte) {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if !errors.Is(err, io.EOF) {
-			line, msg := splitYAMLError(err)
+			line, msg := yamlnode.SplitError(err)
 			l.add("", l.at(line), "not valid YAML: %s", msg)
 		}
 		return
@@ -164,7 +165,7 @@ func (l *loader) decodeYAML(c *Config, data []byte) {
 
 // decodeStruct sets the fields of sv from the mapping n.
 func (l *loader) decodeStruct(n *yaml.Node, sv reflect.Value, path string) {
-	n = deref(n)
+	n = yamlnode.Deref(n)
 	if isNull(n) {
 		return
 	}
@@ -173,7 +174,7 @@ func (l *loader) decodeStruct(n *yaml.Node, sv reflect.Value, path string) {
 		name = "the top level"
 	}
 	if n.Kind != yaml.MappingNode {
-		l.add(name, l.at(n.Line), "must be a mapping, got %s", nodeKind(n))
+		l.add(name, l.at(n.Line), "must be a mapping, got %s", yamlnode.Kind(n))
 		return
 	}
 	fields := map[string]reflect.Value{}
@@ -189,7 +190,7 @@ func (l *loader) decodeStruct(n *yaml.Node, sv reflect.Value, path string) {
 	}
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := deref(n.Content[i]), n.Content[i+1]
+		k, val := yamlnode.Deref(n.Content[i]), n.Content[i+1]
 		fv, ok := fields[k.Value]
 		if !ok || k.Kind != yaml.ScalarNode {
 			sorted := append([]string(nil), known...)
@@ -217,14 +218,14 @@ func (l *loader) decodeStruct(n *yaml.Node, sv reflect.Value, path string) {
 
 // decodeLeaf sets one leaf field from a scalar (or a list of scalars).
 func (l *loader) decodeLeaf(n *yaml.Node, fv reflect.Value, path string) {
-	n = deref(n)
+	n = yamlnode.Deref(n)
 	if isNull(n) {
 		return
 	}
 	src := l.at(n.Line)
 	if fv.Kind() == reflect.Slice {
 		if n.Kind != yaml.SequenceNode {
-			l.add(path, src, "must be a list, got %s", nodeKind(n))
+			l.add(path, src, "must be a list, got %s", yamlnode.Kind(n))
 			return
 		}
 		if len(n.Content) == 0 {
@@ -234,9 +235,9 @@ func (l *loader) decodeLeaf(n *yaml.Node, fv reflect.Value, path string) {
 		}
 		out := reflect.MakeSlice(fv.Type(), 0, len(n.Content))
 		for i, e := range n.Content {
-			e = deref(e)
+			e = yamlnode.Deref(e)
 			if e.Kind != yaml.ScalarNode || isNull(e) {
-				l.add(fmt.Sprintf("%s[%d]", path, i), l.at(e.Line), "must be a scalar, got %s", nodeKind(e))
+				l.add(fmt.Sprintf("%s[%d]", path, i), l.at(e.Line), "must be a scalar, got %s", yamlnode.Kind(e))
 				return
 			}
 			ev := reflect.New(fv.Type().Elem()).Elem()
@@ -251,7 +252,7 @@ func (l *loader) decodeLeaf(n *yaml.Node, fv reflect.Value, path string) {
 		return
 	}
 	if n.Kind != yaml.ScalarNode {
-		l.add(path, src, "must be a single value, got %s", nodeKind(n))
+		l.add(path, src, "must be a single value, got %s", yamlnode.Kind(n))
 		return
 	}
 	if err := setScalar(fv, n.Value); err != nil {
@@ -401,37 +402,4 @@ func joinPath(a, b string) string {
 
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.Tag == "!!null" || n.Kind == 0
-}
-
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 64; i++ {
-		n = n.Alias
-	}
-	return n
-}
-
-func nodeKind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.Tag == "!!null" {
-			return "null"
-		}
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "an alias"
-}
-
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-func splitYAMLError(err error) (int, string) {
-	m := yamlLineRE.FindStringSubmatch(err.Error())
-	if m == nil {
-		return 0, strings.TrimPrefix(err.Error(), "yaml: ")
-	}
-	line, _ := strconv.Atoi(m[1])
-	return line, m[2]
 }
