@@ -21,6 +21,10 @@ const (
 	DefaultMaxOverloadBackoff  = 5 * time.Second
 	// DefaultEventTextCap caps the model text carried in events.
 	DefaultEventTextCap = 2048
+	// DefaultArgErrorsPerTool and DefaultArgErrors are the tool-argument
+	// error budgets (agent-loop.md §4.2, §4.4).
+	DefaultArgErrorsPerTool = 3
+	DefaultArgErrors        = 6
 )
 
 // Config configures a Runner. The zero value of every field means "use the
@@ -54,6 +58,23 @@ type Config struct {
 	MaxOverloadBackoff time.Duration
 	// EventTextCap caps model text carried in events. 0 = default.
 	EventTextCap int
+	// ArgErrorsPerTool is how many tool-argument errors (unknown_function,
+	// invalid_args) one tool name may cause; the next one ends the run with
+	// AGENT_009. A name the model invented counts under that name.
+	// 0 = default (3), -1 = no per-name limit.
+	ArgErrorsPerTool int
+	// ArgErrors caps tool-argument errors over all names, so inventing new
+	// names buys no fresh budget; the next one ends the run with AGENT_009.
+	// 0 = default (6), -1 = no cap.
+	ArgErrors int
+	// ContextTokens is the prompt budget in tokens (the model's context
+	// window less the room its answer needs). When a request would exceed
+	// it, the oldest whole turns are trimmed (see TokenCounter). A Model
+	// that implements TokenCounter counts exactly against the smaller of
+	// its ContextSize and ContextTokens (when set); for other models the
+	// loop estimates 1 token per 3 bytes. 0 = only the model's own size;
+	// with neither, nothing is trimmed.
+	ContextTokens int
 }
 
 func (c *Config) validate() error {
@@ -61,10 +82,14 @@ func (c *Config) validate() error {
 		"MaxTurns": c.MaxTurns, "MaxToolCallsPerTurn": c.MaxToolCallsPerTurn,
 		"InvalidRetries": c.InvalidRetries, "RepeatLimit": c.RepeatLimit,
 		"OverloadRetries": c.OverloadRetries, "EventTextCap": c.EventTextCap,
+		"ArgErrorsPerTool": c.ArgErrorsPerTool, "ArgErrors": c.ArgErrors,
 	} {
 		if v < -1 {
 			return fmt.Errorf("%w: %s must be >= -1, got %d", ErrInvalidConfig, name, v)
 		}
+	}
+	if c.ContextTokens < 0 {
+		return fmt.Errorf("%w: ContextTokens must not be negative, got %d", ErrInvalidConfig, c.ContextTokens)
 	}
 	if c.MaxTurns == -1 || c.EventTextCap == -1 {
 		return fmt.Errorf("%w: MaxTurns and EventTextCap cannot be unlimited", ErrInvalidConfig)
@@ -88,6 +113,8 @@ func (c *Config) validate() error {
 	c.OverloadBackoff = cmp.Or(c.OverloadBackoff, DefaultOverloadBackoff)
 	c.MaxOverloadBackoff = cmp.Or(c.MaxOverloadBackoff, DefaultMaxOverloadBackoff)
 	c.EventTextCap = cmp.Or(c.EventTextCap, DefaultEventTextCap)
+	c.ArgErrorsPerTool = cmp.Or(c.ArgErrorsPerTool, DefaultArgErrorsPerTool)
+	c.ArgErrors = cmp.Or(c.ArgErrors, DefaultArgErrors)
 	if c.TotalTimeout < c.StepTimeout {
 		return fmt.Errorf("%w: TotalTimeout (%s) cannot be less than StepTimeout (%s)", ErrInvalidConfig, c.TotalTimeout, c.StepTimeout)
 	}

@@ -47,6 +47,13 @@ const (
 	// DetailLastError (map with "code" and "message"): why the last-chance
 	// submit_result was refused.
 	DetailLastError = "last_error"
+	// DetailArgErrors (map[string]int): tool-argument errors per tool name
+	// (names the model invented included), on an AGENT_009 result.
+	DetailArgErrors = "arg_errors"
+	// DetailTrimmedTurns ([]int): the turns trimmed from the conversation to
+	// fit the context window (agent-loop.md §4.7); set, on any result, only
+	// when trimming happened.
+	DetailTrimmedTurns = "trimmed_turns"
 )
 
 // Values of Details[DetailLimit].
@@ -61,6 +68,7 @@ const (
 	LimitRepeatedCall    = "repeated_call"
 	LimitOverloaded      = "overloaded"
 	LimitModelError      = "model_error"
+	LimitArgErrors       = "arg_errors"
 )
 
 // CallRecord is one tool call as recorded in Result.Details.

@@ -28,6 +28,11 @@ const (
 	EventToolResult EventKind = "tool_result"
 	// EventFinished: the run ended; always the last event.
 	EventFinished EventKind = "finished"
+	// EventContextTrimmed: whole old turns were removed from the
+	// conversation so that the next request fits the context window
+	// (TrimmedTurns, PromptTokens, ContextTokens; Text is the summary lines
+	// that stand in for them). It comes right before the model call.
+	EventContextTrimmed EventKind = "context_trimmed"
 )
 
 // Event is one step of a run, streamed to observers while the run goes on.
@@ -67,6 +72,13 @@ type Event struct {
 	// Status and Error are the run's outcome (finished).
 	Status Status `json:"status,omitempty" msgpack:"status,omitempty"`
 	Error  string `json:"error,omitempty" msgpack:"error,omitempty"`
+
+	// TrimmedTurns are the turns just removed from the conversation;
+	// PromptTokens is the request's size after trimming and ContextTokens
+	// the prompt budget (context_trimmed).
+	TrimmedTurns  []int `json:"trimmed_turns,omitempty" msgpack:"trimmed_turns,omitempty"`
+	PromptTokens  int   `json:"prompt_tokens,omitempty" msgpack:"prompt_tokens,omitempty"`
+	ContextTokens int   `json:"context_tokens,omitempty" msgpack:"context_tokens,omitempty"`
 }
 
 // EventSink receives a run's events. Emit is called from the run's goroutine

@@ -63,8 +63,11 @@ const (
 // Request is one model call.
 type Request struct {
 	// Messages is the whole conversation so far. Backends must treat it as
-	// read-only; the loop only ever appends to it between calls, so a backend
-	// may reuse its KV cache for the common prefix.
+	// read-only. Between calls the loop appends to it, so a backend may
+	// reuse its KV cache for the common prefix; but when a request would not
+	// fit the context window the loop replaces whole old turns with a
+	// summary message (TokenCounter), so a backend must compare prefixes,
+	// not assume the conversation only grows.
 	Messages []Message
 	// Tools is the catalog offered for this call. On the turn-limit last
 	// chance it holds only submit_result.

@@ -40,6 +40,10 @@ const (
 	// ErrCodeInvalidSubmit: submit_result arguments stayed invalid after the
 	// retry budget.
 	ErrCodeInvalidSubmit ErrorCode = "AGENT_008"
+	// ErrCodeArgErrors: the model made more tool-argument errors (unknown
+	// tool names, invalid arguments) than Config.ArgErrorsPerTool allows for
+	// one name or Config.ArgErrors allows in all.
+	ErrCodeArgErrors ErrorCode = "AGENT_009"
 )
 
 // Result is the outcome of one run: seed 000's AgentResult plus the run's

@@ -48,6 +48,14 @@ type run struct {
 	invalidSubmits int
 	repeatKey      string
 	repeatN        int
+
+	// argErrs counts tool-argument errors per tool name, argErrTotal over
+	// all names (agent-loop.md §4.2, §4.4).
+	argErrs     map[string]int
+	argErrTotal int
+
+	// Context trimming (agent-loop.md §4.7, context.go).
+	win window
 }
 
 func newRun(ctx context.Context, r *Runner, in Input) (*run, error) {
@@ -81,6 +89,7 @@ func newRun(ctx context.Context, r *Runner, in Input) (*run, error) {
 		s.msgs = append(s.msgs, Message{Role: RoleSystem, Content: in.Agent.InitialContext.SystemPrompt})
 	}
 	s.msgs = append(s.msgs, Message{Role: RoleUser, Content: nodeCtx})
+	s.initWindow()
 	return s, nil
 }
 
@@ -112,6 +121,7 @@ func (s *run) play(ctx context.Context) *Result {
 			return s.lastChance(ctx)
 		}
 		s.turn++
+		s.beginTurn()
 		s.emit(Event{Kind: EventTurnStarted, MaxTurns: s.maxTurns})
 		resp, res := s.callModel(ctx, s.catalog, "", false)
 		if res != nil {
@@ -160,6 +170,9 @@ func (s *run) callModel(ctx context.Context, tools []ToolSpec, require string, l
 			return nil, s.ctxResult(ctx)
 		}
 		req := &Request{Messages: s.msgs, Tools: tools, RequireTool: require, CacheKey: s.in.Agent.Name}
+		if s.fit(ctx, req) != nil {
+			return nil, s.ctxResult(ctx)
+		}
 		stepCtx, cancel := context.WithTimeout(ctx, s.cfg.StepTimeout)
 		t0 := time.Now()
 		resp, err := s.in.Model.Complete(stepCtx, req)
@@ -365,9 +378,14 @@ func (s *run) dispatchCall(ctx context.Context, c ToolCall, lastChance bool) (en
 
 	tool := s.in.Agent.ToolByName(c.Name)
 	if tool == nil {
-		env = errEnvelope(CodeUnknownFunction, fmt.Sprintf("there is no tool named %q", c.Name),
-			map[string]any{"valid_tools": s.in.Agent.ToolNames(), "hint": "call exactly one of the valid tools"})
+		b := s.argError(c.Name)
+		details := map[string]any{"valid_tools": s.in.Agent.ToolNames(), "hint": "call exactly one of the valid tools" + b.hint()}
+		b.addTo(details)
+		env = errEnvelope(CodeUnknownFunction, fmt.Sprintf("there is no tool named %q", c.Name), details)
 		s.finishCall(c, env, 0)
+		if b.over {
+			return env, s.argErrorsResult(ctx, c.Name, env), outFail
+		}
 		return env, nil, outContinue
 	}
 	isSubmit := c.Name == agents.SubmitResultTool
@@ -386,6 +404,14 @@ func (s *run) dispatchCall(ctx context.Context, c ToolCall, lastChance bool) (en
 		if req := requiredFields(tool); len(req) > 0 {
 			details["required"] = req
 		}
+		var b argBudget
+		if !lastChance {
+			b = s.argError(c.Name)
+			if h := b.hint(); h != "" {
+				details["hint"] = "fix the arguments" + h
+			}
+			b.addTo(details)
+		}
 		env = errEnvelope(CodeInvalidArgs, fmt.Sprintf("invalid arguments for %s", c.Name), details)
 		s.finishCall(c, env, 0)
 		if isSubmit && !lastChance {
@@ -396,6 +422,9 @@ func (s *run) dispatchCall(ctx context.Context, c ToolCall, lastChance bool) (en
 					LimitInvalidSubmit, nil), outFail
 			}
 		}
+		if b.over {
+			return env, s.argErrorsResult(ctx, c.Name, env), outFail
+		}
 		return env, nil, outContinue
 	}
 
@@ -405,6 +434,77 @@ func (s *run) dispatchCall(ctx context.Context, c ToolCall, lastChance bool) (en
 		return env, sub, outSubmitted
 	}
 	return env, nil, outContinue
+}
+
+// argBudget is the state of the tool-argument error budgets after one
+// error.
+type argBudget struct {
+	left      int  // further errors tolerated (for this name and in all)
+	unlimited bool // neither budget applies
+	over      bool // this error exceeded a budget: the run ends
+}
+
+// argError counts one tool-argument error (unknown tool or invalid
+// arguments) of name against the per-name and the global budget. Tool
+// execution errors are never counted (agent-loop.md §4.4).
+func (s *run) argError(name string) argBudget {
+	if s.argErrs == nil {
+		s.argErrs = make(map[string]int, 2)
+	}
+	s.argErrs[name]++
+	s.argErrTotal++
+	b := argBudget{unlimited: true}
+	for _, lim := range [2]struct{ n, max int }{{s.argErrs[name], s.cfg.ArgErrorsPerTool}, {s.argErrTotal, s.cfg.ArgErrors}} {
+		if lim.max < 0 {
+			continue
+		}
+		if lim.n > lim.max {
+			b.over = true
+		}
+		if left := max(lim.max-lim.n, 0); b.unlimited || left < b.left {
+			b.left = left
+		}
+		b.unlimited = false
+	}
+	return b
+}
+
+// hint tells the model how close the run is to its end, or "".
+func (b argBudget) hint() string {
+	switch {
+	case b.unlimited || b.over:
+		return ""
+	case b.left == 0:
+		return "; the next unknown tool or invalid arguments end the run"
+	case b.left == 1:
+		return "; 1 more unknown tool or invalid arguments is tolerated, the one after ends the run"
+	}
+	return fmt.Sprintf("; %d more unknown tools or invalid arguments are tolerated, the one after ends the run", b.left)
+}
+
+// addTo records the budget in an envelope's details.
+func (b argBudget) addTo(details map[string]any) {
+	if !b.unlimited && !b.over {
+		details["errors_left"] = b.left
+	}
+}
+
+// argErrorsResult ends the run after an argument error past the budget.
+func (s *run) argErrorsResult(ctx context.Context, name string, env Envelope) *Result {
+	var msg string
+	if n := s.argErrs[name]; s.cfg.ArgErrorsPerTool >= 0 && n > s.cfg.ArgErrorsPerTool {
+		msg = fmt.Sprintf("Tool argument errors exceeded: %d for %s (limit %d per tool)", n, name, s.cfg.ArgErrorsPerTool)
+	} else {
+		msg = fmt.Sprintf("Tool argument errors exceeded: %d in total (limit %d)", s.argErrTotal, s.cfg.ArgErrors)
+	}
+	counts := make(map[string]int, len(s.argErrs))
+	for k, v := range s.argErrs {
+		counts[k] = v
+	}
+	return s.fail(ctx, ErrCodeArgErrors, msg, LimitArgErrors, map[string]any{
+		DetailArgErrors: counts,
+		DetailLastError: map[string]any{"code": string(env.Error.Code), "message": env.Error.Message},
+	})
 }
 
 // execute runs the tool's context providers and the tool under the tool
@@ -585,6 +685,7 @@ func (s *run) changes(ctx context.Context) (files []string, ok bool, err error) 
 // available (agent-loop.md §4.1).
 func (s *run) lastChance(ctx context.Context) *Result {
 	s.turn++
+	s.beginTurn()
 	s.msgs = append(s.msgs, Message{Role: RoleUser, Content: fmt.Sprintf(
 		"You have used all %d turns. No other tool can be called now: call %s immediately with what you have done so far.",
 		s.maxTurns, agents.SubmitResultTool)})

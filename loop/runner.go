@@ -104,6 +104,9 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	res.Turns = s.turns
 	res.ToolCalls = s.dispatch
 	res.Usage = s.usage
+	if len(s.win.trimmed) > 0 {
+		res.Details[DetailTrimmedTurns] = s.win.trimmed
+	}
 	s.timings.Total = time.Since(start)
 	res.Timings = s.timings
 	s.emit(Event{Kind: EventFinished, Turn: s.turns, Status: res.Status, Error: res.Error})
