@@ -114,7 +114,7 @@ func (s *run) fit(ctx context.Context, req *Request) error {
 	collapsed := false
 	if n > w.budget && len(lines) > 1 {
 		collapsed = true
-		lines = []string{strconv.Itoa(len(lines)) + " earlier turns were trimmed; their results are no longer shown."}
+		lines = []string{strconv.Itoa(len(w.trimmed)+k) + " earlier turns were trimmed; their results are no longer shown."}
 		msgs = s.trimmedMessages(k, lines)
 		req.Messages = msgs
 		if n, err = s.countTokens(ctx, req); err != nil {
