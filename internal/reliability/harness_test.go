@@ -967,10 +967,10 @@ func grepLog(p *proc, words ...string) string {
 
 // keepLogOnFailure copies p's log next to the test's other output (under
 // $FLEET_RELIABILITY_LOGS, default the OS temp folder) when the test fails,
-// and logs where.
+// or always when FLEET_RELIABILITY_KEEP_LOGS is set, and logs where.
 func keepLogOnFailure(t *testing.T, p *proc) {
 	t.Cleanup(func() {
-		if !t.Failed() {
+		if !t.Failed() && os.Getenv("FLEET_RELIABILITY_KEEP_LOGS") == "" {
 			return
 		}
 		<-p.exited

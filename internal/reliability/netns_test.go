@@ -31,6 +31,7 @@ func serverMain() int {
 		JetStream: true, StoreDir: get("STORE"), JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30,
 		Cluster: server.ClusterOpts{Name: "fleet-netns", Host: get("HOST"), Port: rport},
 		Routes:  server.RoutesFromStr(get("ROUTES")),
+		Logtime: true, LogtimeUTC: true, HTTPHost: get("HOST"), HTTPPort: 8222,
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
@@ -155,10 +156,14 @@ func (h *host) url() string { return "nats://" + h.addr + ":4222" }
 // TestNodeLossNetns runs the 3-node cluster as three hosts in network
 // namespaces (own addresses on a bridge, traffic through veth pairs), one
 // worker process in each host talking to its local node. Two faults, each
-// mid-backlog: the host of the FLEET_RUNS leader is cut off (link down on
-// its veth, node and worker alive but partitioned) and healed, then the new
+// mid-backlog: the host of the FLEET_RUNS leader, made leader of every Raft
+// group a job goes through (FLEET_RESULTS, the status bucket, the
+// operation's consumer), is cut off (link down on its veth, node and worker
+// alive but partitioned; the TCP connections survive, so writes queued
+// before the cut arrive late, after the heal) and healed, then the new
 // leader's server process is SIGKILLed and restarted. Jobs continue on the
-// majority, nothing is lost or duplicated, the node rejoins.
+// majority, nothing is lost or duplicated, the node rejoins. Skipped
+// without root or iproute2.
 func TestNodeLossNetns(t *testing.T) {
 	t.Parallel()
 	// Not in `make test`: this scenario (link-down of one host, then a kill
@@ -186,6 +191,7 @@ func TestNodeLossNetns(t *testing.T) {
 	}
 	streams := streamsEnv{AckWait: 2 * time.Second, MaxDeliver: 20, Replicas: 3}
 	ensureStreams(t, js, streams.config())
+	rlog := watchResults(t, js, "netns")
 	var workers []*proc
 	for i, h := range lab.hosts {
 		workers = append(workers, startChild(t, childConfig{URL: h.url(), Name: fmt.Sprintf("w%d", i+1), Slots: 2,
@@ -199,6 +205,10 @@ func TestNodeLossNetns(t *testing.T) {
 	var faults []string
 	for f, kind := range []string{"link-down", "kill"} {
 		victim := lab.leaderHost(t, js)
+		if kind == "link-down" {
+			gatherLeaders(t, js, nc, victim.node.name)
+			t.Logf("fault %d: %s leads FLEET_RUNS, FLEET_RESULTS, KV_fleet_jobs and the lint consumer", f+1, victim.node.name)
+		}
 		var survivor *host
 		for _, h := range lab.hosts {
 			if h != victim {
@@ -218,7 +228,7 @@ func TestNodeLossNetns(t *testing.T) {
 		if !tr.waitDistinct(1, 30*time.Second) {
 			t.Fatalf("fault %d: no results before the fault", f+1)
 		}
-		t.Logf("fault %d: %s of %s at %s", f+1, kind, victim.node.name, time.Since(start).Round(time.Millisecond))
+		t.Logf("fault %d: %s of %s at %s (%s UTC)", f+1, kind, victim.node.name, time.Since(start).Round(time.Millisecond), stamp())
 		t0 := time.Now()
 		switch kind {
 		case "link-down":
@@ -240,9 +250,10 @@ func TestNodeLossNetns(t *testing.T) {
 		if next, ok := tr.nextAfter(t0, time.Second); ok {
 			s.Recover = max(s.Recover, next.Sub(t0))
 		}
-		t.Logf("fault %d: the cluster noticed after %s", f+1, noticed.Round(time.Millisecond))
+		t.Logf("fault %d: the cluster noticed after %s (%s UTC)", f+1, noticed.Round(time.Millisecond), stamp())
 		// Heal.
 		r0 := time.Now()
+		t.Logf("fault %d: healing %s at %s UTC", f+1, victim.node.name, stamp())
 		switch kind {
 		case "link-down":
 			if err := run(t, "ip", "link", "set", victim.hostVeth, "up"); err != nil {
@@ -259,14 +270,21 @@ func TestNodeLossNetns(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		rejoin = max(rejoin, time.Since(r0))
-		t.Logf("fault %d (%s of %s): results again after %s, rejoined in %s", f+1, kind, victim.node.name,
-			s.Recover.Round(time.Millisecond), time.Since(r0).Round(time.Millisecond))
+		t.Logf("fault %d (%s of %s): results again after %s, rejoined in %s (%s UTC)%s", f+1, kind, victim.node.name,
+			s.Recover.Round(time.Millisecond), time.Since(r0).Round(time.Millisecond), stamp(), lab.nodeStates(queue.StreamResults, "KV_"+queue.BucketJobs))
 	}
 
 	deadline := time.Now().Add(time.Minute)
 	for storedCount(t, js, "netns") < n {
 		if time.Now().After(deadline) {
 			diagnose(t, js, "netns", n)
+			counts, _ := storedResults(t, js, "netns", n)
+			for i := 0; i < n; i++ {
+				if id := jobID("netns", i); counts[id] == 0 {
+					t.Logf("missing %s: %s", id, rlog.of(id))
+				}
+			}
+			t.Logf("node states at %s UTC:%s", stamp(), lab.nodeStates())
 			t.Errorf("only %d/%d jobs have results after 1m", storedCount(t, js, "netns"), n)
 			break
 		}
