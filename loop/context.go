@@ -30,6 +30,10 @@ type TokenCounter interface {
 // conversation after the pinned messages anew every turn.
 const trimTargetPercent = 75
 
+// summarySharePercent is the share of the prompt budget the trimmed turns'
+// summary lines may take before the oldest are folded into a count.
+const summarySharePercent = 25
+
 // Caps of a trimmed turn's summary line.
 const (
 	summaryLineCap = 240
@@ -49,8 +53,8 @@ type window struct {
 	counter TokenCounter // nil: estimate
 	budget  int          // prompt tokens; 0 = no trimming
 	pinned  int          // run.msgs[:pinned] are never trimmed
-	summary bool         // run.msgs[pinned] is the summary message
-	lines   []string     // the summary, one line per trimmed turn
+	folded  int          // trimmed turns the summary no longer lists one by one
+	lines   []string     // the summary's lines, one per trimmed turn after those
 	spans   []span       // the turns in run.msgs, oldest first; the last one is being played
 	trimmed []int        // trimmed turn numbers, in order
 }
@@ -80,12 +84,19 @@ func (s *run) beginTurn() {
 
 // fit makes req (whose Messages are run.msgs) fit the prompt budget by
 // trimming whole turns, oldest first, keeping the pinned messages and the
-// turn being played. It first trims down to trimTargetPercent of the budget
-// without touching the last completed turn (its results are what the model
-// is about to act on), then, if that is not enough, that turn too, then
-// shortens the summary to one line. A request that still does not fit is
-// sent as it is and the model reports the error. fit returns an error only
-// when ctx ends.
+// turn being played; a summary message with one line per trimmed turn
+// stands in for them. In order, while the request is too large:
+//
+//  1. trim turns down to trimTargetPercent of the budget, keeping the last
+//     completed turn (its results are what the model is about to act on);
+//  2. if the summary lines take more than summarySharePercent of the
+//     budget, fold the oldest, half at a time, into one "N earlier turns"
+//     line, so the summary cannot outgrow the window in a long run;
+//  3. trim the last completed turn too, then fold the whole summary, to
+//     get under the budget itself.
+//
+// A request that still does not fit is sent as it is and the model reports
+// the error. fit returns an error only when ctx ends.
 func (s *run) fit(ctx context.Context, req *Request) error {
 	w := &s.win
 	if w.budget <= 0 {
@@ -95,45 +106,74 @@ func (s *run) fit(ctx context.Context, req *Request) error {
 	if err != nil || n <= w.budget {
 		return err
 	}
-	// k turns dropped: msgs would be pinned + summary + msgs[spans[k].start:].
-	k, lines := 0, w.lines
-	msgs := s.msgs
-	target := w.budget * trimTargetPercent / 100
-	for _, p := range [2]struct{ limit, keep int }{{target, 2}, {w.budget, 1}} {
-		for n > p.limit && len(w.spans)-k > p.keep {
+	// The candidate: the first k turns dropped, the summary folded+lines.
+	k, folded, lines := 0, w.folded, w.lines
+	var added []string
+	changed := false
+	recount := func() error {
+		changed = true
+		req.Messages = s.trimmedMessages(k, folded, lines)
+		n, err = s.countTokens(ctx, req)
+		return err
+	}
+	drop := func(limit, keep int) error {
+		for n > limit && len(w.spans)-k > keep {
 			end := w.spans[k+1].start
-			lines = append(lines[:len(lines):len(lines)], summarizeTurn(w.spans[k].turn, s.msgs[w.spans[k].start:end]))
+			line := summarizeTurn(w.spans[k].turn, s.msgs[w.spans[k].start:end])
+			lines = append(lines[:len(lines):len(lines)], line)
+			added = append(added, line)
 			k++
-			msgs = s.trimmedMessages(k, lines)
-			req.Messages = msgs
-			if n, err = s.countTokens(ctx, req); err != nil {
+			if err := recount(); err != nil {
 				return err
 			}
 		}
+		return nil
 	}
-	collapsed := false
-	if n > w.budget && len(lines) > 1 {
-		collapsed = true
-		lines = []string{strconv.Itoa(len(w.trimmed)+k) + " earlier turns were trimmed; their results are no longer shown."}
-		msgs = s.trimmedMessages(k, lines)
-		req.Messages = msgs
-		if n, err = s.countTokens(ctx, req); err != nil {
+	// summaryBig: the summary takes more than summarySharePercent of the
+	// budget (measured on its own, as a one-message request).
+	summaryBig := func() (bool, error) {
+		sn, err := s.countTokens(ctx, &Request{Messages: []Message{{Role: RoleUser, Content: summaryText(folded, lines)}}})
+		return sn > w.budget*summarySharePercent/100, err
+	}
+	fold := func(limit int, all bool) error {
+		for n > limit && len(lines) > 0 && (all || folded+len(lines) > 1) {
+			if !all {
+				if big, err := summaryBig(); err != nil || !big {
+					return err
+				}
+			}
+			m := max((len(lines)+1)/2, 1)
+			if all {
+				m = len(lines)
+			}
+			folded, lines = folded+m, lines[m:]
+			if err := recount(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	target := w.budget * trimTargetPercent / 100
+	for _, step := range []func() error{
+		func() error { return drop(target, 2) },
+		func() error { return fold(target, false) },
+		func() error { return drop(w.budget, 1) },
+		func() error { return fold(w.budget, true) },
+	} {
+		if err := step(); err != nil {
 			return err
 		}
 	}
-	if k == 0 && len(lines) == len(w.lines) {
-		req.Messages = s.msgs
+	if !changed {
 		return nil
 	}
 	// Commit: the dropped spans' messages are gone, the others moved.
-	var keepFrom int
+	keepFrom := len(s.msgs)
 	if k < len(w.spans) {
 		keepFrom = w.spans[k].start
-	} else {
-		keepFrom = len(s.msgs)
 	}
 	shift := w.pinned + 1 - keepFrom
-	dropped := make([]int, 0, k)
+	var dropped []int
 	for _, sp := range w.spans[:k] {
 		dropped = append(dropped, sp.turn)
 	}
@@ -141,22 +181,17 @@ func (s *run) fit(ctx context.Context, req *Request) error {
 	for i := range w.spans {
 		w.spans[i].start += shift
 	}
-	newLines := lines
-	if !collapsed {
-		newLines = lines[len(w.lines):]
-	}
-	w.lines, w.summary = lines, true
+	w.folded, w.lines = folded, lines
 	w.trimmed = append(w.trimmed, dropped...)
-	s.msgs = msgs
-	req.Messages = msgs
+	s.msgs = req.Messages
 	s.emit(Event{Kind: EventContextTrimmed, TrimmedTurns: dropped, PromptTokens: n, ContextTokens: w.budget,
-		Text: capText(strings.Join(newLines, "\n"), s.cfg.EventTextCap)})
+		Text: capText(strings.Join(added, "\n"), s.cfg.EventTextCap)})
 	return nil
 }
 
-// trimmedMessages is the conversation with the first k turns dropped and the
-// summary message holding lines.
-func (s *run) trimmedMessages(k int, lines []string) []Message {
+// trimmedMessages is the conversation with the first k turns dropped and a
+// summary message of folded turns plus lines.
+func (s *run) trimmedMessages(k, folded int, lines []string) []Message {
 	w := &s.win
 	keepFrom := len(s.msgs)
 	if k < len(w.spans) {
@@ -164,8 +199,25 @@ func (s *run) trimmedMessages(k int, lines []string) []Message {
 	}
 	out := make([]Message, 0, w.pinned+1+len(s.msgs)-keepFrom)
 	out = append(out, s.msgs[:w.pinned]...)
-	out = append(out, Message{Role: RoleUser, Content: trimmedHeader + "\n" + strings.Join(lines, "\n")})
+	out = append(out, Message{Role: RoleUser, Content: summaryText(folded, lines)})
 	return append(out, s.msgs[keepFrom:]...)
+}
+
+// summaryText is the content of the message that stands in for trimmed
+// turns.
+func summaryText(folded int, lines []string) string {
+	var b strings.Builder
+	b.WriteString(trimmedHeader)
+	if folded > 0 {
+		b.WriteString("\n")
+		b.WriteString(strconv.Itoa(folded))
+		b.WriteString(" earlier turns: trimmed, their results are no longer shown.")
+	}
+	for _, l := range lines {
+		b.WriteString("\n")
+		b.WriteString(l)
+	}
+	return b.String()
 }
 
 // countTokens measures req with the model's counter, or estimates it when

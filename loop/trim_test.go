@@ -177,11 +177,11 @@ func TestTrimEstimate(t *testing.T) {
 	if len(trimmed) < 5 || !slices.IsSorted(trimmed) || trimmed[0] != 1 {
 		t.Fatalf("details.trimmed_turns = %v", res.Details[loop.DetailTrimmedTurns])
 	}
-	lines := strings.Split(lastSummary, "\n")[1:]
-	if len(lines) != len(trimmed) {
-		t.Fatalf("summary has %d lines for %d trimmed turns:\n%s", len(lines), len(trimmed), lastSummary)
+	folded, lines := parseSummary(t, lastSummary)
+	if folded+len(lines) != len(trimmed) || len(lines) < 3 {
+		t.Fatalf("summary folds %d and lists %d turns for %d trimmed:\n%s", folded, len(lines), len(trimmed), lastSummary)
 	}
-	for i, turn := range trimmed {
+	for i, turn := range trimmed[folded:] {
 		want := fmt.Sprintf(`turn %d: read_file{"path":"f%d.py"} -> ok: read f%d.py`, turn, turn-1, turn-1)
 		if lines[i] != want {
 			t.Errorf("summary line %d = %q, want %q", i, lines[i], want)
@@ -364,7 +364,8 @@ func TestTrimWholeTurns(t *testing.T) {
 	}
 }
 
-// When even the summary lines do not fit, they collapse into one.
+// When the summary lines take too much room, the oldest are folded into
+// one "N earlier turns" line.
 func TestTrimCollapsesSummary(t *testing.T) {
 	t.Parallel()
 	// Long arguments make long summary lines; the budget leaves room for
@@ -383,10 +384,34 @@ func TestTrimCollapsesSummary(t *testing.T) {
 		t.Fatalf("got %s %s", res.Status, res.Error)
 	}
 	msgs := b.lastRequest(t).Messages
-	if len(msgs) < 3 || msgs[2].Content != "[Trimmed] Earlier turns were removed to fit the context window. What they did, one line per turn:\n"+
-		fmt.Sprintf("%d earlier turns were trimmed; their results are no longer shown.", len(res.Details[loop.DetailTrimmedTurns].([]int))) {
-		t.Errorf("summary message %+v", msgs[2:3])
+	trimmed := res.Details[loop.DetailTrimmedTurns].([]int)
+	folded, lines := parseSummary(t, msgs[2].Content)
+	if folded+len(lines) != len(trimmed) || folded < 2 {
+		t.Errorf("summary folds %d turns and lists %d of the %d trimmed", folded, len(lines), len(trimmed))
 	}
+	for i, l := range lines {
+		if want := fmt.Sprintf("turn %d: read_file", trimmed[folded+i]); !strings.HasPrefix(l, want) {
+			t.Errorf("summary line %q, want %q...", l, want)
+		}
+	}
+}
+
+// parseSummary splits the trimmed turns' summary message into the number
+// of folded turns and the per-turn lines.
+func parseSummary(t *testing.T, content string) (folded int, lines []string) {
+	t.Helper()
+	lines = strings.Split(content, "\n")
+	if lines[0] != "[Trimmed] Earlier turns were removed to fit the context window. What they did, one line per turn:" {
+		t.Fatalf("summary message %q", content)
+	}
+	lines = lines[1:]
+	if len(lines) > 0 && !strings.HasPrefix(lines[0], "turn ") {
+		if _, err := fmt.Sscanf(lines[0], "%d earlier turns: trimmed, their results are no longer shown.", &folded); err != nil {
+			t.Fatalf("summary line %q: %v", lines[0], err)
+		}
+		lines = lines[1:]
+	}
+	return folded, lines
 }
 
 func testSpecs() []loop.ToolSpec {
