@@ -253,6 +253,18 @@ type Loop struct {
 	// MaxToolCallsPerTurn caps the calls run from one model turn; -1 = no
 	// cap. Default 10.
 	MaxToolCallsPerTurn int `yaml:"max_tool_calls_per_turn"`
+	// ArgErrorsPerTool is how many unknown-tool or invalid-argument errors
+	// one tool name may cause before the run fails (AGENT_009); -1 = no
+	// limit. Default 3.
+	ArgErrorsPerTool int `yaml:"arg_errors_per_tool"`
+	// ArgErrors caps those errors over all tool names; -1 = no cap.
+	// Default 6.
+	ArgErrors int `yaml:"arg_errors"`
+	// ContextTokens is the prompt budget in tokens for trimming old turns:
+	// needed for backends that cannot count tokens (remote); the llama
+	// backend counts against its own context size, and a smaller value here
+	// tightens that. 0 = the backend's own size only.
+	ContextTokens int `yaml:"context_tokens"`
 }
 
 // LoopConfig returns the loop.Config these settings describe (the loop's
@@ -264,6 +276,9 @@ func (l Loop) LoopConfig() loop.Config {
 		TotalTimeout:        l.TotalTimeout,
 		ToolTimeout:         l.ToolTimeout,
 		MaxToolCallsPerTurn: l.MaxToolCallsPerTurn,
+		ArgErrorsPerTool:    l.ArgErrorsPerTool,
+		ArgErrors:           l.ArgErrors,
+		ContextTokens:       l.ContextTokens,
 	}
 }
 
@@ -378,6 +393,8 @@ func Default() *Config {
 			TotalTimeout:        loop.DefaultTotalTimeout,
 			ToolTimeout:         loop.DefaultToolTimeout,
 			MaxToolCallsPerTurn: loop.DefaultMaxToolCallsPerTurn,
+			ArgErrorsPerTool:    loop.DefaultArgErrorsPerTool,
+			ArgErrors:           loop.DefaultArgErrors,
 		},
 		Monty: Monty{
 			Binary:         DefaultMontyBinary,

@@ -25,6 +25,10 @@
 //	AGENT_006  model backend error, or overload that did not clear
 //	AGENT_007  a model call exceeded the step timeout twice in a row
 //	AGENT_008  submit_result arguments stayed invalid past the retry budget
+//	AGENT_009  tool-argument errors (unknown tool names, invalid arguments)
+//	           past their budget: Config.ArgErrorsPerTool for one name (an
+//	           invented name counts under its own name) or Config.ArgErrors
+//	           over all names, so new names buy no fresh budget
 //
 // A run that ends with submit_result has the status, summary, details and
 // error the model submitted and no ErrorCode, even when its status is
@@ -37,12 +41,39 @@
 // {"ok":false,"error":{"code":...,"message":...,"details":...}} with the
 // codes invalid_args (details.problems, details.required), unknown_function
 // (details.valid_tools), tool_error, timeout, internal, repeated_call,
-// too_many_calls and not_run.
+// too_many_calls and not_run. invalid_args and unknown_function envelopes
+// also carry details.errors_left (how many more such errors the run
+// tolerates before AGENT_009) and a hint that says so; execution errors
+// (tool_error, timeout) have no budget: the model decides what to do.
+//
+// # Context window
+//
+// Before each model call the loop measures the request: exactly, when the
+// Model is a TokenCounter (the llama.cpp backend), against the smaller of
+// its ContextSize and Config.ContextTokens; otherwise estimated at one
+// token per 3 bytes against Config.ContextTokens; with neither known it
+// does not trim. A request that would not fit loses whole turns, oldest
+// first: a turn is the model's message and everything that belongs to it
+// (corrective messages, context-provider output, every tool result), so no
+// call is ever left without its result or a result without its call. The
+// pinned messages (system prompt, node context) and the tool declarations
+// are never trimmed, nor is the turn being played. A user message after
+// the pinned ones stands in for the trimmed turns, one line each, built
+// from each tool result's summary field ("turn 3: read_file{...} -> ok:
+// ..."). Trimming leaves headroom (down to 3/4 of the budget, keeping the
+// last completed turn while it can) so that the following turns fit
+// without trimming again and the backend keeps its KV cache; when the
+// summary itself grows past a quarter of the budget its oldest lines are
+// folded into one "N earlier turns" line. Each trim emits
+// context_trimmed and Details[DetailTrimmedTurns] lists the trimmed turns.
+// A request that cannot be made to fit is sent anyway and the model's
+// error ends the run (AGENT_006).
 //
 // # Events
 //
 // A run emits, in order and numbered from 1: turn_started, model_output,
-// invalid_response and retry (when they happen), then per call tool_call,
+// invalid_response and retry (when they happen; context_trimmed comes
+// right before the model call it made room for), then per call tool_call,
 // context_injected (per provider output), tool_result; finished is always
 // last. The sink must not block; ChanSink documents its drop policy.
 package loop

@@ -72,6 +72,10 @@ func (r *Runner) Config() Config { return r.cfg }
 //     model call past Config.StepTimeout counts as invalid (then AGENT_007).
 //   - invalid submit_result arguments more often than
 //     Config.InvalidRetries allows: AGENT_008.
+//   - unknown tool names and invalid arguments get an error envelope; more
+//     of them than Config.ArgErrorsPerTool for one name, or Config.ArgErrors
+//     in all, end the run with AGENT_009 (Details[DetailArgErrors]).
+//     Tool execution errors are never counted.
 //   - the same call (tool and canonical arguments) for the
 //     Config.RepeatLimit-th time in a row is refused with a repeated_call
 //     envelope; once more ends the run with AGENT_004.
@@ -82,6 +86,11 @@ func (r *Runner) Config() Config { return r.cfg }
 //   - ctx cancelled: AGENT_005 (not a model failure);
 //     Details[DetailCancelCause] is context.Cause(ctx).Error(), so the
 //     caller can tell a worker shutdown from a user cancel.
+//
+// When the model's context size (TokenCounter) or Config.ContextTokens is
+// known, requests that would not fit lose whole old turns to a summary
+// message (see the package documentation); Details[DetailTrimmedTurns]
+// then lists them.
 //
 // Every failed result keeps the work done: Details[DetailTurns],
 // [DetailToolCalls], [DetailLastText], [DetailLimit] and, with a
