@@ -91,6 +91,11 @@ func exerciseRequest() *loop.Request {
 //     assistant message and a tool message per call (or a user message) is
 //     answered too, and the backend did not modify either request.
 //   - usage: PromptTokens > 0 with CountsTokens.
+//   - token_counter (models that implement loop.TokenCounter): a request
+//     counts more than 0 tokens and a longer one more, the request is not
+//     modified, a cancelled ctx is an error matching context.Canceled, and
+//     ContextSize is not negative; with CountsTokens the count is exactly
+//     the Usage.PromptTokens of Complete on the same request.
 func ExerciseModel(t *testing.T, newModel func(t *testing.T) loop.Model, opts ...ExerciseOption) {
 	t.Helper()
 	cfg := exerciseConfig{callTimeout: 2 * time.Minute, cancelBound: 2 * time.Second}
@@ -197,6 +202,43 @@ func ExerciseModel(t *testing.T, newModel func(t *testing.T) loop.Model, opts ..
 		}
 		if resp.Usage.CachedTokens > resp.Usage.PromptTokens && cfg.countsTokens {
 			t.Errorf("CachedTokens %d > PromptTokens %d", resp.Usage.CachedTokens, resp.Usage.PromptTokens)
+		}
+	})
+
+	t.Run("token_counter", func(t *testing.T) {
+		m := newModel(t)
+		tc, ok := m.(loop.TokenCounter)
+		if !ok {
+			t.Skip("the model does not implement loop.TokenCounter")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.callTimeout)
+		defer cancel()
+		req := exerciseRequest()
+		before := cloneRequest(req)
+		n, err := tc.CountTokens(ctx, req)
+		if err != nil || n <= 0 {
+			t.Fatalf("CountTokens = %d, %v; want > 0", n, err)
+		}
+		if !reflect.DeepEqual(before, cloneRequest(req)) {
+			t.Errorf("CountTokens modified its request")
+		}
+		longer := cloneRequest(req)
+		longer.Messages = append(longer.Messages, loop.Message{Role: loop.RoleUser, Content: "And in Lyon, please."})
+		if n2, err := tc.CountTokens(ctx, longer); err != nil || n2 <= n {
+			t.Errorf("a longer request counts %d tokens (%v), the shorter %d", n2, err, n)
+		}
+		if size := tc.ContextSize(); size < 0 {
+			t.Errorf("ContextSize = %d", size)
+		}
+		cctx, ccancel := context.WithCancel(context.Background())
+		ccancel()
+		if _, err := tc.CountTokens(cctx, req); !errors.Is(err, context.Canceled) {
+			t.Errorf("CountTokens with a cancelled ctx returned %v, want context.Canceled", err)
+		}
+		if cfg.countsTokens {
+			if resp := call(t, m, req); resp.Usage.PromptTokens != n {
+				t.Errorf("CountTokens = %d, but Complete prefilled %d prompt tokens", n, resp.Usage.PromptTokens)
+			}
 		}
 	})
 }

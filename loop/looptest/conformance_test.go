@@ -59,7 +59,21 @@ var brokenModels = map[string]struct {
 		opts:    []looptest.ExerciseOption{looptest.SkipRequireTool()},
 		failure: "Complete modified its request",
 	},
+	"constant_token_count": {
+		model:   func() loop.Model { return constCounter{looptest.NewNoop()} },
+		opts:    []looptest.ExerciseOption{looptest.SkipRequireTool()},
+		failure: "a longer request counts 7 tokens (<nil>), the shorter 7",
+	},
 }
+
+// constCounter is a loop.TokenCounter that counts every request as 7
+// tokens.
+type constCounter struct{ *looptest.Scripted }
+
+func (constCounter) CountTokens(ctx context.Context, _ *loop.Request) (int, error) {
+	return 7, ctx.Err()
+}
+func (constCounter) ContextSize() int { return 100 }
 
 // ctxBlind never looks at its ctx.
 type ctxBlind struct{}
