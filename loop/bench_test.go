@@ -50,3 +50,29 @@ func BenchmarkRunTenTurns(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRunTrimming is BenchmarkRunTenTurns with 2 KB tool results and a
+// 1500-token budget (estimated): most turns measure the request and several
+// trim old turns.
+func BenchmarkRunTrimming(b *testing.B) {
+	r, err := loop.New(loop.Config{ContextTokens: 1500})
+	if err != nil {
+		b.Fatal(err)
+	}
+	agent := testAgent(12)
+	var steps []looptest.Step
+	for i := range 9 {
+		steps = append(steps, looptest.Calls(looptest.Call("read_file", `{"path":"f`+string(rune('1'+i))+`.py"}`)))
+	}
+	steps = append(steps, looptest.Submit(`{"summary":"ok"}`))
+	tools := &looptest.Tools{ExecuteFunc: bigResults(2000)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		m := &looptest.Scripted{Steps: steps, DiscardRequests: true}
+		res, err := r.Run(ctx, loop.Input{Agent: agent, Node: testNode, Model: m, Tools: tools})
+		if err != nil || res.Status != loop.StatusSuccess || res.Details[loop.DetailTrimmedTurns] == nil {
+			b.Fatalf("%v %+v", err, res)
+		}
+	}
+}
