@@ -226,8 +226,16 @@ func BenchmarkNoopJobs(b *testing.B) {
 		}
 		return float64(n) / el.Seconds()
 	}
-	rawRate := rawRun(false)
-	rawBatchRate := rawRun(true)
+	// FLEET_BENCH_BASELINES=0 measures the fleet alone (for profiles).
+	rawRate, rawBatchRate, floorRate, floorCPU := 1.0, 1.0, 1.0, time.Duration(0)
+	if os.Getenv("FLEET_BENCH_BASELINES") != "0" {
+		rawRate = rawRun(false)
+		rawBatchRate = rawRun(true)
+		// The protocol floor (floor_bench_test.go): the durable operations
+		// a job needs, nothing else, on the same streams with the same
+		// slots.
+		floorRate, floorCPU = floorRun(b, n, slots)
+	}
 
 	e := newBenchEnv(b)
 	workers := 1
@@ -288,10 +296,14 @@ func BenchmarkNoopJobs(b *testing.B) {
 	b.ReportMetric(rawBatchRate, "raw-batch-msgs/s")
 	b.ReportMetric(float64(fleetCPU.Microseconds())/float64(n), "cpu-µs/job")
 	b.ReportMetric(float64(rawCPU.Microseconds())/float64(n), "raw-cpu-µs/msg")
+	b.ReportMetric(floorRate, "floor-jobs/s")
+	b.ReportMetric(fleetRate/floorRate, "fleet÷floor")
+	b.ReportMetric(float64(floorCPU.Microseconds())/float64(n), "floor-cpu-µs/job")
 	if n >= 1000 {
-		b.Logf("n=%d slots=%d GOMAXPROCS=%d: fleet %.0f jobs/s (%.0f µs CPU per job, all parts in this process), raw JetStream %.0f msgs/s one at a time (%.0f µs CPU per message), ratio %.2f; raw with a pull buffer %.0f msgs/s (operations %d, events dropped %d, over-delivered %d)",
+		b.Logf("n=%d slots=%d GOMAXPROCS=%d: fleet %.0f jobs/s (%.0f µs CPU per job, all parts in this process), raw JetStream %.0f msgs/s one at a time (%.0f µs CPU per message), ratio %.2f; raw with a pull buffer %.0f msgs/s; protocol floor %.0f jobs/s (%.0f µs CPU per job), fleet÷floor %.2f (operations %d, events dropped %d, over-delivered %d)",
 			n, slots, runtime.GOMAXPROCS(0), fleetRate, float64(fleetCPU.Microseconds())/float64(n), rawRate,
-			float64(rawCPU.Microseconds())/float64(n), fleetRate/rawRate, rawBatchRate, len(ops), dropped, over)
+			float64(rawCPU.Microseconds())/float64(n), fleetRate/rawRate, rawBatchRate,
+			floorRate, float64(floorCPU.Microseconds())/float64(n), fleetRate/floorRate, len(ops), dropped, over)
 	}
 }
 

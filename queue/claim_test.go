@@ -114,7 +114,15 @@ func TestClaimAfterLateQueuedRecord(t *testing.T) {
 		}
 	}()
 	sub := b.subscribe(ResultSubject("late-1"))
-	b.publish(newReq("late-1"), JSON, "")
+	// A stale Fleet-Status-Rev: the first attempt's compare-and-set fails,
+	// so the worker reads the (missing) record, and the hook creates the
+	// queued record between that read and the running write.
+	m, err := NewRequestMsg(newReq("late-1"), JSON, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Header.Set(HeaderStatusRev, "999999")
+	b.publishMsg(m)
 	select {
 	case st := <-seen:
 		if kvErr != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,8 +36,9 @@ type ClientOptions struct {
 	Encoding Encoding
 	// EventBuffer is the capacity of a Watch's event channel. 0 = 256.
 	EventBuffer int
-	// NoStatus turns off the queued status record Enqueue creates after a
-	// publish (one KV write per job).
+	// NoStatus turns off the queued status record Enqueue creates before
+	// it publishes (one KV write per job; the worker then claims the job
+	// without knowing the record's revision).
 	NoStatus bool
 }
 
@@ -119,9 +121,14 @@ func NewJobID(operation string) string {
 // server's acknowledgement. An empty JobID is filled in (NewJobID) and a
 // zero CreatedAt set to now; req is updated in place. The job id is the
 // dedupe key: publishing the same job id again within the dedupe window
-// stores nothing and reports Duplicate. Unless ClientOptions.NoStatus, the
-// job's status record is then created as queued (ignored when a worker got
-// there first).
+// stores nothing and reports Duplicate.
+//
+// Unless ClientOptions.NoStatus, the job's status record is first created
+// as queued and its revision sent in the request's Fleet-Status-Rev header,
+// so that the worker claims the job with one compare-and-set instead of a
+// read and a write (docs/PROTOCOL.md §8). When the record already exists
+// (the job id was used before) the request goes without the header and the
+// worker reads the record. A failed publish removes the record it created.
 func (c *Client) Enqueue(ctx context.Context, req *RunRequest, opts ...EnqueueOption) (*Enqueued, error) {
 	o := enqueueOptions{enc: c.opts.Encoding}
 	for _, f := range opts {
@@ -137,24 +144,57 @@ func (c *Client) Enqueue(ctx context.Context, req *RunRequest, opts ...EnqueueOp
 	if err != nil {
 		return nil, err
 	}
+	var rev uint64
+	if !c.opts.NoStatus {
+		rev = c.createQueued(ctx, req)
+		if rev > 0 {
+			m.Header.Set(HeaderStatusRev, strconv.FormatUint(rev, 10))
+		}
+	}
 	ack, err := c.js.PublishMsg(ctx, m)
 	if err != nil {
+		if rev > 0 {
+			c.removeQueued(rev)
+		}
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 			return nil, fmt.Errorf("%w: publish to %s: %v", ErrNoStreams, m.Subject, err)
 		}
 		return nil, fmt.Errorf("queue: enqueue %s: %w", req.JobID, err)
 	}
-	out := &Enqueued{JobID: req.JobID, Seq: ack.Sequence, Duplicate: ack.Duplicate}
-	if !c.opts.NoStatus && !ack.Duplicate {
-		if kv, err := c.bucket(ctx); err == nil {
-			rec := StatusRecord{JobID: req.JobID, Operation: req.Operation, State: StateQueued, Seq: ack.Sequence, UpdatedAt: time.Now().UTC()}
-			if data, err := JSON.Marshal(&rec); err == nil {
-				// A worker may have claimed the job already: its record wins.
-				_, _ = kv.Create(ctx, req.JobID, data)
-			}
-		}
+	return &Enqueued{JobID: req.JobID, Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// createQueued creates the job's queued status record and returns its
+// revision, or 0 when it exists already or cannot be written (the request
+// then goes without Fleet-Status-Rev).
+func (c *Client) createQueued(ctx context.Context, req *RunRequest) uint64 {
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return 0
 	}
-	return out, nil
+	rec := StatusRecord{JobID: req.JobID, Operation: req.Operation, State: StateQueued, UpdatedAt: time.Now().UTC()}
+	data, err := JSON.Marshal(&rec)
+	if err != nil {
+		return 0
+	}
+	rev, err := kv.Create(ctx, req.JobID, data)
+	if err != nil {
+		return 0
+	}
+	return rev
+}
+
+// removeQueued deletes the queued record of a request whose publish
+// failed. It deletes the record's message rather than the key, which would
+// leave a delete marker behind for the next claim to trip over. A worker
+// that got the request anyway (the PubAck was lost, not the publish) finds
+// no record at the header's revision and claims the job after reading.
+func (c *Client) removeQueued(rev uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if s, err := c.js.Stream(ctx, "KV_"+BucketJobs); err == nil {
+		_ = s.DeleteMsg(ctx, rev)
+	}
 }
 
 func (c *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {

@@ -92,6 +92,14 @@ const (
 	HeaderOrigSeq     = "Fleet-Original-Seq"
 	// HeaderDeliveries is how many times a dead letter was delivered.
 	HeaderDeliveries = "Fleet-Deliveries"
+	// HeaderStatusRev (optional, on a request) is the revision of the
+	// job's queued status record, created by the client before it
+	// published the request. A worker claims the job on its first attempt
+	// with one compare-and-set on that revision instead of reading the
+	// record first; without the header it claims with a create (revision
+	// 0). A failed claim falls back to reading the record (docs/PROTOCOL.md
+	// §8).
+	HeaderStatusRev = "Fleet-Status-Rev"
 )
 
 // Content types.

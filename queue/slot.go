@@ -39,6 +39,7 @@ type slot struct {
 
 	timer *time.Timer // pull timeouts; Go 1.23+ timers: no stale ticks after Stop/Reset
 	multi *multiPull  // several operations: pulls answered through the worker's dispatcher
+	acks  *pubAcks    // the hot path's writes (claim, result, terminal status)
 
 	// heartbeat state
 	hbMu       sync.Mutex
@@ -55,6 +56,7 @@ type slot struct {
 	evWake  chan struct{}
 	evDone  chan struct{}
 	pubMu   sync.Mutex
+	evBuf   []byte // event encoding buffer (under pubMu)
 }
 
 type loggerish interface {
@@ -74,6 +76,7 @@ type job struct {
 	enc       Encoding
 	replyTo   string
 	rev       uint64 // status revision this attempt owns
+	statusRev uint64 // the request's Fleet-Status-Rev (0 = none)
 	started   time.Time
 	enqueued  time.Time
 	dropped   atomic.Int64
@@ -99,6 +102,13 @@ func newSlot(w *Worker, idx int, p Processor) *slot {
 }
 
 func (s *slot) run() {
+	acks, err := newPubAcks(s.nc, s.w.cfg.PublishTimeout)
+	if err != nil {
+		s.log.Error("cannot subscribe PubAck inbox", "err", err)
+		return
+	}
+	s.acks = acks
+	defer acks.close()
 	var bg sync.WaitGroup
 	bg.Add(2)
 	hbStop := make(chan struct{})
@@ -361,11 +371,14 @@ func (s *slot) publishEvents() {
 
 func (s *slot) publishEvent(it evItem) {
 	j := it.job
-	data, err := j.enc.Marshal(&Event{JobID: j.id, Attempt: j.attempt, Event: it.ev})
+	// evBuf is reused: a publish copies the bytes into the connection's
+	// buffer before it returns (pubMu is held).
+	data, err := marshalEvent(s.evBuf[:0], j.enc, &Event{JobID: j.id, Attempt: j.attempt, Event: it.ev})
 	if err != nil {
 		j.dropped.Add(1)
 		return
 	}
+	s.evBuf = data[:0]
 	if j.evHeader == nil {
 		j.evHeader = outHeader(j)
 	}
@@ -423,6 +436,9 @@ func (s *slot) handle(m *nats.Msg) {
 	j := &job{msg: m, meta: meta, op: strings.TrimPrefix(m.Subject, SubjectRunPrefix),
 		attempt: int(meta.NumDelivered), started: time.Now(), enqueued: meta.Timestamp}
 	j.id = m.Header.Get(HeaderMsgID)
+	if v := m.Header.Get(HeaderStatusRev); v != "" {
+		j.statusRev, _ = strconv.ParseUint(v, 10, 64) // unreadable = none
+	}
 	enc, encErr := EncodingFor(m.Header.Get(HeaderContentType))
 	j.enc = enc
 	req, err := DecodeRunRequest(m.Data, m.Header.Get(HeaderContentType))
@@ -484,7 +500,7 @@ func (s *slot) runJob(j *job) {
 	defer w.unregister(j.id, rj)
 
 	// Claim the job: skip it if it already ended, else mark it running.
-	skip, running, err := s.claim(ctx, j)
+	skip, running, rev, err := s.claim(ctx, j)
 	if err != nil {
 		s.log.Warn("cannot claim job; retrying later", "job", j.id, "err", err)
 		w.st.retried.Add(1)
@@ -501,14 +517,24 @@ func (s *slot) runJob(j *job) {
 	}
 	s.setHeartbeat(j.msg, deadline)
 	w.st.started.Add(1)
-	// The running write is confirmed (or redone) while the job runs; a
-	// claim that cannot stand stops the run early.
-	claimed := make(chan claimOutcome, 1)
-	go func() { claimed <- s.confirmClaim(j, running, cancel) }()
-	out, perr, panicked := s.process(ctx, j)
-	s.setHeartbeat(nil, time.Time{})
-	if s.settleClaim(j, <-claimed) {
-		return
+	var out *Outcome
+	var perr error
+	var panicked string
+	if running == nil {
+		// Claimed already (the first attempt's compare-and-set stood).
+		j.rev = rev
+		out, perr, panicked = s.process(ctx, j)
+		s.setHeartbeat(nil, time.Time{})
+	} else {
+		// The running write is confirmed (or redone) while the job runs;
+		// a claim that cannot stand stops the run early.
+		claimed := make(chan claimOutcome, 1)
+		go func() { claimed <- s.confirmClaim(j, running, cancel) }()
+		out, perr, panicked = s.process(ctx, j)
+		s.setHeartbeat(nil, time.Time{})
+		if s.settleClaim(j, <-claimed) {
+			return
+		}
 	}
 
 	cause := context.Cause(ctx)
@@ -540,31 +566,61 @@ func (s *slot) process(ctx context.Context, j *job) (out *Outcome, err error, pa
 	return out, err, ""
 }
 
-// claim reads the job's status. A terminal status (or a stored result on a
-// redelivery) means the job already ran: the delivery is acknowledged and
-// skip is true. Otherwise the running status is published with
-// compare-and-set and its pending ack returned: the job runs while the
-// server stores it, and confirmClaim checks it before anything is
-// published.
-func (s *slot) claim(ctx context.Context, j *job) (skip bool, running jetstream.PubAckFuture, err error) {
+// claim takes the job for this attempt.
+//
+// On the first attempt it writes the running status at once with
+// compare-and-set on the request's Fleet-Status-Rev (the queued record the
+// client created before publishing), or on revision 0 (create) when the
+// request has none, and waits for it: when that stands, the job was never
+// claimed, canceled or run before, and claim returns its revision
+// (running == nil). One status write per claim, no read.
+//
+// Otherwise (a later attempt, or the first write lost its
+// compare-and-set) it reads the job's status. A terminal status (or a
+// stored result on a redelivery) means the job already ran: the delivery
+// is acknowledged and skip is true. Otherwise the running status is
+// published with compare-and-set and its pending ack returned: the job runs
+// while the server stores it, and confirmClaim checks it before anything
+// is published.
+func (s *slot) claim(ctx context.Context, j *job) (skip bool, running jetstream.PubAckFuture, claimed uint64, err error) {
 	w := s.w
+	if j.attempt <= 1 {
+		m, err := w.statusMsg(j, StateRunning, "", "", j.statusRev)
+		if err != nil {
+			return false, nil, 0, fmt.Errorf("write status: %w", err)
+		}
+		id, err := s.acks.publish(m)
+		if err != nil {
+			return false, nil, 0, fmt.Errorf("write status: %w", err)
+		}
+		// A cancel arriving meanwhile is seen by the run once the claim
+		// stands (the wait is bounded by PublishTimeout).
+		a, _ := s.acks.wait(id, 0)
+		switch {
+		case a.err == nil:
+			return false, nil, a.seq, nil
+		case !isWrongSeq(a.err):
+			return false, nil, 0, fmt.Errorf("write status: %w", a.err)
+		}
+		// The record is not the one the request expected: read it.
+	}
 	var rev uint64
 	e, err := w.streams.Status.Get(ctx, j.id)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 	case err != nil:
-		return false, nil, fmt.Errorf("read status: %w", err)
+		return false, nil, 0, fmt.Errorf("read status: %w", err)
 	default:
 		rev = e.Revision()
 		var rec StatusRecord
 		if JSON.Unmarshal(e.Value(), &rec) == nil && rec.State.Terminal() {
 			lost, err := s.resultLost(ctx, j, &rec)
 			if err != nil {
-				return false, nil, err
+				return false, nil, 0, err
 			}
 			if !lost {
 				s.ended(j, &rec, rev)
-				return true, nil, nil
+				return true, nil, 0, nil
 			}
 			// The status says the job ran, but its result was never
 			// stored (the server stopped, or the results stream's leader
@@ -574,7 +630,7 @@ func (s *slot) claim(ctx context.Context, j *job) (skip bool, running jetstream.
 	}
 	if j.attempt > 1 {
 		if done, err := s.storedResult(ctx, j, rev); err != nil || done {
-			return done, nil, err
+			return done, nil, 0, err
 		}
 	}
 	if w.testHookStatusRead != nil {
@@ -582,9 +638,9 @@ func (s *slot) claim(ctx context.Context, j *job) (skip bool, running jetstream.
 	}
 	f, err := w.writeStatus(j, StateRunning, "", "", rev)
 	if err != nil {
-		return false, nil, fmt.Errorf("write status: %w", err)
+		return false, nil, 0, fmt.Errorf("write status: %w", err)
 	}
-	return false, f, nil
+	return false, f, 0, nil
 }
 
 // resultLost reports whether a job whose status is terminal (succeeded or
@@ -727,15 +783,24 @@ func (s *slot) storedResult(ctx context.Context, j *job, rev uint64) (bool, erro
 // writeStatus publishes the job's status record with compare-and-set on rev
 // (0 = the key must not exist) and returns the pending ack.
 func (w *Worker) writeStatus(j *job, state JobState, code loop.ErrorCode, reason string, rev uint64) (jetstream.PubAckFuture, error) {
-	rec := StatusRecord{JobID: j.id, Operation: j.op, State: state, Worker: w.cfg.Name, Attempt: j.attempt,
-		Code: code, Reason: reason, Seq: j.meta.Sequence.Stream, UpdatedAt: time.Now().UTC()}
-	data, err := JSON.Marshal(&rec)
+	m, err := w.statusMsg(j, state, code, reason, rev)
 	if err != nil {
 		return nil, err
 	}
-	m := &nats.Msg{Subject: "$KV." + BucketJobs + "." + j.id, Data: data,
-		Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)}}}
 	return w.js.PublishMsgAsync(m)
+}
+
+// statusMsg is the KV write of the job's status record with compare-and-set
+// on rev.
+func (w *Worker) statusMsg(j *job, state JobState, code loop.ErrorCode, reason string, rev uint64) (*nats.Msg, error) {
+	rec := StatusRecord{JobID: j.id, Operation: j.op, State: state, Worker: w.cfg.Name, Attempt: j.attempt,
+		Code: code, Reason: reason, Seq: j.meta.Sequence.Stream, UpdatedAt: time.Now().UTC()}
+	data, err := marshalStatus(&rec)
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Subject: "$KV." + BucketJobs + "." + j.id, Data: data,
+		Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)}}}, nil
 }
 
 func waitStatus(ctx context.Context, f jetstream.PubAckFuture) (uint64, error) {
@@ -777,7 +842,49 @@ func (w *Worker) newResult(j *job, state JobState) *AgentResult {
 // statusLost is true when the status compare-and-set failed.
 func (s *slot) publishResult(j *job, res *AgentResult, code loop.ErrorCode, reason string) (statusLost bool, err error) {
 	s.flushEvents()
-	return s.w.storeResult(j, res, code, reason)
+	return s.storeResult(j, res, code, reason)
+}
+
+// storeResult is Worker.storeResult on the slot's own PubAck subscription.
+func (s *slot) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reason string) (statusLost bool, err error) {
+	w := s.w
+	res.EventsDropped = j.dropped.Load()
+	data, err := j.enc.Marshal(res)
+	if err != nil {
+		return false, fmt.Errorf("encode result: %w", err)
+	}
+	h := outHeader(j)
+	h.Set(HeaderMsgID, ResultMsgID(j.id))
+	rid, err := s.acks.publish(&nats.Msg{Subject: ResultSubject(j.id), Data: data, Header: h})
+	if err != nil {
+		return false, fmt.Errorf("publish result: %w", err)
+	}
+	var sid uint64
+	sm, serr := w.statusMsg(j, res.State, code, reason, j.rev)
+	if serr == nil {
+		sid, serr = s.acks.publish(sm)
+	}
+	w.st.eventsDropped.Add(j.dropped.Load())
+	ra, sa := s.acks.wait(rid, sid)
+	if ra.err != nil {
+		return false, fmt.Errorf("publish result: %w", ra.err)
+	}
+	// The live copy goes out only for the stored result: a stale
+	// attempt's late duplicate (dropped by the stream's dedupe) must not
+	// reach the Reply-To listener as a second result.
+	if j.replyTo != "" && !ra.duplicate {
+		_ = w.cfg.Conn.PublishMsg(&nats.Msg{Subject: j.replyTo + ".result", Data: data, Header: h})
+	}
+	if serr != nil {
+		return false, fmt.Errorf("write status: %w", serr)
+	}
+	if sa.err != nil {
+		if isWrongSeq(sa.err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("write status: %w", sa.err)
+	}
+	return false, nil
 }
 
 // storeResult publishes the result and the status (compare-and-set on j.rev)

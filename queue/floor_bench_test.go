@@ -1,0 +1,230 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// floorRun measures the protocol floor: the durable operations the fleet
+// protocol requires per job and nothing else, written directly against
+// nats.go with none of the worker's code, on the same streams (same
+// configuration: EnsureStreams' file-stored FLEET_RUNS, FLEET_RESULTS and
+// fleet_jobs), with the same request bytes and the same number of slots.
+// Per job:
+//
+//  1. the request is published (asynchronously, like the fleet run);
+//  2. a slot sends a pull request for one message and receives the job;
+//  3. it creates the job's status key as running (compare-and-set on
+//     revision 0) and publishes the result with its Nats-Msg-Id, both at
+//     once;
+//  4. once the running write is confirmed (its revision is needed) it
+//     writes the terminal status with compare-and-set on that revision;
+//  5. once the result and the terminal write are confirmed it acknowledges
+//     the job (plain +ACK) and pulls the next.
+//
+// No status read, no events, no request decoding, no JSON encoding (the
+// status and result payloads are prebuilt bytes of the fleet's sizes). Each
+// slot has one subscription for all its replies (pull answers and PubAcks),
+// a channel subscription: no goroutine hop beyond the connection's reader.
+// FLEET_BENCH_FLOOR_CONNS=1 puts every slot on its own connection (default:
+// one shared connection, like the worker).
+func floorRun(b *testing.B, n, slots int) (rate float64, cpu time.Duration) {
+	e := newBenchEnv(b)
+	ctx := context.Background()
+	memory := os.Getenv("FLEET_BENCH_MEMORY") == "1"
+	if _, err := EnsureStreams(ctx, e.js, StreamsConfig{Operations: []string{"lint"}, Memory: memory}); err != nil {
+		b.Fatal(err)
+	}
+	msgs := make([]*nats.Msg, n)
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	for i := range msgs {
+		msgs[i] = benchRequestMsg(b, fmt.Sprintf("f%s-%d", run, i))
+	}
+	perConn := os.Getenv("FLEET_BENCH_FLOOR_CONNS") == "1"
+	shared, err := e.srv.Connect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer shared.Close()
+	var done atomic.Int64
+	var failed atomic.Value
+	finished := make(chan struct{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	pullBody := []byte(`{"batch":1,"expires":5000000000}`)
+	pullSubj := "$JS.API.CONSUMER.MSG.NEXT." + StreamRuns + ".lint"
+	for range slots {
+		nc := shared
+		if perConn {
+			if nc, err = e.srv.Connect(); err != nil {
+				b.Fatal(err)
+			}
+			defer nc.Close()
+		}
+		inbox := nc.NewInbox()
+		ch := make(chan *nats.Msg, 16)
+		sub, err := nc.ChanSubscribe(inbox+".*", ch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fail := func(err error) {
+				failed.CompareAndSwap(nil, err)
+				select {
+				case <-finished:
+				default:
+					close(finished)
+				}
+			}
+			// wait returns the next reply on the slot's inbox.
+			wait := func() *nats.Msg {
+				select {
+				case m := <-ch:
+					return m
+				case <-stop:
+					return nil
+				}
+			}
+			pullReply, runReply, resReply, endReply := inbox+".p", inbox+".r", inbox+".s", inbox+".t"
+			for {
+				if err := nc.PublishRequest(pullSubj, pullReply, pullBody); err != nil {
+					fail(err)
+					return
+				}
+				var job *nats.Msg
+				for job == nil {
+					m := wait()
+					if m == nil {
+						return
+					}
+					if isJobMsg(m) { // a delivery keeps its own subject
+						job = m
+					} else if m.Subject == pullReply && m.Header.Get("Status") == "408" {
+						if err := nc.PublishRequest(pullSubj, pullReply, pullBody); err != nil {
+							fail(err)
+							return
+						}
+					}
+				}
+				id := job.Header.Get(HeaderMsgID)
+				key := "$KV." + BucketJobs + "." + id
+				running := &nats.Msg{Subject: key, Reply: runReply, Data: floorStatus(id, "running"),
+					Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: {"0"}}}
+				result := &nats.Msg{Subject: ResultSubject(id), Reply: resReply, Data: floorResult(id),
+					Header: nats.Header{HeaderMsgID: {ResultMsgID(id)}, HeaderContentType: {"application/json"},
+						HeaderProtocol: {"1"}, HeaderJobID: {id}, HeaderAttempt: {"1"}}}
+				if err := nc.PublishMsg(running); err != nil {
+					fail(err)
+					return
+				}
+				if err := nc.PublishMsg(result); err != nil {
+					fail(err)
+					return
+				}
+				var rev uint64
+				resOK, endOK := false, false
+				for !resOK || !endOK {
+					m := wait()
+					if m == nil {
+						return
+					}
+					seq, err := floorPubAck(m.Data)
+					if err != nil {
+						fail(fmt.Errorf("%s: %w", m.Subject, err))
+						return
+					}
+					switch m.Subject {
+					case runReply:
+						rev = seq
+						end := &nats.Msg{Subject: key, Reply: endReply, Data: floorStatus(id, "succeeded"),
+							Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)}}}
+						if err := nc.PublishMsg(end); err != nil {
+							fail(err)
+							return
+						}
+					case resReply:
+						resOK = true
+					case endReply:
+						endOK = true
+					}
+				}
+				if err := nc.Publish(job.Reply, []byte("+ACK")); err != nil {
+					fail(err)
+					return
+				}
+				if done.Add(1) == int64(n) {
+					close(finished)
+					return
+				}
+			}
+		}()
+	}
+	if err := shared.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	start, cpu0 := time.Now(), cpuTime()
+	publishAll(b, e.js, msgs)
+	select {
+	case <-finished:
+	case <-time.After(20*time.Second + time.Duration(n)*time.Millisecond):
+		b.Fatalf("floor: only %d of %d jobs", done.Load(), n)
+	}
+	el := time.Since(start)
+	cpu = cpuTime() - cpu0
+	close(stop)
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatalf("floor: %v", err)
+	}
+	return float64(n) / el.Seconds(), cpu
+}
+
+// floorStatus is a status record of the fleet's size and shape.
+func floorStatus(id, state string) []byte {
+	return fmt.Appendf(nil, `{"job_id":%q,"operation":"lint","state":%q,"worker":"bench","attempt":1,"seq":1,"updated_at":"2026-11-22T03:00:00.000000001Z"}`, id, state)
+}
+
+// floorResult is a no-op result of the fleet's size and shape.
+func floorResult(id string) []byte {
+	return fmt.Appendf(nil, `{"version":1,"job_id":%q,"operation":"lint","state":"succeeded","status":"success","workspace_id":"ws-%s","changed_files":[],"summary":"no-op","turns":1,"tool_calls":1,"usage":{"prompt_tokens":0,"completion_tokens":0},"diff":"--- a/a.py\n+++ b/a.py\n","worker":"bench","attempts":1,"timings":{"enqueued_at":"2026-11-22T03:00:00.000000001Z","started_at":"2026-11-22T03:00:00.000000001Z","finished_at":"2026-11-22T03:00:00.000000001Z","queued_ns":1,"run_ns":1,"model_ns":0,"tools_ns":0}}`, id, id)
+}
+
+// floorPubAck returns a PubAck's sequence, or the server's error.
+func floorPubAck(data []byte) (uint64, error) {
+	if bytes.Contains(data, []byte(`"error"`)) {
+		return 0, fmt.Errorf("server: %s", data)
+	}
+	i := bytes.Index(data, []byte(`"seq":`))
+	if i < 0 {
+		return 0, fmt.Errorf("not a PubAck: %s", data)
+	}
+	var seq uint64
+	for _, c := range data[i+6:] {
+		if c < '0' || c > '9' {
+			break
+		}
+		seq = seq*10 + uint64(c-'0')
+	}
+	return seq, nil
+}
+
+// BenchmarkProtocolFloor runs only the protocol floor (floorRun), for
+// comparing its variants (FLEET_BENCH_FLOOR_CONNS, FLEET_BENCH_MEMORY).
+func BenchmarkProtocolFloor(b *testing.B) {
+	rate, cpu := floorRun(b, b.N, benchSlots())
+	b.ReportMetric(rate, "floor-jobs/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "floor-cpu-µs/job")
+}
