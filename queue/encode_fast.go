@@ -2,9 +2,13 @@ package queue
 
 import (
 	"encoding/json"
+	"reflect"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/agentfleet/fleet/loop"
 )
 
 // Hand-written JSON encoders for the messages a worker writes per job many
@@ -113,12 +117,74 @@ func appendEventJSON(dst []byte, e *Event) (_ []byte, ok bool) {
 		dst = append(dst, `,"error":`...)
 		dst = appendJSONString(dst, e.Error)
 	}
+	if len(e.TrimmedTurns) > 0 {
+		dst = append(dst, `,"trimmed_turns":[`...)
+		for i, n := range e.TrimmedTurns {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendInt(dst, int64(n), 10)
+		}
+		dst = append(dst, ']')
+	}
+	if e.PromptTokens != 0 {
+		dst = append(dst, `,"prompt_tokens":`...)
+		dst = strconv.AppendInt(dst, int64(e.PromptTokens), 10)
+	}
+	if e.ContextTokens != 0 {
+		dst = append(dst, `,"context_tokens":`...)
+		dst = strconv.AppendInt(dst, int64(e.ContextTokens), 10)
+	}
 	return append(dst, '}'), true
+}
+
+// The fast encoders know these fields, in this order. If the structs
+// change (a field added to loop.Event by the loop's owners), fastJSON is
+// false and every event and status record goes through json.Marshal until
+// the encoders are taught the change (TestFastJSONMatchesEncodingJSON
+// fails meanwhile).
+var (
+	fastEventFields = "kind/EventKind seq/int turn/int time/Time max_turns,omitempty/int text,omitempty/string " +
+		"calls,omitempty/[]string usage,omitempty/*Usage tool,omitempty/string call_id,omitempty/string " +
+		"arguments,omitempty/RawMessage ok,omitempty/bool code,omitempty/string provider,omitempty/string " +
+		"size,omitempty/int attempt,omitempty/int duration_ns,omitempty/Duration status,omitempty/Status " +
+		"error,omitempty/string trimmed_turns,omitempty/[]int prompt_tokens,omitempty/int context_tokens,omitempty/int"
+	fastUsageFields = "prompt_tokens/int cached_tokens/int completion_tokens/int forced_tokens,omitempty/int " +
+		"prompt_ns/Duration completion_ns/Duration"
+	fastWrapperFields = "job_id/string attempt/int /Event"
+	fastStatusFields  = "job_id/string operation,omitempty/string state/JobState worker,omitempty/string " +
+		"attempt,omitempty/int code,omitempty/ErrorCode reason,omitempty/string seq,omitempty/uint64 updated_at/Time"
+	fastJSON = jsonFields(reflect.TypeFor[loop.Event]()) == fastEventFields &&
+		jsonFields(reflect.TypeFor[loop.Usage]()) == fastUsageFields &&
+		jsonFields(reflect.TypeFor[Event]()) == fastWrapperFields &&
+		jsonFields(reflect.TypeFor[StatusRecord]()) == fastStatusFields
+)
+
+// jsonFields describes a struct's fields as "tag/type ...".
+func jsonFields(t reflect.Type) string {
+	var b strings.Builder
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		tn := f.Type.Name()
+		switch f.Type.Kind() {
+		case reflect.Slice:
+			if f.Type.Name() == "" {
+				tn = "[]" + f.Type.Elem().Name()
+			}
+		case reflect.Pointer:
+			tn = "*" + f.Type.Elem().Name()
+		}
+		b.WriteString(f.Tag.Get("json") + "/" + tn)
+	}
+	return b.String()
 }
 
 // marshalEvent encodes an event in enc.
 func marshalEvent(dst []byte, enc Encoding, e *Event) ([]byte, error) {
-	if enc == JSON {
+	if enc == JSON && fastJSON {
 		if out, ok := appendEventJSON(dst, e); ok {
 			return out, nil
 		}
@@ -166,6 +232,9 @@ func appendStatusJSON(dst []byte, r *StatusRecord) (_ []byte, ok bool) {
 
 // marshalStatus encodes a status record (always JSON).
 func marshalStatus(r *StatusRecord) ([]byte, error) {
+	if !fastJSON {
+		return JSON.Marshal(r)
+	}
 	if out, ok := appendStatusJSON(make([]byte, 0, 192), r); ok {
 		return out, nil
 	}

@@ -51,6 +51,13 @@ func fillRandom(t *testing.T, r *rand.Rand, v reflect.Value) {
 			f.SetUint(r.Uint64())
 		case f.Kind() == reflect.Bool:
 			f.SetBool(r.IntN(2) == 0)
+		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Int:
+			n := r.IntN(4)
+			s := reflect.MakeSlice(f.Type(), n, n)
+			for k := range n {
+				s.Index(k).SetInt(r.Int64N(200) - 5)
+			}
+			f.Set(s)
 		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.String:
 			n := r.IntN(4)
 			s := reflect.MakeSlice(f.Type(), n, n)
@@ -69,6 +76,11 @@ func fillRandom(t *testing.T, r *rand.Rand, v reflect.Value) {
 // every field (a new field in loop.Event, loop.Usage or StatusRecord makes
 // this fail until the encoders know it).
 func TestFastJSONMatchesEncodingJSON(t *testing.T) {
+	if !fastJSON {
+		t.Fatalf("the fast JSON encoders are off: the structs changed. Teach appendEventJSON/appendStatusJSON the change and update the field lists in encode_fast.go:\nloop.Event %s\nloop.Usage %s\nEvent %s\nStatusRecord %s",
+			jsonFields(reflect.TypeFor[loop.Event]()), jsonFields(reflect.TypeFor[loop.Usage]()),
+			jsonFields(reflect.TypeFor[Event]()), jsonFields(reflect.TypeFor[StatusRecord]()))
+	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 5000 {
 		var e Event
