@@ -97,16 +97,21 @@ func startCluster(t *testing.T) []*clusterNode {
 // while the stream has no leader.
 func streamLeader(t *testing.T, js jetstream.JetStream, stream string) *jetstream.ClusterInfo {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for {
-		s, err := js.Stream(ctx, stream)
+		// A JetStream API request can go unanswered while leaders change
+		// (or while this connection's server rejoins): bound each try.
+		actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+		s, err := js.Stream(actx, stream)
 		if err == nil {
 			var info *jetstream.StreamInfo
-			if info, err = s.Info(ctx); err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
+			if info, err = s.Info(actx); err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
+				acancel()
 				return info.Cluster
 			}
 		}
+		acancel()
 		select {
 		case <-ctx.Done():
 			t.Fatalf("no leader for %s: %v", stream, err)

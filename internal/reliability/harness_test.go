@@ -746,10 +746,13 @@ func storedResults(t *testing.T, js jetstream.JetStream, prefix string, n int) (
 	var info *jetstream.StreamInfo
 	var err error
 	for {
-		if s, err = js.Stream(ctx, queue.StreamResults); err == nil {
-			if info, err = s.Info(ctx, jetstream.WithSubjectFilter(queue.SubjectResultsPrefix+"*")); err == nil {
-				break
-			}
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second) // one unanswered request must not use up the wait
+		if s, err = js.Stream(actx, queue.StreamResults); err == nil {
+			info, err = s.Info(actx, jetstream.WithSubjectFilter(queue.SubjectResultsPrefix+"*"))
+		}
+		acancel()
+		if err == nil {
+			break
 		}
 		select {
 		case <-ctx.Done():
@@ -822,13 +825,16 @@ func runsLeft(t *testing.T, js jetstream.JetStream) uint64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		s, err := js.Stream(ctx, queue.StreamRuns)
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		s, err := js.Stream(actx, queue.StreamRuns)
 		if err == nil {
 			var info *jetstream.StreamInfo
-			if info, err = s.Info(ctx); err == nil {
+			if info, err = s.Info(actx); err == nil {
+				acancel()
 				return info.State.Msgs
 			}
 		}
+		acancel()
 		select {
 		case <-ctx.Done():
 			t.Fatalf("runs stream info: %v", err)
