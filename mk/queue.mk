@@ -1,19 +1,27 @@
 # The JetStream queue and worker engine (queue/, docs/PROTOCOL.md).
 # `make bench-queue` prints, in one run, no-op jobs/s through the whole path
-# against raw JetStream publish+consume+ack (and their ratio), then the
-# single-job dispatch latency p50/p99 next to a raw JetStream round trip.
+# against raw JetStream publish+consume+ack (and their ratio) and against the
+# protocol floor (the durable operations a job needs, written directly with
+# nats.go, without and with a one-turn run's five events: fleet÷floor), then
+# the single-job dispatch latency p50/p99 (split into pickup, run and out)
+# next to a raw JetStream round trip.
 # FLEET_BENCH_SLOTS sets the worker's slots in the throughput run (default 8);
 # FLEET_BENCH_OPS=n serves n operations (the multi-operation pull path);
-# FLEET_BENCH_EVENTS=none|finished and FLEET_BENCH_MEMORY=1 are the other variants.
+# FLEET_BENCH_EVENTS=none|finished and FLEET_BENCH_MEMORY=1 are the other variants;
+# FLEET_BENCH_BASELINES=0 runs the fleet alone (for -cpuprofile).
+# BenchmarkProtocolFloor runs the floor alone (FLEET_BENCH_FLOOR_EVENTS=n,
+# FLEET_BENCH_FLOOR_CONNS=1 for a connection per slot).
 
 BENCH_TARGETS += bench-queue
 
 .PHONY: bench-queue fuzz-queue
 
-bench-queue: ## queue figures: no-op jobs/s vs raw JetStream, dispatch p50/p99
+bench-queue: ## queue figures: no-op jobs/s vs raw JetStream and the protocol floor, dispatch p50/p99
 	@echo "queue: machine load before the run: $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
 	$(GO) test -run '^$$' -bench 'BenchmarkNoopJobs' -benchtime 20000x -count 1 -timeout 20m ./queue/
+	@echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)"
 	$(GO) test -run '^$$' -bench 'BenchmarkDispatchLatency' -benchtime 3000x -count 1 -timeout 20m ./queue/
+	@echo "queue: machine load after the run: $$(cut -d' ' -f1-3 /proc/loadavg)"
 
 fuzz-queue: ## fuzz the run-request decoders (JSON and msgpack) for FUZZTIME (default 60s)
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRunRequest -fuzztime $${FUZZTIME:-60s} ./queue/

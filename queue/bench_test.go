@@ -227,14 +227,16 @@ func BenchmarkNoopJobs(b *testing.B) {
 		return float64(n) / el.Seconds()
 	}
 	// FLEET_BENCH_BASELINES=0 measures the fleet alone (for profiles).
-	rawRate, rawBatchRate, floorRate, floorCPU := 1.0, 1.0, 1.0, time.Duration(0)
+	rawRate, rawBatchRate, floorRate, floorEvRate := 1.0, 1.0, 1.0, 1.0
+	var floorCPU, floorEvCPU time.Duration
 	if os.Getenv("FLEET_BENCH_BASELINES") != "0" {
 		rawRate = rawRun(false)
 		rawBatchRate = rawRun(true)
 		// The protocol floor (floor_bench_test.go): the durable operations
 		// a job needs, nothing else, on the same streams with the same
-		// slots.
-		floorRate, floorCPU = floorRun(b, n, slots)
+		// slots; then the same plus the five events of a one-turn run.
+		floorRate, floorCPU = floorRun(b, n, slots, 0)
+		floorEvRate, floorEvCPU = floorRun(b, n, slots, 5)
 	}
 
 	e := newBenchEnv(b)
@@ -299,11 +301,15 @@ func BenchmarkNoopJobs(b *testing.B) {
 	b.ReportMetric(floorRate, "floor-jobs/s")
 	b.ReportMetric(fleetRate/floorRate, "fleet÷floor")
 	b.ReportMetric(float64(floorCPU.Microseconds())/float64(n), "floor-cpu-µs/job")
+	b.ReportMetric(floorEvRate, "floor+ev-jobs/s")
+	b.ReportMetric(fleetRate/floorEvRate, "fleet÷floor+ev")
+	b.ReportMetric(float64(floorEvCPU.Microseconds())/float64(n), "floor+ev-cpu-µs/job")
 	if n >= 1000 {
-		b.Logf("n=%d slots=%d GOMAXPROCS=%d: fleet %.0f jobs/s (%.0f µs CPU per job, all parts in this process), raw JetStream %.0f msgs/s one at a time (%.0f µs CPU per message), ratio %.2f; raw with a pull buffer %.0f msgs/s; protocol floor %.0f jobs/s (%.0f µs CPU per job), fleet÷floor %.2f (operations %d, events dropped %d, over-delivered %d)",
+		b.Logf("n=%d slots=%d GOMAXPROCS=%d: fleet %.0f jobs/s (%.0f µs CPU per job, all parts in this process), raw JetStream %.0f msgs/s one at a time (%.0f µs CPU per message), ratio %.2f; raw with a pull buffer %.0f msgs/s; protocol floor %.0f jobs/s (%.0f µs CPU per job), fleet÷floor %.2f; floor with 5 events %.0f jobs/s (%.0f µs CPU per job), fleet÷that %.2f (operations %d, events dropped %d, over-delivered %d)",
 			n, slots, runtime.GOMAXPROCS(0), fleetRate, float64(fleetCPU.Microseconds())/float64(n), rawRate,
 			float64(rawCPU.Microseconds())/float64(n), fleetRate/rawRate, rawBatchRate,
-			floorRate, float64(floorCPU.Microseconds())/float64(n), fleetRate/floorRate, len(ops), dropped, over)
+			floorRate, float64(floorCPU.Microseconds())/float64(n), fleetRate/floorRate,
+			floorEvRate, float64(floorEvCPU.Microseconds())/float64(n), fleetRate/floorEvRate, len(ops), dropped, over)
 	}
 }
 
@@ -404,6 +410,11 @@ func BenchmarkDispatchLatency(b *testing.B) {
 	ctx := context.Background()
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	lat := make([]time.Duration, 0, n)
+	type stamp struct {
+		t0, t1 time.Time
+		res    []byte
+	}
+	stamps := make([]stamp, 0, n)
 	b.ResetTimer()
 	for i := range n {
 		m := benchRequestMsg(b, fmt.Sprintf("l%s-%d", run, i))
@@ -411,10 +422,13 @@ func BenchmarkDispatchLatency(b *testing.B) {
 		if _, err := e.js.PublishMsg(ctx, m); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := sub.NextMsg(10 * time.Second); err != nil {
+		rm, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
 			b.Fatal(err)
 		}
-		lat = append(lat, time.Since(t0))
+		t1 := time.Now()
+		lat = append(lat, t1.Sub(t0))
+		stamps = append(stamps, stamp{t0: t0, t1: t1, res: rm.Data})
 	}
 	b.StopTimer()
 	p := func(l []time.Duration, q float64) float64 {
@@ -422,8 +436,28 @@ func BenchmarkDispatchLatency(b *testing.B) {
 		slices.Sort(s)
 		return float64(s[min(len(s)-1, int(float64(len(s))*q))].Microseconds())
 	}
+	// Where the time goes, from the result's own timings (wall clock, same
+	// process): pickup = publish to the slot's start (the request's store
+	// and delivery), run = start to the end of the run (decoding, the
+	// claim's status write, the loop), out = end of the run to the
+	// result's arrival (events flushed, result published and routed).
+	var pickup, runT, out []time.Duration
+	for _, st := range stamps {
+		r, err := DecodeAgentResult(st.res, ContentTypeJSON)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pickup = append(pickup, r.Timings.StartedAt.Sub(st.t0))
+		runT = append(runT, r.Timings.FinishedAt.Sub(r.Timings.StartedAt))
+		out = append(out, st.t1.Sub(r.Timings.FinishedAt))
+	}
 	b.ReportMetric(p(lat, 0.50), "p50-µs")
 	b.ReportMetric(p(lat, 0.99), "p99-µs")
 	b.ReportMetric(p(raw, 0.50), "raw-p50-µs")
 	b.ReportMetric(p(raw, 0.99), "raw-p99-µs")
+	if n >= 100 {
+		b.Logf("n=%d: whole p50 %.0f µs p99 %.0f µs = pickup p50 %.0f p99 %.0f + run (decode, claim, loop) p50 %.0f p99 %.0f + out (events, result) p50 %.0f p99 %.0f; raw round trip p50 %.0f p99 %.0f",
+			n, p(lat, 0.5), p(lat, 0.99), p(pickup, 0.5), p(pickup, 0.99), p(runT, 0.5), p(runT, 0.99),
+			p(out, 0.5), p(out, 0.99), p(raw, 0.5), p(raw, 0.99))
+	}
 }

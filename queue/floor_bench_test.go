@@ -38,7 +38,12 @@ import (
 // a channel subscription: no goroutine hop beyond the connection's reader.
 // FLEET_BENCH_FLOOR_CONNS=1 puts every slot on its own connection (default:
 // one shared connection, like the worker).
-func floorRun(b *testing.B, n, slots int) (rate float64, cpu time.Duration) {
+//
+// With events > 0 the slot also publishes that many events per job (plain
+// publishes of the fleet's event size, headers and subject, which
+// FLEET_RESULTS captures, before the result): the floor of the protocol
+// including its per-turn events, a one-turn run's five.
+func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Duration) {
 	e := newBenchEnv(b)
 	ctx := context.Background()
 	memory := os.Getenv("FLEET_BENCH_MEMORY") == "1"
@@ -130,6 +135,16 @@ func floorRun(b *testing.B, n, slots int) (rate float64, cpu time.Duration) {
 					fail(err)
 					return
 				}
+				if events > 0 {
+					h := nats.Header{HeaderContentType: {"application/json"}, HeaderProtocol: {"1"},
+						HeaderJobID: {id}, HeaderAttempt: {"1"}}
+					for k := range events {
+						if err := nc.PublishMsg(&nats.Msg{Subject: EventSubject(id), Data: floorEvent(id, k+1), Header: h}); err != nil {
+							fail(err)
+							return
+						}
+					}
+				}
 				if err := nc.PublishMsg(result); err != nil {
 					fail(err)
 					return
@@ -197,6 +212,11 @@ func floorStatus(id, state string) []byte {
 	return fmt.Appendf(nil, `{"job_id":%q,"operation":"lint","state":%q,"worker":"bench","attempt":1,"seq":1,"updated_at":"2026-11-22T03:00:00.000000001Z"}`, id, state)
 }
 
+// floorEvent is an event of the fleet's typical size.
+func floorEvent(id string, seq int) []byte {
+	return fmt.Appendf(nil, `{"job_id":%q,"attempt":1,"kind":"tool_call","seq":%d,"turn":1,"time":"2026-11-22T03:00:00.000000001Z","tool":"submit_result","call_id":"call_1","arguments":{"status":"success","summary":"no-op"}}`, id, seq)
+}
+
 // floorResult is a no-op result of the fleet's size and shape.
 func floorResult(id string) []byte {
 	return fmt.Appendf(nil, `{"version":1,"job_id":%q,"operation":"lint","state":"succeeded","status":"success","workspace_id":"ws-%s","changed_files":[],"summary":"no-op","turns":1,"tool_calls":1,"usage":{"prompt_tokens":0,"completion_tokens":0},"diff":"--- a/a.py\n+++ b/a.py\n","worker":"bench","attempts":1,"timings":{"enqueued_at":"2026-11-22T03:00:00.000000001Z","started_at":"2026-11-22T03:00:00.000000001Z","finished_at":"2026-11-22T03:00:00.000000001Z","queued_ns":1,"run_ns":1,"model_ns":0,"tools_ns":0}}`, id, id)
@@ -222,9 +242,11 @@ func floorPubAck(data []byte) (uint64, error) {
 }
 
 // BenchmarkProtocolFloor runs only the protocol floor (floorRun), for
-// comparing its variants (FLEET_BENCH_FLOOR_CONNS, FLEET_BENCH_MEMORY).
+// comparing its variants (FLEET_BENCH_FLOOR_CONNS, FLEET_BENCH_MEMORY,
+// FLEET_BENCH_FLOOR_EVENTS=n events per job).
 func BenchmarkProtocolFloor(b *testing.B) {
-	rate, cpu := floorRun(b, b.N, benchSlots())
+	ev, _ := strconv.Atoi(os.Getenv("FLEET_BENCH_FLOOR_EVENTS"))
+	rate, cpu := floorRun(b, b.N, benchSlots(), ev)
 	b.ReportMetric(rate, "floor-jobs/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "floor-cpu-µs/job")
 }

@@ -57,6 +57,8 @@ type slot struct {
 	evDone  chan struct{}
 	pubMu   sync.Mutex
 	evBuf   []byte // event encoding buffer (under pubMu)
+	evTimer *time.Timer // wakes the publisher eventFlushDelay after a first queued event
+	evTmp   Event  // the event being encoded (under pubMu; not a heap object per event)
 }
 
 type loggerish interface {
@@ -96,6 +98,8 @@ func newSlot(w *Worker, idx int, p Processor) *slot {
 		s.pullSubj = append(s.pullSubj, "$JS.API.CONSUMER.MSG.NEXT."+StreamRuns+"."+op)
 	}
 	s.rot = idx % len(s.pullSubj)
+	s.evTimer = time.AfterFunc(time.Hour, s.wakePublisher)
+	s.evTimer.Stop()
 	s.pullBody = fmt.Appendf(nil, `{"batch":1,"expires":%d}`, w.cfg.PullExpiry.Nanoseconds())
 	s.noWait = []byte(`{"batch":1,"no_wait":true}`)
 	return s
@@ -116,6 +120,7 @@ func (s *slot) run() {
 	go func() { defer bg.Done(); s.publishEvents() }()
 	defer func() {
 		close(hbStop)
+		s.evTimer.Stop()
 		close(s.evDone)
 		bg.Wait()
 	}()
@@ -343,8 +348,33 @@ func (k jobSink) Emit(e loop.Event) {
 		k.j.dropped.Add(1)
 		return
 	}
+	if eventFlushDelay == 0 {
+		defer s.wakePublisher()
+	} else if len(s.evq) == 0 {
+		// A short run's events go out with its result, published by the
+		// slot itself (no goroutine hand-off); a longer run's are
+		// published by the publisher goroutine after eventFlushDelay.
+		// (Under evMu: flushEvents stops the timer when it takes the
+		// queue.)
+		s.evTimer.Reset(eventFlushDelay)
+	}
 	s.evq = append(s.evq, evItem{job: k.j, ev: e})
+	n := len(s.evq)
 	s.evMu.Unlock()
+	if n >= eventBatchWake {
+		s.wakePublisher()
+	}
+}
+
+// eventFlushDelay is how long an event may wait for the slot to publish it
+// together with the job's end before the publisher goroutine sends it
+// (live progress of a long run is late by at most this). eventBatchWake
+// queued events wake the publisher at once.
+var eventFlushDelay = time.Millisecond
+
+const eventBatchWake = 64
+
+func (s *slot) wakePublisher() {
 	select {
 	case s.evWake <- struct{}{}:
 	default:
@@ -373,7 +403,9 @@ func (s *slot) publishEvent(it evItem) {
 	j := it.job
 	// evBuf is reused: a publish copies the bytes into the connection's
 	// buffer before it returns (pubMu is held).
-	data, err := marshalEvent(s.evBuf[:0], j.enc, &Event{JobID: j.id, Attempt: j.attempt, Event: it.ev})
+	s.evTmp = Event{JobID: j.id, Attempt: j.attempt, Event: it.ev}
+	data, err := marshalEvent(s.evBuf[:0], j.enc, &s.evTmp)
+	s.evTmp = Event{}
 	if err != nil {
 		j.dropped.Add(1)
 		return
@@ -409,6 +441,7 @@ func (s *slot) flushEvents() {
 	s.evMu.Lock()
 	batch := s.evq
 	s.evq = s.evSpare[:0]
+	s.evTimer.Stop()
 	s.evMu.Unlock()
 	if len(batch) == 0 {
 		s.evMu.Lock()
