@@ -56,9 +56,9 @@ type slot struct {
 	evWake  chan struct{}
 	evDone  chan struct{}
 	pubMu   sync.Mutex
-	evBuf   []byte // event encoding buffer (under pubMu)
+	evBuf   []byte      // event encoding buffer (under pubMu)
 	evTimer *time.Timer // wakes the publisher eventFlushDelay after a first queued event
-	evTmp   Event  // the event being encoded (under pubMu; not a heap object per event)
+	evTmp   Event       // the event being encoded (under pubMu; not a heap object per event)
 }
 
 type loggerish interface {
