@@ -348,9 +348,7 @@ func (k jobSink) Emit(e loop.Event) {
 		k.j.dropped.Add(1)
 		return
 	}
-	if eventFlushDelay == 0 {
-		defer s.wakePublisher()
-	} else if len(s.evq) == 0 {
+	if len(s.evq) == 0 {
 		// A short run's events go out with its result, published by the
 		// slot itself (no goroutine hand-off); a longer run's are
 		// published by the publisher goroutine after eventFlushDelay.
@@ -370,9 +368,10 @@ func (k jobSink) Emit(e loop.Event) {
 // together with the job's end before the publisher goroutine sends it
 // (live progress of a long run is late by at most this). eventBatchWake
 // queued events wake the publisher at once.
-var eventFlushDelay = time.Millisecond
-
-const eventBatchWake = 64
+const (
+	eventFlushDelay = time.Millisecond
+	eventBatchWake  = 64
+)
 
 func (s *slot) wakePublisher() {
 	select {
