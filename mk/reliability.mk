@@ -12,7 +12,7 @@ RELIABILITY_LOG   ?= .build/reliability.log
 
 soak: monty ## reliability tests at SOAK_SCALE (default 10x the CI size), then their figures
 	@mkdir -p $(dir $(RELIABILITY_LOG))
-	FLEET_RELIABILITY_NETNS=1 FLEET_RELIABILITY_SCALE=$(SOAK_SCALE) $(GO) test -race -count=1 -v -timeout $(SOAK_TIMEOUT) ./internal/reliability/ 2>&1 | tee $(RELIABILITY_LOG); \
+	FLEET_RELIABILITY_SCALE=$(SOAK_SCALE) $(GO) test -race -count=1 -v -timeout $(SOAK_TIMEOUT) ./internal/reliability/ 2>&1 | tee $(RELIABILITY_LOG); \
 	status=$${PIPESTATUS[0]}; \
 	echo; echo "figures (FLEET_RELIABILITY_SCALE=$(SOAK_SCALE)):"; \
 	grep -o 'RELIABILITY test=.*' $(RELIABILITY_LOG) || true; \
@@ -20,7 +20,7 @@ soak: monty ## reliability tests at SOAK_SCALE (default 10x the CI size), then t
 
 reliability-report: monty ## reliability tests at the CI size (or FLEET_RELIABILITY_SCALE); print one figures line per test
 	@mkdir -p $(dir $(RELIABILITY_LOG))
-	@FLEET_RELIABILITY_NETNS=1 $(GO) test -race -count=1 -v -timeout 30m ./internal/reliability/ > $(RELIABILITY_LOG) 2>&1; \
+	@$(GO) test -race -count=1 -v -timeout 30m ./internal/reliability/ > $(RELIABILITY_LOG) 2>&1; \
 	status=$$?; \
 	grep -o 'RELIABILITY test=.*' $(RELIABILITY_LOG) || true; \
 	grep -E '^(--- FAIL|FAIL|ok)' $(RELIABILITY_LOG) || true; \

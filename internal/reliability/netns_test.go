@@ -166,13 +166,6 @@ func (h *host) url() string { return "nats://" + h.addr + ":4222" }
 // without root or iproute2.
 func TestNodeLossNetns(t *testing.T) {
 	t.Parallel()
-	// Not in `make test`: this scenario (link-down of one host, then a kill
-	// of another) still loses an acknowledged job's result in some runs
-	// (docs/RELIABILITY.md §6); `make soak` and `make reliability-report`
-	// run it.
-	if os.Getenv("FLEET_RELIABILITY_NETNS") == "" {
-		t.Skip("set FLEET_RELIABILITY_NETNS=1 (make soak / make reliability-report) to run the netns cluster test")
-	}
 	lab := newNetnsLab(t)
 	sc := scale(t)
 	n := 80 * sc
@@ -244,8 +237,14 @@ func TestNodeLossNetns(t *testing.T) {
 		// FLEET_RUNS leader, the victim's replica not current) and has
 		// finished more jobs.
 		noticed := waitLost(t, sjs, victim.node.name, time.Minute)
-		if !tr.waitDistinct(before+3, time.Minute) && storedCount(t, sjs, "netns") < (f+1)*n/2 {
-			t.Fatalf("fault %d (%s): the majority finished no jobs within 1m", f+1, kind)
+		// More jobs finished on the majority, or this half's jobs all
+		// have results already (a quick backlog can be done before the
+		// majority notices the fault).
+		for deadline := time.Now().Add(time.Minute); !tr.waitDistinct(before+3, 500*time.Millisecond) &&
+			storedCount(t, sjs, "netns") < (f+1)*n/2; {
+			if time.Now().After(deadline) {
+				t.Fatalf("fault %d (%s): the majority finished no jobs within 1m", f+1, kind)
+			}
 		}
 		if next, ok := tr.nextAfter(t0, time.Second); ok {
 			s.Recover = max(s.Recover, next.Sub(t0))
