@@ -242,6 +242,10 @@ func TestValidationErrors(t *testing.T) {
 		{"bad operation", "worker:\n  operations: [lint, a.b]\n", nil, []string{`worker.operations[1] must be 1-64 of A-Z a-z 0-9 _ -, got "a.b"`}},
 		{"total below step", "loop:\n  step_timeout: 2m\n  total_timeout: 1m\n", nil, []string{"loop.total_timeout must be >= loop.step_timeout (2m0s), got 1m0s (line 3)"}},
 		{"calls per turn zero", "loop:\n  max_tool_calls_per_turn: 0\n", nil, []string{"loop.max_tool_calls_per_turn must be >= 1 or -1 (no cap), got 0 (line 2)"}},
+		{"budgets and context", "loop:\n  arg_errors_per_tool: -2\n  arg_errors: -5\n  context_tokens: -1\n", nil, []string{
+			"loop.arg_errors_per_tool must be >= 0 (0 = default) or -1 (no limit), got -2 (line 2)",
+			"loop.arg_errors must be >= 0 (0 = default) or -1 (no cap), got -5 (line 3)",
+			"loop.context_tokens must be >= 0, got -1 (line 4)"}},
 		{"sampling ranges", "model:\n  top_p: 1.5\n  temperature: -1\n  max_tokens: 5000\n", nil, []string{
 			"model.top_p must be between 0 and 1, got 1.5 (line 2)",
 			"model.temperature must be >= 0, got -1 (line 3)",

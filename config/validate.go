@@ -278,6 +278,13 @@ func (l *Loop) validate(k *checker) {
 	if l.MaxToolCallsPerTurn == 0 || l.MaxToolCallsPerTurn < -1 {
 		k.add("loop.max_tool_calls_per_turn", "must be >= 1 or -1 (no cap), got %d", l.MaxToolCallsPerTurn)
 	}
+	if l.ArgErrorsPerTool < -1 {
+		k.add("loop.arg_errors_per_tool", "must be >= 0 (0 = default) or -1 (no limit), got %d", l.ArgErrorsPerTool)
+	}
+	if l.ArgErrors < -1 {
+		k.add("loop.arg_errors", "must be >= 0 (0 = default) or -1 (no cap), got %d", l.ArgErrors)
+	}
+	k.minInt("loop.context_tokens", l.ContextTokens, 0)
 }
 
 func (m *Monty) validate(k *checker) {
