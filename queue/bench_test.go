@@ -356,21 +356,37 @@ func BenchmarkDispatchLatency(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer wnc.Close()
-		wjs, _ := jetstream.New(wnc)
-		wc, _ := wjs.Consumer(ctx, "RAW", "raw")
-		it, err := wc.Messages(jetstream.PullMaxMessages(1))
+		// One puller, one message per pull request, as a fleet slot
+		// pulls (a hand-written loop: nats.go's Messages iterator with
+		// PullMaxMessages(1) now and then left a message waiting for
+		// seconds under load).
+		inbox := wnc.NewInbox()
+		pulls := make(chan *nats.Msg, 8)
+		psub, err := wnc.ChanSubscribe(inbox, pulls)
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer it.Stop()
+		defer func() { _ = psub.Unsubscribe() }()
+		stop := make(chan struct{})
+		defer close(stop)
+		pullBody := []byte(`{"batch":1,"expires":5000000000}`)
 		go func() {
 			for {
-				m, err := it.Next()
-				if err != nil {
+				if wnc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT.RAW.raw", inbox, pullBody) != nil {
 					return
 				}
-				_ = wnc.Publish("rawres."+m.Headers().Get(HeaderMsgID), nil)
-				_ = m.Ack()
+				for answered := false; !answered; {
+					select {
+					case m := <-pulls:
+						if isJobMsg(m) {
+							_ = wnc.Publish("rawres."+m.Header.Get(HeaderMsgID), nil)
+							_ = m.Ack()
+						}
+						answered = isJobMsg(m) || m.Header.Get("Status") == "408" || m.Header.Get("Status") == "404"
+					case <-stop:
+						return
+					}
+				}
 			}
 		}()
 		sub, err := e.nc.SubscribeSync("rawres.>")

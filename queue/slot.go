@@ -56,9 +56,8 @@ type slot struct {
 	evWake  chan struct{}
 	evDone  chan struct{}
 	pubMu   sync.Mutex
-	evBuf   []byte      // event encoding buffer (under pubMu)
-	evTimer *time.Timer // wakes the publisher eventFlushDelay after a first queued event
-	evTmp   Event       // the event being encoded (under pubMu; not a heap object per event)
+	evBuf   []byte // event encoding buffer (under pubMu)
+	evTmp   Event  // the event being encoded (under pubMu; not a heap object per event)
 }
 
 type loggerish interface {
@@ -98,8 +97,6 @@ func newSlot(w *Worker, idx int, p Processor) *slot {
 		s.pullSubj = append(s.pullSubj, "$JS.API.CONSUMER.MSG.NEXT."+StreamRuns+"."+op)
 	}
 	s.rot = idx % len(s.pullSubj)
-	s.evTimer = time.AfterFunc(time.Hour, s.wakePublisher)
-	s.evTimer.Stop()
 	s.pullBody = fmt.Appendf(nil, `{"batch":1,"expires":%d}`, w.cfg.PullExpiry.Nanoseconds())
 	s.noWait = []byte(`{"batch":1,"no_wait":true}`)
 	return s
@@ -120,7 +117,6 @@ func (s *slot) run() {
 	go func() { defer bg.Done(); s.publishEvents() }()
 	defer func() {
 		close(hbStop)
-		s.evTimer.Stop()
 		close(s.evDone)
 		bg.Wait()
 	}()
@@ -348,30 +344,10 @@ func (k jobSink) Emit(e loop.Event) {
 		k.j.dropped.Add(1)
 		return
 	}
-	if len(s.evq) == 0 {
-		// A short run's events go out with its result, published by the
-		// slot itself (no goroutine hand-off); a longer run's are
-		// published by the publisher goroutine after eventFlushDelay.
-		// (Under evMu: flushEvents stops the timer when it takes the
-		// queue.)
-		s.evTimer.Reset(eventFlushDelay)
-	}
 	s.evq = append(s.evq, evItem{job: k.j, ev: e})
-	n := len(s.evq)
 	s.evMu.Unlock()
-	if n >= eventBatchWake {
-		s.wakePublisher()
-	}
+	s.wakePublisher()
 }
-
-// eventFlushDelay is how long an event may wait for the slot to publish it
-// together with the job's end before the publisher goroutine sends it
-// (live progress of a long run is late by at most this). eventBatchWake
-// queued events wake the publisher at once.
-const (
-	eventFlushDelay = time.Millisecond
-	eventBatchWake  = 64
-)
 
 func (s *slot) wakePublisher() {
 	select {
@@ -440,7 +416,6 @@ func (s *slot) flushEvents() {
 	s.evMu.Lock()
 	batch := s.evq
 	s.evq = s.evSpare[:0]
-	s.evTimer.Stop()
 	s.evMu.Unlock()
 	if len(batch) == 0 {
 		s.evMu.Lock()
