@@ -11,14 +11,14 @@ import (
 	"github.com/agentfleet/fleet/loop"
 )
 
-// Hand-written JSON encoders for the messages a worker writes per job many
-// times: events and status records. encoding/json spends most of its time
+// Hand-written JSON encoders for the messages a worker writes for every
+// job: events, status records and the result. encoding/json spends most of its time
 // in reflection for these small structs (about a tenth of a no-op job's CPU
 // in BenchmarkNoopJobs). The output is byte for byte what json.Marshal
 // writes (TestFastJSONMatchesEncodingJSON checks every field, so a field
 // added to loop.Event or StatusRecord without updating these fails it);
-// anything unusual (a time outside years 0-9999, invalid raw JSON) falls
-// back to json.Marshal.
+// anything unusual (a time outside years 0-9999, invalid raw JSON, details
+// json.Marshal refuses) falls back to json.Marshal.
 
 // appendEventJSON appends e as JSON; ok is false when json.Marshal must be
 // used instead.
@@ -55,22 +55,9 @@ func appendEventJSON(dst []byte, e *Event) (_ []byte, ok bool) {
 		}
 		dst = append(dst, ']')
 	}
-	if u := e.Usage; u != nil {
-		dst = append(dst, `,"usage":{"prompt_tokens":`...)
-		dst = strconv.AppendInt(dst, int64(u.PromptTokens), 10)
-		dst = append(dst, `,"cached_tokens":`...)
-		dst = strconv.AppendInt(dst, int64(u.CachedTokens), 10)
-		dst = append(dst, `,"completion_tokens":`...)
-		dst = strconv.AppendInt(dst, int64(u.CompletionTokens), 10)
-		if u.ForcedTokens != 0 {
-			dst = append(dst, `,"forced_tokens":`...)
-			dst = strconv.AppendInt(dst, int64(u.ForcedTokens), 10)
-		}
-		dst = append(dst, `,"prompt_ns":`...)
-		dst = strconv.AppendInt(dst, int64(u.PromptDuration), 10)
-		dst = append(dst, `,"completion_ns":`...)
-		dst = strconv.AppendInt(dst, int64(u.CompletionDuration), 10)
-		dst = append(dst, '}')
+	if e.Usage != nil {
+		dst = append(dst, `,"usage":`...)
+		dst = appendUsageJSON(dst, e.Usage)
 	}
 	if e.Tool != "" {
 		dst = append(dst, `,"tool":`...)
@@ -154,7 +141,15 @@ var (
 	fastWrapperFields = "job_id/string attempt/int /Event"
 	fastStatusFields  = "job_id/string operation,omitempty/string state/JobState worker,omitempty/string " +
 		"attempt,omitempty/int code,omitempty/ErrorCode reason,omitempty/string seq,omitempty/uint64 updated_at/Time"
+	fastResultFields = "version/int job_id/string operation/string state/JobState status/Status " +
+		"workspace_id/string changed_files/[]string summary/string details,omitempty/ " +
+		"error,omitempty/string error_code,omitempty/ErrorCode turns/int tool_calls/int usage/Usage " +
+		"diff,omitempty/string worker/string attempts/int events_dropped,omitempty/int64 timings/ResultTimings"
+	fastTimingsFields = "enqueued_at/Time started_at/Time finished_at/Time queued_ns/Duration run_ns/Duration " +
+		"model_ns/Duration tools_ns/Duration"
 	fastJSON = jsonFields(reflect.TypeFor[loop.Event]()) == fastEventFields &&
+		jsonFields(reflect.TypeFor[AgentResult]()) == fastResultFields &&
+		jsonFields(reflect.TypeFor[ResultTimings]()) == fastTimingsFields &&
 		jsonFields(reflect.TypeFor[loop.Usage]()) == fastUsageFields &&
 		jsonFields(reflect.TypeFor[Event]()) == fastWrapperFields &&
 		jsonFields(reflect.TypeFor[StatusRecord]()) == fastStatusFields
@@ -239,6 +234,123 @@ func marshalStatus(r *StatusRecord) ([]byte, error) {
 		return out, nil
 	}
 	return JSON.Marshal(r)
+}
+
+// appendResultJSON appends r as JSON; ok is false when json.Marshal must
+// be used instead.
+func appendResultJSON(dst []byte, r *AgentResult) (_ []byte, ok bool) {
+	dst = append(dst, `{"version":`...)
+	dst = strconv.AppendInt(dst, int64(r.Version), 10)
+	dst = append(dst, `,"job_id":`...)
+	dst = appendJSONString(dst, r.JobID)
+	dst = append(dst, `,"operation":`...)
+	dst = appendJSONString(dst, r.Operation)
+	dst = append(dst, `,"state":`...)
+	dst = appendJSONString(dst, string(r.State))
+	dst = append(dst, `,"status":`...)
+	dst = appendJSONString(dst, string(r.Status))
+	dst = append(dst, `,"workspace_id":`...)
+	dst = appendJSONString(dst, r.WorkspaceID)
+	dst = append(dst, `,"changed_files":`...)
+	if r.ChangedFiles == nil {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, '[')
+		for i, f := range r.ChangedFiles {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, f)
+		}
+		dst = append(dst, ']')
+	}
+	dst = append(dst, `,"summary":`...)
+	dst = appendJSONString(dst, r.Summary)
+	if len(r.Details) > 0 {
+		raw, err := json.Marshal(r.Details)
+		if err != nil {
+			return dst, false
+		}
+		dst = append(dst, `,"details":`...)
+		dst = append(dst, raw...)
+	}
+	if r.Error != "" {
+		dst = append(dst, `,"error":`...)
+		dst = appendJSONString(dst, r.Error)
+	}
+	if r.ErrorCode != "" {
+		dst = append(dst, `,"error_code":`...)
+		dst = appendJSONString(dst, string(r.ErrorCode))
+	}
+	dst = append(dst, `,"turns":`...)
+	dst = strconv.AppendInt(dst, int64(r.Turns), 10)
+	dst = append(dst, `,"tool_calls":`...)
+	dst = strconv.AppendInt(dst, int64(r.ToolCalls), 10)
+	dst = append(dst, `,"usage":`...)
+	dst = appendUsageJSON(dst, &r.Usage)
+	if r.Diff != "" {
+		dst = append(dst, `,"diff":`...)
+		dst = appendJSONString(dst, r.Diff)
+	}
+	dst = append(dst, `,"worker":`...)
+	dst = appendJSONString(dst, r.Worker)
+	dst = append(dst, `,"attempts":`...)
+	dst = strconv.AppendInt(dst, int64(r.Attempts), 10)
+	if r.EventsDropped != 0 {
+		dst = append(dst, `,"events_dropped":`...)
+		dst = strconv.AppendInt(dst, r.EventsDropped, 10)
+	}
+	t := &r.Timings
+	dst = append(dst, `,"timings":{"enqueued_at":`...)
+	if dst, ok = appendJSONTime(dst, t.EnqueuedAt); !ok {
+		return dst, false
+	}
+	dst = append(dst, `,"started_at":`...)
+	if dst, ok = appendJSONTime(dst, t.StartedAt); !ok {
+		return dst, false
+	}
+	dst = append(dst, `,"finished_at":`...)
+	if dst, ok = appendJSONTime(dst, t.FinishedAt); !ok {
+		return dst, false
+	}
+	dst = append(dst, `,"queued_ns":`...)
+	dst = strconv.AppendInt(dst, int64(t.Queued), 10)
+	dst = append(dst, `,"run_ns":`...)
+	dst = strconv.AppendInt(dst, int64(t.Run), 10)
+	dst = append(dst, `,"model_ns":`...)
+	dst = strconv.AppendInt(dst, int64(t.Model), 10)
+	dst = append(dst, `,"tools_ns":`...)
+	dst = strconv.AppendInt(dst, int64(t.Tools), 10)
+	return append(dst, "}}"...), true
+}
+
+// marshalResult encodes a result in enc.
+func marshalResult(enc Encoding, r *AgentResult) ([]byte, error) {
+	if enc == JSON && fastJSON {
+		if out, ok := appendResultJSON(make([]byte, 0, 512+len(r.Diff)+len(r.Summary)), r); ok {
+			return out, nil
+		}
+	}
+	return enc.Marshal(r)
+}
+
+// appendUsageJSON appends a loop.Usage.
+func appendUsageJSON(dst []byte, u *loop.Usage) []byte {
+	dst = append(dst, `{"prompt_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.PromptTokens), 10)
+	dst = append(dst, `,"cached_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.CachedTokens), 10)
+	dst = append(dst, `,"completion_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.CompletionTokens), 10)
+	if u.ForcedTokens != 0 {
+		dst = append(dst, `,"forced_tokens":`...)
+		dst = strconv.AppendInt(dst, int64(u.ForcedTokens), 10)
+	}
+	dst = append(dst, `,"prompt_ns":`...)
+	dst = strconv.AppendInt(dst, int64(u.PromptDuration), 10)
+	dst = append(dst, `,"completion_ns":`...)
+	dst = strconv.AppendInt(dst, int64(u.CompletionDuration), 10)
+	return append(dst, '}')
 }
 
 // appendJSONTime appends t as time.Time.MarshalJSON does (RFC 3339 with

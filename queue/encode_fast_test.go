@@ -51,6 +51,19 @@ func fillRandom(t *testing.T, r *rand.Rand, v reflect.Value) {
 			f.SetUint(r.Uint64())
 		case f.Kind() == reflect.Bool:
 			f.SetBool(r.IntN(2) == 0)
+		case f.Type() == reflect.TypeFor[map[string]any]():
+			m := map[string]any{}
+			for k := range r.IntN(4) {
+				switch k % 3 {
+				case 0:
+					m[trickyStrings[r.IntN(len(trickyStrings))]] = trickyStrings[r.IntN(len(trickyStrings))]
+				case 1:
+					m["n"+trickyStrings[r.IntN(len(trickyStrings))]] = r.Float64() * 1000
+				default:
+					m["list"] = []any{true, nil, "x<y>", 3.5}
+				}
+			}
+			f.Set(reflect.ValueOf(m))
 		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Int:
 			n := r.IntN(4)
 			s := reflect.MakeSlice(f.Type(), n, n)
@@ -77,9 +90,10 @@ func fillRandom(t *testing.T, r *rand.Rand, v reflect.Value) {
 // this fail until the encoders know it).
 func TestFastJSONMatchesEncodingJSON(t *testing.T) {
 	if !fastJSON {
-		t.Fatalf("the fast JSON encoders are off: the structs changed. Teach appendEventJSON/appendStatusJSON the change and update the field lists in encode_fast.go:\nloop.Event %s\nloop.Usage %s\nEvent %s\nStatusRecord %s",
+		t.Fatalf("the fast JSON encoders are off: the structs changed. Teach appendEventJSON/appendStatusJSON/appendResultJSON the change and update the field lists in encode_fast.go:\nloop.Event %s\nloop.Usage %s\nEvent %s\nStatusRecord %s\nAgentResult %s\nResultTimings %s",
 			jsonFields(reflect.TypeFor[loop.Event]()), jsonFields(reflect.TypeFor[loop.Usage]()),
-			jsonFields(reflect.TypeFor[Event]()), jsonFields(reflect.TypeFor[StatusRecord]()))
+			jsonFields(reflect.TypeFor[Event]()), jsonFields(reflect.TypeFor[StatusRecord]()),
+			jsonFields(reflect.TypeFor[AgentResult]()), jsonFields(reflect.TypeFor[ResultTimings]()))
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 5000 {
@@ -95,6 +109,20 @@ func TestFastJSONMatchesEncodingJSON(t *testing.T) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Fatalf("event %d:\n got %s\nwant %s", i, got, want)
+		}
+		var res AgentResult
+		fillRandom(t, r, reflect.ValueOf(&res).Elem())
+		if r.IntN(4) == 0 {
+			res.ChangedFiles = []string{} // [] rather than null
+		}
+		if want, err = json.Marshal(&res); err != nil {
+			t.Fatal(err)
+		}
+		if got, err = marshalResult(JSON, &res); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("result %d:\n got %s\nwant %s", i, got, want)
 		}
 		var s StatusRecord
 		fillRandom(t, r, reflect.ValueOf(&s).Elem())

@@ -856,7 +856,7 @@ func (s *slot) publishResult(j *job, res *AgentResult, code loop.ErrorCode, reas
 func (s *slot) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reason string) (statusLost bool, err error) {
 	w := s.w
 	res.EventsDropped = j.dropped.Load()
-	data, err := j.enc.Marshal(res)
+	data, err := marshalResult(j.enc, res)
 	if err != nil {
 		return false, fmt.Errorf("encode result: %w", err)
 	}
@@ -898,7 +898,7 @@ func (s *slot) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reason
 // and waits for both to be stored.
 func (w *Worker) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reason string) (statusLost bool, err error) {
 	res.EventsDropped = j.dropped.Load()
-	data, err := j.enc.Marshal(res)
+	data, err := marshalResult(j.enc, res)
 	if err != nil {
 		return false, fmt.Errorf("encode result: %w", err)
 	}
