@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -59,7 +60,7 @@ func TestClaimAfterLateQueuedRecord(t *testing.T) {
 	}
 	defer nc.Close()
 	seen := make(chan JobState, 1)
-	var kvErr error
+	kvErr := errors.New("the worker never read the status (the hook did not run)")
 	cfg := Config{Conn: nc, Operations: []string{"lint", "test"}, Slots: 1, Name: "late-queued",
 		PullExpiry: 30 * time.Second, Streams: StreamsConfig{AckWait: time.Minute},
 		NewProcessor: func(int) (Processor, error) {
