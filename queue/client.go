@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/loop"
 )
 
 // Client errors, matched with errors.Is.
@@ -80,6 +83,24 @@ type EnqueueOption func(*enqueueOptions)
 type enqueueOptions struct {
 	enc     Encoding
 	replyTo string
+	events  string // Fleet-Events value; "" = all
+}
+
+// WithEvents limits the events the worker publishes for this job to the
+// given kinds (header Fleet-Events); with no kinds it publishes none. Each
+// event is a JetStream write, so a coordinator that only wants results
+// saves most of a short job's cost (docs/PERFORMANCE.md). Attach and the
+// Reply-To copies then see only these events; the result is unaffected.
+func WithEvents(kinds ...loop.EventKind) EnqueueOption {
+	v := "none"
+	if len(kinds) > 0 {
+		parts := make([]string, len(kinds))
+		for i, k := range kinds {
+			parts[i] = string(k)
+		}
+		v = strings.Join(parts, ",")
+	}
+	return func(o *enqueueOptions) { o.events = v }
 }
 
 // WithEncoding publishes this request in enc instead of the client's
@@ -143,6 +164,9 @@ func (c *Client) Enqueue(ctx context.Context, req *RunRequest, opts ...EnqueueOp
 	m, err := NewRequestMsg(req, o.enc, o.replyTo)
 	if err != nil {
 		return nil, err
+	}
+	if o.events != "" {
+		m.Header.Set(HeaderEvents, o.events)
 	}
 	var rev uint64
 	if !c.opts.NoStatus {

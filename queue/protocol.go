@@ -100,6 +100,12 @@ const (
 	// 0). A failed claim falls back to reading the record (docs/PROTOCOL.md
 	// §8).
 	HeaderStatusRev = "Fleet-Status-Rev"
+	// HeaderEvents (optional, on a request) chooses the events the worker
+	// publishes for the job: "all" (the default), "none", or a
+	// comma-separated list of event kinds ("finished"). Each event is a
+	// JetStream write; a coordinator that does not follow a job's progress
+	// saves them (docs/PROTOCOL.md §7).
+	HeaderEvents = "Fleet-Events"
 )
 
 // Content types.

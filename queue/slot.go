@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +79,10 @@ type job struct {
 	replyTo   string
 	rev       uint64 // status revision this attempt owns
 	statusRev uint64 // the request's Fleet-Status-Rev (0 = none)
+	// evKinds is the request's Fleet-Events choice when it limits the
+	// events (evLimit): only these kinds are published (none when empty).
+	evLimit bool
+	evKinds []loop.EventKind
 	started   time.Time
 	enqueued  time.Time
 	dropped   atomic.Int64
@@ -337,6 +342,9 @@ func (k jobSink) Emit(e loop.Event) {
 	if k.s.w.kinds != nil && !k.s.w.kinds[e.Kind] {
 		return
 	}
+	if k.j.evLimit && !slices.Contains(k.j.evKinds, e.Kind) {
+		return // the request asked for fewer events (Fleet-Events)
+	}
 	s := k.s
 	s.evMu.Lock()
 	if len(s.evq) >= s.w.cfg.EventBuffer {
@@ -399,6 +407,27 @@ func (s *slot) publishEvent(it evItem) {
 	}
 }
 
+// parseEventsHeader reads a Fleet-Events value: "" or "all" publishes
+// every event (limit false); "none" none; otherwise the listed kinds.
+// Unknown kinds are ignored (a newer coordinator may name kinds this
+// worker does not emit).
+func parseEventsHeader(v string) (limit bool, kinds []loop.EventKind) {
+	v = strings.TrimSpace(v)
+	if v == "" || strings.EqualFold(v, "all") {
+		return false, nil
+	}
+	kinds = []loop.EventKind{}
+	if strings.EqualFold(v, "none") {
+		return true, kinds
+	}
+	for k := range strings.SplitSeq(v, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			kinds = append(kinds, loop.EventKind(k))
+		}
+	}
+	return true, kinds
+}
+
 func outHeader(j *job) nats.Header {
 	return nats.Header{
 		HeaderContentType: {j.enc.ContentType()},
@@ -446,6 +475,7 @@ func (s *slot) handle(m *nats.Msg) {
 	if v := m.Header.Get(HeaderStatusRev); v != "" {
 		j.statusRev, _ = strconv.ParseUint(v, 10, 64) // unreadable = none
 	}
+	j.evLimit, j.evKinds = parseEventsHeader(m.Header.Get(HeaderEvents))
 	enc, encErr := EncodingFor(m.Header.Get(HeaderContentType))
 	j.enc = enc
 	req, err := DecodeRunRequest(m.Data, m.Header.Get(HeaderContentType))
