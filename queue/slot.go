@@ -81,8 +81,8 @@ type job struct {
 	statusRev uint64 // the request's Fleet-Status-Rev (0 = none)
 	// evKinds is the request's Fleet-Events choice when it limits the
 	// events (evLimit): only these kinds are published (none when empty).
-	evLimit bool
-	evKinds []loop.EventKind
+	evLimit   bool
+	evKinds   []loop.EventKind
 	started   time.Time
 	enqueued  time.Time
 	dropped   atomic.Int64
