@@ -7,7 +7,8 @@
 # next to a raw JetStream round trip.
 # FLEET_BENCH_SLOTS sets the worker's slots in the throughput run (default 8);
 # FLEET_BENCH_OPS=n serves n operations (the multi-operation pull path);
-# FLEET_BENCH_EVENTS=none|finished and FLEET_BENCH_MEMORY=1 are the other variants;
+# FLEET_BENCH_EVENTS=none|finished (worker config) or header-none|header-finished
+# (the requests' Fleet-Events header) and FLEET_BENCH_MEMORY=1 are the other variants;
 # FLEET_BENCH_BASELINES=0 runs the fleet alone (for -cpuprofile).
 # BenchmarkProtocolFloor runs the floor alone (FLEET_BENCH_FLOOR_EVENTS=n,
 # FLEET_BENCH_FLOOR_CONNS=1 for a connection per slot).

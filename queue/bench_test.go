@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -253,6 +254,11 @@ func BenchmarkNoopJobs(b *testing.B) {
 	ops := benchOps()
 	for i := range msgs {
 		msgs[i] = benchRequestMsgOp(b, fmt.Sprintf("b%s-%d", run, i), ops[i%len(ops)])
+		// FLEET_BENCH_EVENTS=header-none|header-finished: the requests
+		// ask for fewer events (Fleet-Events), the worker is unchanged.
+		if v, ok := strings.CutPrefix(os.Getenv("FLEET_BENCH_EVENTS"), "header-"); ok {
+			msgs[i].Header.Set(HeaderEvents, v)
+		}
 	}
 	var got, bad atomic.Int64
 	finished := make(chan struct{})
