@@ -45,6 +45,7 @@ import (
 // including its per-turn events, a one-turn run's five.
 func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Duration) {
 	e := newBenchEnv(b)
+	defer e.close()
 	ctx := context.Background()
 	memory := os.Getenv("FLEET_BENCH_MEMORY") == "1"
 	if _, err := EnsureStreams(ctx, e.js, StreamsConfig{Operations: []string{"lint"}, Memory: memory}); err != nil {
