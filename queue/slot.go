@@ -785,6 +785,22 @@ func (s *slot) settleClaim(j *job, c claimOutcome) (handled bool) {
 		return false
 	case c.rec.State.Terminal():
 		s.flushEvents()
+		// Another attempt ended the job while this one claimed it. Its
+		// status can be stored without its result (the result write still
+		// pending, or lost to a FLEET_RESULTS leader change while the
+		// status committed in its own Raft group): acknowledging now would
+		// remove the request for good. Without a stored result the
+		// delivery is handed back; the next claim acknowledges it once the
+		// result is there, or runs the job again.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		lost, err := s.resultLost(ctx, j, c.rec)
+		cancel()
+		if err != nil || lost {
+			s.log.Warn("another attempt ended the job without a stored result; retrying later", "job", j.id, "state", c.rec.State, "err", err)
+			s.w.st.retried.Add(1)
+			_ = j.msg.NakWithDelay(s.w.backoff(j.attempt))
+			return true
+		}
 		s.ended(j, c.rec, c.recRev)
 		return true
 	default:
