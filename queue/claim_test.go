@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -140,5 +141,41 @@ func TestClaimAfterLateQueuedRecord(t *testing.T) {
 	}
 	if rec := b.status("late-1", StateSucceeded); rec.Attempt != 1 {
 		t.Fatalf("final status %+v", rec)
+	}
+}
+
+// TestClaimOverDeletedStatus: a job whose status key was deleted (a delete
+// marker, as `kv.Delete` leaves) is claimed on the marker's revision and
+// runs once, on its first delivery.
+func TestClaimOverDeletedStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var runs atomic.Int64
+	b.worker(func(int) Processor {
+		return ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
+			runs.Add(1)
+			return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
+		})
+	}, nil)
+	kv, err := b.js.KeyValue(ctx, BucketJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := JSON.Marshal(&StatusRecord{JobID: "deleted-1", Operation: "lint", State: StateQueued})
+	if _, err := kv.Create(ctx, "deleted-1", rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "deleted-1"); err != nil {
+		t.Fatal(err)
+	}
+	sub := b.subscribe(ResultSubject("deleted-1"))
+	b.publish(newReq("deleted-1"), JSON, "")
+	if res := b.result(sub); res.State != StateSucceeded || res.Attempts != 1 {
+		t.Fatalf("result %+v", res)
+	}
+	if st := b.status("deleted-1", StateSucceeded); st.Attempt != 1 || runs.Load() != 1 {
+		t.Fatalf("status %+v, runs %d", st, runs.Load())
 	}
 }

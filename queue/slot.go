@@ -645,6 +645,9 @@ func (s *slot) claim(ctx context.Context, j *job) (skip bool, running jetstream.
 	e, err := w.streams.Status.Get(ctx, j.id)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
+		if rev, err = w.markerRev(ctx, j.id); err != nil {
+			return false, nil, 0, fmt.Errorf("read status: %w", err)
+		}
 	case err != nil:
 		return false, nil, 0, fmt.Errorf("read status: %w", err)
 	default:
@@ -678,6 +681,20 @@ func (s *slot) claim(ctx context.Context, j *job) (skip bool, running jetstream.
 		return false, nil, 0, fmt.Errorf("write status: %w", err)
 	}
 	return false, f, 0, nil
+}
+
+// markerRev returns the revision of a job's status key that reads as not
+// found: 0 when the key never existed, else the revision of its delete or
+// purge marker, which a compare-and-set must name to write the key again.
+func (w *Worker) markerRev(ctx context.Context, id string) (uint64, error) {
+	m, err := w.streams.StatusStream.GetLastMsgForSubject(ctx, "$KV."+BucketJobs+"."+id)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	return m.Sequence, nil
 }
 
 // resultLost reports whether a job whose status is terminal (succeeded or
@@ -748,6 +765,10 @@ func (s *slot) confirmClaim(j *job, running jetstream.PubAckFuture, stop context
 		var cur uint64
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
+			if cur, err = s.w.markerRev(ctx, j.id); err != nil {
+				stop(errClaimLost)
+				return claimOutcome{err: err}
+			}
 		case err != nil:
 			stop(errClaimLost)
 			return claimOutcome{err: err}

@@ -138,6 +138,9 @@ type Streams struct {
 	Runs, Results, DLQ, Advisories jetstream.Stream
 	// Status is the fleet_jobs bucket.
 	Status jetstream.KeyValue
+	// StatusStream is the bucket's stream (KV_fleet_jobs), for reading a
+	// key's delete marker.
+	StatusStream jetstream.Stream
 	// Consumers maps each operation to its durable pull consumer.
 	Consumers map[string]jetstream.Consumer
 	// Config is the effective configuration (defaults filled in).
@@ -236,6 +239,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		Storage:     storage,
 		Replicas:    replicas(ctx, js, "KV_"+BucketJobs, cfg.Replicas),
 	}); err != nil {
+		return nil, fmt.Errorf("queue: bucket %s: %w", BucketJobs, err)
+	}
+	if s.StatusStream, err = js.Stream(ctx, "KV_"+BucketJobs); err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", BucketJobs, err)
 	}
 	for _, op := range cfg.Operations {
