@@ -15,6 +15,8 @@ MALGO     := github.com/gen2brain/malgo@v0.11.24
 CGO_INC   := $(CURDIR)/.build/include
 MINIAUDIO := $(CGO_INC)/miniaudio/miniaudio.h
 # portable default; for the build host only: make ARCHFLAGS='-O3 -march=native'
+# (on CPUs with AMX add -mno-amx-tile -mno-amx-int8 -mno-amx-bf16: the module
+# build leaves out ggml's AMX sources and would not link; docs/PERFORMANCE.md)
 ARCHFLAGS ?= -O3 -march=x86-64-v3
 CXX       ?= g++
 
