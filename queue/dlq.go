@@ -74,7 +74,7 @@ func (w *Worker) deadLetter(ctx context.Context, j *job, code loop.ErrorCode, re
 			j.rev = e.Revision()
 		}
 	}
-	if _, err := w.storeResult(j, res, code, reason); err != nil {
+	if _, err := w.storeResult(j, res, code, reason, w.writePairAsync); err != nil {
 		w.log.Warn("cannot store dead result", "job", j.id, "err", err)
 	}
 	return nil

@@ -921,7 +921,62 @@ func (s *slot) publishResult(j *job, res *AgentResult, code loop.ErrorCode, reas
 
 // storeResult is Worker.storeResult on the slot's own PubAck subscription.
 func (s *slot) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reason string) (statusLost bool, err error) {
-	w := s.w
+	return s.w.storeResult(j, res, code, reason, s.writePair)
+}
+
+// writePair publishes the result and (when not nil) the status on the
+// slot's PubAck subscription and waits for both answers.
+func (s *slot) writePair(result, status *nats.Msg) (ra, sa pubAck) {
+	rid, err := s.acks.publish(result)
+	if err != nil {
+		ra.err = err
+		return ra, sa
+	}
+	var sid uint64
+	if status != nil {
+		if sid, err = s.acks.publish(status); err != nil {
+			sa.err = err
+		}
+	}
+	ra, sw := s.acks.wait(rid, sid)
+	if sid != 0 {
+		sa = sw
+	}
+	return ra, sa
+}
+
+// writePairAsync is writePair through the worker's shared PublishMsgAsync
+// (for writes made off a slot, such as the dead-letter mover's).
+func (w *Worker) writePairAsync(result, status *nats.Msg) (ra, sa pubAck) {
+	wait := func(f jetstream.PubAckFuture) (a pubAck) {
+		select {
+		case ack := <-f.Ok():
+			a.seq, a.duplicate = ack.Sequence, ack.Duplicate
+		case a.err = <-f.Err():
+		}
+		return a
+	}
+	rf, err := w.js.PublishMsgAsync(result)
+	if err != nil {
+		ra.err = err
+		return ra, sa
+	}
+	var sf jetstream.PubAckFuture
+	if status != nil {
+		sf, sa.err = w.js.PublishMsgAsync(status)
+	}
+	ra = wait(rf)
+	if sf != nil {
+		sa = wait(sf)
+	}
+	return ra, sa
+}
+
+// storeResult publishes the result and the status (compare-and-set on
+// j.rev) with write (writePair or writePairAsync) and waits for both to be
+// stored. statusLost is true when the status compare-and-set failed.
+func (w *Worker) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reason string,
+	write func(result, status *nats.Msg) (ra, sa pubAck)) (statusLost bool, err error) {
 	res.EventsDropped = j.dropped.Load()
 	data, err := marshalResult(j.enc, res)
 	if err != nil {
@@ -929,17 +984,9 @@ func (s *slot) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reason
 	}
 	h := outHeader(j)
 	h.Set(HeaderMsgID, ResultMsgID(j.id))
-	rid, err := s.acks.publish(&nats.Msg{Subject: ResultSubject(j.id), Data: data, Header: h})
-	if err != nil {
-		return false, fmt.Errorf("publish result: %w", err)
-	}
-	var sid uint64
 	sm, serr := w.statusMsg(j, res.State, code, reason, j.rev)
-	if serr == nil {
-		sid, serr = s.acks.publish(sm)
-	}
+	ra, sa := write(&nats.Msg{Subject: ResultSubject(j.id), Data: data, Header: h}, sm)
 	w.st.eventsDropped.Add(j.dropped.Load())
-	ra, sa := s.acks.wait(rid, sid)
 	if ra.err != nil {
 		return false, fmt.Errorf("publish result: %w", ra.err)
 	}
@@ -957,47 +1004,6 @@ func (s *slot) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reason
 			return true, nil
 		}
 		return false, fmt.Errorf("write status: %w", sa.err)
-	}
-	return false, nil
-}
-
-// storeResult publishes the result and the status (compare-and-set on j.rev)
-// and waits for both to be stored.
-func (w *Worker) storeResult(j *job, res *AgentResult, code loop.ErrorCode, reason string) (statusLost bool, err error) {
-	res.EventsDropped = j.dropped.Load()
-	data, err := marshalResult(j.enc, res)
-	if err != nil {
-		return false, fmt.Errorf("encode result: %w", err)
-	}
-	h := outHeader(j)
-	h.Set(HeaderMsgID, ResultMsgID(j.id))
-	rf, err := w.js.PublishMsgAsync(&nats.Msg{Subject: ResultSubject(j.id), Data: data, Header: h})
-	if err != nil {
-		return false, fmt.Errorf("publish result: %w", err)
-	}
-	sf, serr := w.writeStatus(j, res.State, code, reason, j.rev)
-	w.st.eventsDropped.Add(j.dropped.Load())
-	select {
-	case ack := <-rf.Ok():
-		// The live copy goes out only for the stored result: a stale
-		// attempt's late duplicate (dropped by the stream's dedupe) must
-		// not reach the Reply-To listener as a second result.
-		if j.replyTo != "" && !ack.Duplicate {
-			_ = w.cfg.Conn.PublishMsg(&nats.Msg{Subject: j.replyTo + ".result", Data: data, Header: h})
-		}
-	case err := <-rf.Err():
-		return false, fmt.Errorf("publish result: %w", err)
-	}
-	if serr != nil {
-		return false, fmt.Errorf("write status: %w", serr)
-	}
-	select {
-	case <-sf.Ok():
-	case err := <-sf.Err():
-		if isWrongSeq(err) {
-			return true, nil
-		}
-		return false, fmt.Errorf("write status: %w", err)
 	}
 	return false, nil
 }
