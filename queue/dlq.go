@@ -66,12 +66,11 @@ func (w *Worker) deadLetter(ctx context.Context, j *job, code loop.ErrorCode, re
 		// Never claimed by this attempt: compare-and-set on what is there,
 		// and leave a job that already ended alone (a bad copy of a
 		// finished job must not overwrite its result or status).
-		if e, err := w.streams.Status.Get(ctx, j.id); err == nil {
-			var rec StatusRecord
-			if JSON.Unmarshal(e.Value(), &rec) == nil && rec.State.Terminal() {
+		if rec, rev, err := w.readStatus(ctx, j.id); err == nil {
+			if rec != nil && rec.State.Terminal() {
 				return nil
 			}
-			j.rev = e.Revision()
+			j.rev = rev
 		}
 	}
 	if _, err := w.storeResult(j, res, code, reason, w.writePairAsync); err != nil {

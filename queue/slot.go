@@ -641,32 +641,23 @@ func (s *slot) claim(ctx context.Context, j *job) (skip bool, running jetstream.
 		}
 		// The record is not the one the request expected: read it.
 	}
-	var rev uint64
-	e, err := w.streams.Status.Get(ctx, j.id)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		if rev, err = w.markerRev(ctx, j.id); err != nil {
-			return false, nil, 0, fmt.Errorf("read status: %w", err)
-		}
-	case err != nil:
+	rec, rev, err := w.readStatus(ctx, j.id)
+	if err != nil {
 		return false, nil, 0, fmt.Errorf("read status: %w", err)
-	default:
-		rev = e.Revision()
-		var rec StatusRecord
-		if JSON.Unmarshal(e.Value(), &rec) == nil && rec.State.Terminal() {
-			lost, err := s.resultLost(ctx, j, &rec)
-			if err != nil {
-				return false, nil, 0, err
-			}
-			if !lost {
-				s.ended(j, &rec, rev)
-				return true, nil, 0, nil
-			}
-			// The status says the job ran, but its result was never
-			// stored (the server stopped, or the results stream's leader
-			// changed, between the two writes): run it again.
-			s.log.Warn("terminal status without a stored result; running the job again", "job", j.id, "state", rec.State)
+	}
+	if rec != nil && rec.State.Terminal() {
+		lost, err := s.resultLost(ctx, j, rec)
+		if err != nil {
+			return false, nil, 0, err
 		}
+		if !lost {
+			s.ended(j, rec, rev)
+			return true, nil, 0, nil
+		}
+		// The status says the job ran, but its result was never
+		// stored (the server stopped, or the results stream's leader
+		// changed, between the two writes): run it again.
+		s.log.Warn("terminal status without a stored result; running the job again", "job", j.id, "state", rec.State)
 	}
 	if j.attempt > 1 {
 		if done, err := s.storedResult(ctx, j, rev); err != nil || done {
@@ -683,18 +674,30 @@ func (s *slot) claim(ctx context.Context, j *job) (skip bool, running jetstream.
 	return false, f, 0, nil
 }
 
-// markerRev returns the revision of a job's status key that reads as not
-// found: 0 when the key never existed, else the revision of its delete or
-// purge marker, which a compare-and-set must name to write the key again.
-func (w *Worker) markerRev(ctx context.Context, id string) (uint64, error) {
-	m, err := w.streams.StatusStream.GetLastMsgForSubject(ctx, "$KV."+BucketJobs+"."+id)
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return 0, nil
-	case err != nil:
-		return 0, err
+// readStatus reads a job's status record and the revision a
+// compare-and-set must name to write it next: rec is nil when there is no
+// readable record, and rev is then 0 when the key never existed, else the
+// revision of its delete or purge marker.
+func (w *Worker) readStatus(ctx context.Context, id string) (rec *StatusRecord, rev uint64, err error) {
+	e, err := w.streams.Status.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		m, err := w.streams.StatusStream.GetLastMsgForSubject(ctx, "$KV."+BucketJobs+"."+id)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil, 0, nil
+		case err != nil:
+			return nil, 0, err
+		}
+		return nil, m.Sequence, nil
 	}
-	return m.Sequence, nil
+	if err != nil {
+		return nil, 0, err
+	}
+	var r StatusRecord
+	if JSON.Unmarshal(e.Value(), &r) != nil {
+		return nil, e.Revision(), nil
+	}
+	return &r, e.Revision(), nil
 }
 
 // resultLost reports whether a job whose status is terminal (succeeded or
@@ -761,25 +764,14 @@ func (s *slot) confirmClaim(j *job, running jetstream.PubAckFuture, stop context
 			stop(errClaimLost)
 			return claimOutcome{err: err}
 		}
-		e, err := s.w.streams.Status.Get(ctx, j.id)
-		var cur uint64
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			if cur, err = s.w.markerRev(ctx, j.id); err != nil {
-				stop(errClaimLost)
-				return claimOutcome{err: err}
-			}
-		case err != nil:
+		rec, cur, err := s.w.readStatus(ctx, j.id)
+		if err != nil {
 			stop(errClaimLost)
 			return claimOutcome{err: err}
-		default:
-			cur = e.Revision()
-			var rec StatusRecord
-			if JSON.Unmarshal(e.Value(), &rec) == nil &&
-				(rec.State.Terminal() || rec.State == StateRunning && rec.Attempt > j.attempt) {
-				stop(errClaimLost)
-				return claimOutcome{rec: &rec, recRev: cur}
-			}
+		}
+		if rec != nil && (rec.State.Terminal() || rec.State == StateRunning && rec.Attempt > j.attempt) {
+			stop(errClaimLost)
+			return claimOutcome{rec: rec, recRev: cur}
 		}
 		// Queued (a client's record written after ours was read), an
 		// older attempt's, or deleted: claim it again on top of it.
@@ -1066,13 +1058,10 @@ func (s *slot) complete(j *job, out *Outcome) {
 // this (stale) delivery is left alone so its ack cannot remove the newer
 // attempt's message.
 func (s *slot) settleLost(j *job) {
-	e, err := s.w.streams.Status.Get(context.Background(), j.id)
-	if err == nil {
-		var rec StatusRecord
-		if JSON.Unmarshal(e.Value(), &rec) == nil && !rec.State.Terminal() && rec.Attempt > j.attempt {
-			s.log.Info("a newer attempt owns the job; leaving this delivery", "job", j.id, "attempt", j.attempt, "owner", rec.Attempt)
-			return
-		}
+	if rec, _, err := s.w.readStatus(context.Background(), j.id); err == nil && rec != nil &&
+		!rec.State.Terminal() && rec.Attempt > j.attempt {
+		s.log.Info("a newer attempt owns the job; leaving this delivery", "job", j.id, "attempt", j.attempt, "owner", rec.Attempt)
+		return
 	}
 	s.ack(j)
 }
