@@ -28,4 +28,4 @@ BENCH_TARGETS += bench-jobrun
 .PHONY: bench-jobrun
 
 bench-jobrun: ## per-job lifecycle cost around the loop (workspace, overlay, Monty submit, diff)
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/jobrun/
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./queue/jobrun/

@@ -18,7 +18,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // benchSlots is the worker's slot count in the throughput benchmark
@@ -41,7 +43,7 @@ func cpuTime() time.Duration {
 }
 
 type benchEnv struct {
-	srv  *Embedded
+	srv  *embedded.Embedded
 	nc   *nats.Conn // client
 	js   jetstream.JetStream
 	once sync.Once
@@ -61,7 +63,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	srv, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: b.TempDir(), NoListen: true})
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: b.TempDir(), NoListen: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,7 +96,7 @@ func (e *benchEnv) startWorker(b *testing.B, slots int) *Worker {
 	case "none":
 		cfg.NoEvents = true
 	case "finished":
-		cfg.EventKinds = []loop.EventKind{loop.EventFinished}
+		cfg.EventKinds = []wire.EventKind{wire.EventFinished}
 	}
 	cfg.Streams.Memory = os.Getenv("FLEET_BENCH_MEMORY") == "1"
 	w, err := NewWorker(cfg)
@@ -131,7 +133,7 @@ func benchRequestMsg(b *testing.B, id string) *nats.Msg {
 func benchRequestMsgOp(b *testing.B, id, op string) *nats.Msg {
 	r := newReq(id)
 	r.Operation = op
-	m, err := NewRequestMsg(r, JSON, "")
+	m, err := wire.NewRequestMsg(r, wire.JSON, "")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -161,7 +163,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 		defer e.close()
 		ctx := context.Background()
 		s, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"},
-			Retention: jetstream.WorkQueuePolicy, Duplicates: DefaultDedupeWindow})
+			Retention: jetstream.WorkQueuePolicy, Duplicates: ledger.DefaultDedupeWindow})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -267,12 +269,12 @@ func BenchmarkNoopJobs(b *testing.B) {
 		// FLEET_BENCH_EVENTS=header-none|header-finished: the requests
 		// ask for fewer events (Fleet-Events), the worker is unchanged.
 		if v, ok := strings.CutPrefix(os.Getenv("FLEET_BENCH_EVENTS"), "header-"); ok {
-			msgs[i].Header.Set(HeaderEvents, v)
+			msgs[i].Header.Set(wire.HeaderEvents, v)
 		}
 	}
 	var got, bad atomic.Int64
 	finished := make(chan struct{})
-	sub, err := e.nc.Subscribe(SubjectResultsPrefix+">", func(m *nats.Msg) {
+	sub, err := e.nc.Subscribe(wire.SubjectResultsPrefix+">", func(m *nats.Msg) {
 		if !bytes.Contains(m.Data, []byte(`"state":"succeeded"`)) {
 			bad.Add(1)
 		}
@@ -396,7 +398,7 @@ func BenchmarkDispatchLatency(b *testing.B) {
 					select {
 					case m := <-pulls:
 						if isJobMsg(m) {
-							_ = wnc.Publish("rawres."+m.Header.Get(HeaderMsgID), nil)
+							_ = wnc.Publish("rawres."+m.Header.Get(wire.HeaderMsgID), nil)
 							_ = m.Ack()
 						}
 						answered = isJobMsg(m) || m.Header.Get("Status") == "408" || m.Header.Get("Status") == "404"
@@ -432,7 +434,7 @@ func BenchmarkDispatchLatency(b *testing.B) {
 
 	e := newBenchEnv(b)
 	e.startWorker(b, 2)
-	sub, err := e.nc.SubscribeSync(SubjectResultsPrefix + ">")
+	sub, err := e.nc.SubscribeSync(wire.SubjectResultsPrefix + ">")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -476,7 +478,7 @@ func BenchmarkDispatchLatency(b *testing.B) {
 	// result's arrival (events flushed, result published and routed).
 	var pickup, runT, out []time.Duration
 	for _, st := range stamps {
-		r, err := DecodeAgentResult(st.res, ContentTypeJSON)
+		r, err := wire.DecodeAgentResult(st.res, wire.ContentTypeJSON)
 		if err != nil {
 			b.Fatal(err)
 		}

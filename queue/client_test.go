@@ -11,17 +11,20 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // clientEnv is an embedded server, a worker serving "lint" with a scripted
 // processor, and a client on its own connection.
 type clientEnv struct {
 	t      *testing.T
-	srv    *queue.Embedded
-	client *queue.Client
+	srv    *embedded.Embedded
+	client *client.Client
 	nc     *nats.Conn
 	proc   *scriptProc
 }
@@ -39,7 +42,7 @@ func (p *scriptProc) count(id string) int64 {
 	return v.(*atomic.Int64).Load()
 }
 
-func (p *scriptProc) Process(ctx context.Context, req *queue.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
+func (p *scriptProc) Process(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
 	v, _ := p.runs.LoadOrStore(req.JobID, new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
 	now := time.Now()
@@ -61,11 +64,11 @@ func (p *scriptProc) Process(ctx context.Context, req *queue.RunRequest, ev loop
 	}, nil
 }
 
-func newClientEnv(t *testing.T, slots int, opts queue.ClientOptions) *clientEnv {
+func newClientEnv(t *testing.T, slots int, opts client.ClientOptions) *clientEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := queue.StartEmbedded(ctx, queue.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +83,7 @@ func newClientEnv(t *testing.T, slots int, opts queue.ClientOptions) *clientEnv 
 		Conn: wnc, Operations: []string{"lint"}, Slots: slots, Name: "client-test",
 		NewProcessor: func(int) (queue.Processor, error) { return env.proc, nil },
 		PullExpiry:   200 * time.Millisecond, DrainGrace: time.Second,
-		Streams: queue.StreamsConfig{Memory: true},
+		Streams: ledger.StreamsConfig{Memory: true},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -98,15 +101,15 @@ func newClientEnv(t *testing.T, slots int, opts queue.ClientOptions) *clientEnv 
 		t.Fatal(err)
 	}
 	t.Cleanup(env.nc.Close)
-	if env.client, err = queue.NewClient(env.nc, opts); err != nil {
+	if env.client, err = client.NewClient(env.nc, opts); err != nil {
 		t.Fatal(err)
 	}
 	return env
 }
 
-func request(id, name string) *queue.RunRequest {
-	return &queue.RunRequest{JobID: id, Operation: "lint",
-		Node:  agents.Node{ID: "a.py::" + name, Name: name, Type: "function", FilePath: "a.py", Text: "def f():\n    return 1\n"},
+func request(id, name string) *wire.RunRequest {
+	return &wire.RunRequest{JobID: id, Operation: "lint",
+		Node:  wire.Node{ID: "a.py::" + name, Name: name, Type: "function", FilePath: "a.py", Text: "def f():\n    return 1\n"},
 		Files: map[string]string{"a.py": "import os\ndef f():\n    return 1\n"}}
 }
 
@@ -117,9 +120,9 @@ func timeout(t *testing.T) context.Context {
 }
 
 // collect reads a watch to its end: every event, then the result.
-func collect(t *testing.T, w *queue.Watch) ([]*queue.Event, *queue.AgentResult) {
+func collect(t *testing.T, w *client.Watch) ([]*wire.Event, *wire.AgentResult) {
 	t.Helper()
-	var evs []*queue.Event
+	var evs []*wire.Event
 	for e := range w.Events() {
 		evs = append(evs, e)
 	}
@@ -130,7 +133,7 @@ func collect(t *testing.T, w *queue.Watch) ([]*queue.Event, *queue.AgentResult) 
 	return evs, r
 }
 
-func seqs(evs []*queue.Event) []int {
+func seqs(evs []*wire.Event) []int {
 	var out []int
 	for _, e := range evs {
 		out = append(out, e.Seq)
@@ -139,9 +142,9 @@ func seqs(evs []*queue.Event) []int {
 }
 
 func TestClientEnqueueAttachLiveAndLate(t *testing.T) {
-	for _, enc := range []queue.Encoding{queue.JSON, queue.Msgpack} {
+	for _, enc := range []wire.Encoding{wire.JSON, wire.Msgpack} {
 		t.Run(enc.String(), func(t *testing.T) {
-			env := newClientEnv(t, 1, queue.ClientOptions{Encoding: enc})
+			env := newClientEnv(t, 1, client.ClientOptions{Encoding: enc})
 			ctx := timeout(t)
 			req := request("", "f")
 			// Attach before the job exists: the watch goes live.
@@ -160,10 +163,10 @@ func TestClientEnqueueAttachLiveAndLate(t *testing.T) {
 			if got := seqs(evs); len(got) != 3 || got[0] != 1 || got[2] != 3 {
 				t.Fatalf("event seqs %v", got)
 			}
-			if evs[2].Kind != loop.EventFinished || evs[0].JobID != enq.JobID || evs[0].Attempt != 1 {
+			if evs[2].Kind != wire.EventFinished || evs[0].JobID != enq.JobID || evs[0].Attempt != 1 {
 				t.Fatalf("events %+v", evs)
 			}
-			if r.State != queue.StateSucceeded || r.Summary != "done "+enq.JobID || !strings.Contains(r.Diff, "-import os") {
+			if r.State != wire.StateSucceeded || r.Summary != "done "+enq.JobID || !strings.Contains(r.Diff, "-import os") {
 				t.Fatalf("result %+v", r)
 			}
 			if w.Err() != nil {
@@ -180,23 +183,23 @@ func TestClientEnqueueAttachLiveAndLate(t *testing.T) {
 				t.Fatalf("late attach: %v, %+v", seqs(evs2), r2)
 			}
 			r3, err := env.client.Wait(ctx, enq.JobID)
-			if err != nil || r3.State != queue.StateSucceeded {
+			if err != nil || r3.State != wire.StateSucceeded {
 				t.Fatalf("wait on a finished job: %+v, %v", r3, err)
 			}
 			r4, err := env.client.Result(ctx, enq.JobID)
 			if err != nil || r4.Summary != r.Summary {
 				t.Fatalf("stored result: %+v, %v", r4, err)
 			}
-			waitState(t, env.client, enq.JobID, queue.StateSucceeded)
+			waitState(t, env.client, enq.JobID, wire.StateSucceeded)
 		})
 	}
 }
 
-func waitState(t *testing.T, c *queue.Client, id string, want queue.JobState) *queue.StatusRecord {
+func waitState(t *testing.T, c *client.Client, id string, want wire.JobState) *wire.StatusRecord {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		rec, _, err := c.Status(context.Background(), id)
+		rec, err := c.Status(context.Background(), id)
 		if err == nil && rec.State == want {
 			return rec
 		}
@@ -208,7 +211,7 @@ func waitState(t *testing.T, c *queue.Client, id string, want queue.JobState) *q
 }
 
 func TestClientDuplicateRunsOnce(t *testing.T) {
-	env := newClientEnv(t, 1, queue.ClientOptions{})
+	env := newClientEnv(t, 1, client.ClientOptions{})
 	ctx := timeout(t)
 	first, err := env.client.Enqueue(ctx, request("dup-1", "f"))
 	if err != nil {
@@ -237,7 +240,7 @@ func TestClientDuplicateRunsOnce(t *testing.T) {
 }
 
 func TestClientWaitTimesOut(t *testing.T) {
-	env := newClientEnv(t, 1, queue.ClientOptions{})
+	env := newClientEnv(t, 1, client.ClientOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	// Nobody serves "docstring": the request is stored and waits.
@@ -257,14 +260,14 @@ func TestClientWaitTimesOut(t *testing.T) {
 	}
 	// The queued record is created before the publish (its revision goes
 	// in Fleet-Status-Rev), so it has no stream sequence yet.
-	rec := waitState(t, env.client, "nobody-1", queue.StateQueued)
+	rec := waitState(t, env.client, "nobody-1", wire.StateQueued)
 	if enq.Seq == 0 || rec.Operation != "docstring" {
 		t.Fatalf("queued record %+v, enqueued %+v", rec, enq)
 	}
 }
 
 func TestClientCancelRunningAndQueued(t *testing.T) {
-	env := newClientEnv(t, 1, queue.ClientOptions{})
+	env := newClientEnv(t, 1, client.ClientOptions{})
 	ctx := timeout(t)
 	if _, err := env.client.Enqueue(ctx, request("run-1", "block")); err != nil {
 		t.Fatal(err)
@@ -277,7 +280,7 @@ func TestClientCancelRunningAndQueued(t *testing.T) {
 	if err := env.client.Cancel(ctx, "queued-1", "not needed"); err != nil {
 		t.Fatal(err)
 	}
-	rec := waitState(t, env.client, "queued-1", queue.StateCanceled)
+	rec := waitState(t, env.client, "queued-1", wire.StateCanceled)
 	if rec.Reason != "not needed" {
 		t.Fatalf("record %+v", rec)
 	}
@@ -288,23 +291,23 @@ func TestClientCancelRunningAndQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.State != queue.StateCanceled || r.ErrorCode != queue.CodeCanceled || !strings.Contains(r.Error, "stop it") {
+	if r.State != wire.StateCanceled || r.ErrorCode != wire.CodeCanceled || !strings.Contains(r.Error, "stop it") {
 		t.Fatalf("running job's result %+v", r)
 	}
 	r, err = env.client.Wait(ctx, "queued-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.State != queue.StateCanceled || env.proc.count("queued-1") != 0 {
+	if r.State != wire.StateCanceled || env.proc.count("queued-1") != 0 {
 		t.Fatalf("queued job: %+v, ran %d times", r, env.proc.count("queued-1"))
 	}
-	if err := env.client.Cancel(ctx, "run-1", ""); !errors.Is(err, queue.ErrJobFinished) {
+	if err := env.client.Cancel(ctx, "run-1", ""); !errors.Is(err, client.ErrJobFinished) {
 		t.Fatalf("cancel of a finished job: %v", err)
 	}
 }
 
 func TestClientErrors(t *testing.T) {
-	env := newClientEnv(t, 1, queue.ClientOptions{})
+	env := newClientEnv(t, 1, client.ClientOptions{})
 	ctx := timeout(t)
 	if ok, err := env.client.Served(ctx, "lint"); !ok || err != nil {
 		t.Fatalf("lint served: %v %v", ok, err)
@@ -312,26 +315,26 @@ func TestClientErrors(t *testing.T) {
 	if ok, err := env.client.Served(ctx, "docstring"); ok || err != nil {
 		t.Fatalf("docstring served: %v %v", ok, err)
 	}
-	if _, _, err := env.client.Status(ctx, "never-seen"); !errors.Is(err, queue.ErrJobNotFound) {
+	if _, err := env.client.Status(ctx, "never-seen"); !errors.Is(err, client.ErrJobNotFound) {
 		t.Fatalf("status: %v", err)
 	}
-	if _, err := env.client.Result(ctx, "never-seen"); !errors.Is(err, queue.ErrNoResult) {
+	if _, err := env.client.Result(ctx, "never-seen"); !errors.Is(err, client.ErrNoResult) {
 		t.Fatalf("result: %v", err)
 	}
-	if _, err := env.client.Attach(ctx, "bad.id"); !errors.Is(err, queue.ErrInvalidRequest) {
+	if _, err := env.client.Attach(ctx, "bad.id"); !errors.Is(err, wire.ErrInvalidRequest) {
 		t.Fatalf("attach: %v", err)
 	}
 	bad := request("x", "f")
 	bad.Files = map[string]string{"../etc/passwd": ""}
-	if _, err := env.client.Enqueue(ctx, bad); !errors.Is(err, queue.ErrInvalidRequest) {
+	if _, err := env.client.Enqueue(ctx, bad); !errors.Is(err, wire.ErrInvalidRequest) {
 		t.Fatalf("enqueue invalid: %v", err)
 	}
-	if _, err := queue.NewClient(nil, queue.ClientOptions{}); !errors.Is(err, queue.ErrInvalidConfig) {
+	if _, err := client.NewClient(nil, client.ClientOptions{}); !errors.Is(err, client.ErrInvalidConfig) {
 		t.Fatalf("nil conn: %v", err)
 	}
 
 	// A server without the fleet's streams.
-	srv, err := queue.StartEmbedded(ctx, queue.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,27 +344,27 @@ func TestClientErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := queue.NewClient(nc, queue.ClientOptions{})
+	c, err := client.NewClient(nc, client.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Served(ctx, "lint"); !errors.Is(err, queue.ErrNoStreams) {
+	if _, err := c.Served(ctx, "lint"); !errors.Is(err, client.ErrNoStreams) {
 		t.Fatalf("served without streams: %v", err)
 	}
-	if _, err := c.Enqueue(ctx, request("y", "f")); !errors.Is(err, queue.ErrNoStreams) {
+	if _, err := c.Enqueue(ctx, request("y", "f")); !errors.Is(err, client.ErrNoStreams) {
 		t.Fatalf("enqueue without streams: %v", err)
 	}
-	if _, err := c.Attach(ctx, "y"); !errors.Is(err, queue.ErrNoStreams) {
+	if _, err := c.Attach(ctx, "y"); !errors.Is(err, client.ErrNoStreams) {
 		t.Fatalf("attach without streams: %v", err)
 	}
-	if _, _, err := c.Status(ctx, "y"); !errors.Is(err, queue.ErrNoStreams) {
+	if _, err := c.Status(ctx, "y"); !errors.Is(err, client.ErrNoStreams) {
 		t.Fatalf("status without streams: %v", err)
 	}
 }
 
 // Stopping a watch ends it with the context's cause and leaks nothing.
 func TestClientWatchStop(t *testing.T) {
-	env := newClientEnv(t, 1, queue.ClientOptions{})
+	env := newClientEnv(t, 1, client.ClientOptions{})
 	w, err := env.client.Attach(timeout(t), "not-yet")
 	if err != nil {
 		t.Fatal(err)

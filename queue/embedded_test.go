@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -15,18 +18,18 @@ func TestEmbeddedRefusesSharedStore(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	a, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: dir, NoListen: true})
+	a, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: dir, NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = StartEmbedded(ctx, EmbeddedConfig{StoreDir: dir, NoListen: true})
-	if !errors.Is(err, ErrStoreLocked) {
+	_, err = embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: dir, NoListen: true})
+	if !errors.Is(err, embedded.ErrStoreLocked) {
 		a.Shutdown()
 		t.Fatalf("second server on the same store: %v", err)
 	}
 	a.Shutdown()
 	a.Shutdown() // idempotent
-	b, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: dir, NoListen: true})
+	b, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: dir, NoListen: true})
 	if err != nil {
 		t.Fatalf("store not released: %v", err)
 	}
@@ -37,7 +40,7 @@ func TestEmbeddedTCPWithToken(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	srv, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", Token: "s3cret"})
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", Token: "s3cret"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +49,7 @@ func TestEmbeddedTCPWithToken(t *testing.T) {
 	if !strings.HasPrefix(url, "nats://127.0.0.1:") || strings.HasSuffix(url, ":4222") {
 		t.Fatalf("client URL %q", url)
 	}
-	nc, err := Connect(ctx, ConnectOptions{URL: url, Token: "s3cret", MaxReconnects: -1})
+	nc, err := client.Connect(ctx, client.ConnectOptions{URL: url, Token: "s3cret", MaxReconnects: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,12 +57,12 @@ func TestEmbeddedTCPWithToken(t *testing.T) {
 		t.Fatal("not connected")
 	}
 	nc.Close()
-	if nc, err := Connect(ctx, ConnectOptions{URL: url, Token: "wrong", MaxReconnects: -1}); err == nil {
+	if nc, err := client.Connect(ctx, client.ConnectOptions{URL: url, Token: "wrong", MaxReconnects: -1}); err == nil {
 		nc.Close()
 		t.Fatal("connected with a wrong token")
 	}
 	// A worker can run over TCP as well.
-	nc, err = Connect(ctx, ConnectOptions{URL: url, Token: "s3cret"})
+	nc, err = client.Connect(ctx, client.ConnectOptions{URL: url, Token: "s3cret"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +75,11 @@ func TestEmbeddedTCPWithToken(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := nc.SubscribeSync(ResultSubject("tcp-1"))
+	sub, err := nc.SubscribeSync(wire.ResultSubject("tcp-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := NewRequestMsg(newReq("tcp-1"), JSON, "")
+	m, err := wire.NewRequestMsg(newReq("tcp-1"), wire.JSON, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +90,7 @@ func TestEmbeddedTCPWithToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, err := DecodeAgentResult(rm.Data, rm.Header.Get(HeaderContentType)); err != nil || r.State != StateSucceeded {
+	if r, err := wire.DecodeAgentResult(rm.Data, rm.Header.Get(wire.HeaderContentType)); err != nil || r.State != wire.StateSucceeded {
 		t.Fatalf("%+v %v", r, err)
 	}
 	if err := w.Stop(); err != nil {
@@ -98,25 +101,25 @@ func TestEmbeddedTCPWithToken(t *testing.T) {
 func TestEmbeddedAndConnectValidation(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for _, c := range []EmbeddedConfig{
+	for _, c := range []embedded.EmbeddedConfig{
 		{},
 		{StoreDir: "x", Listen: "nohost"},
 		{StoreDir: "x", Token: "a", User: "u", Password: "p"},
 		{StoreDir: "x", User: "u"},
 		{StoreDir: "x", MaxMemory: -1},
 	} {
-		if _, err := StartEmbedded(ctx, c); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := embedded.StartEmbedded(ctx, c); !errors.Is(err, embedded.ErrInvalidConfig) {
 			t.Errorf("%+v: %v", c, err)
 		}
 	}
-	for _, o := range []ConnectOptions{
+	for _, o := range []client.ConnectOptions{
 		{},
 		{URL: "nats://x", Token: "a", User: "u"},
 		{URL: "nats://x", CredsFile: "c", NKeyFile: "n"},
 		{URL: "nats://x", TLSCert: "c"},
 		{URL: "nats://x", MaxReconnects: -2},
 	} {
-		if _, err := Connect(ctx, o); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := client.Connect(ctx, o); !errors.Is(err, client.ErrInvalidConfig) {
 			t.Errorf("%+v: %v", o, err)
 		}
 	}
@@ -127,12 +130,12 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := srv.ClientURL()
-	nc, err := Connect(ctx, ConnectOptions{URL: url, ReconnectWait: 100 * time.Millisecond})
+	nc, err := client.Connect(ctx, client.ConnectOptions{URL: url, ReconnectWait: 100 * time.Millisecond})
 	if err != nil {
 		srv.Shutdown()
 		t.Fatal(err)
@@ -150,7 +153,7 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 	// Queue a job while the server is down: restart it on the same port and
 	// store, and publish before the worker has reconnected.
 	srv.Shutdown()
-	srv, err = StartEmbedded(ctx, EmbeddedConfig{StoreDir: dir, Listen: strings.TrimPrefix(url, "nats://")})
+	srv, err = embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: dir, Listen: strings.TrimPrefix(url, "nats://")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +168,7 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cnc.Close()
-	m, err := NewRequestMsg(newReq("restart-1"), JSON, "")
+	m, err := wire.NewRequestMsg(newReq("restart-1"), wire.JSON, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,8 +178,8 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 	// The worker reconnects by itself, pulls and answers; read the stored
 	// result (the job may have finished before we could subscribe).
 	cjs, _ := jetstream.New(cnc)
-	c, err := cjs.OrderedConsumer(ctx, StreamResults, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{ResultSubject("restart-1")}})
+	c, err := cjs.OrderedConsumer(ctx, wire.StreamResults, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{wire.ResultSubject("restart-1")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,8 +187,8 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no result after the restart: %v", err)
 	}
-	r, err := DecodeAgentResult(rm.Data(), rm.Headers().Get(HeaderContentType))
-	if err != nil || r.State != StateSucceeded {
+	r, err := wire.DecodeAgentResult(rm.Data(), rm.Headers().Get(wire.HeaderContentType))
+	if err != nil || r.State != wire.StateSucceeded {
 		t.Fatalf("%+v %v", r, err)
 	}
 }

@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // TestEventsHeader: Fleet-Events limits the events a job publishes (the
@@ -15,7 +16,7 @@ func TestEventsHeader(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
-	c, err := NewClient(b.nc, ClientOptions{})
+	c, err := client.NewClient(b.nc, client.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,28 +24,28 @@ func TestEventsHeader(t *testing.T) {
 	defer cancel()
 	cases := []struct {
 		id    string
-		opts  []EnqueueOption
-		kinds []loop.EventKind // nil = all
+		opts  []client.EnqueueOption
+		kinds []wire.EventKind // nil = all
 	}{
 		{"ev-all", nil, nil},
-		{"ev-finished", []EnqueueOption{WithEvents(loop.EventFinished)}, []loop.EventKind{loop.EventFinished}},
-		{"ev-calls", []EnqueueOption{WithEvents(loop.EventToolCall, loop.EventFinished)}, []loop.EventKind{loop.EventToolCall, loop.EventFinished}},
-		{"ev-none", []EnqueueOption{WithEvents()}, []loop.EventKind{}},
+		{"ev-finished", []client.EnqueueOption{client.WithEvents(wire.EventFinished)}, []wire.EventKind{wire.EventFinished}},
+		{"ev-calls", []client.EnqueueOption{client.WithEvents(wire.EventToolCall, wire.EventFinished)}, []wire.EventKind{wire.EventToolCall, wire.EventFinished}},
+		{"ev-none", []client.EnqueueOption{client.WithEvents()}, []wire.EventKind{}},
 	}
 	var all int
 	for _, tc := range cases {
-		sub := b.subscribe(ResultSubject(tc.id))
+		sub := b.subscribe(wire.ResultSubject(tc.id))
 		if _, err := c.Enqueue(ctx, newReq(tc.id), tc.opts...); err != nil {
 			t.Fatal(err)
 		}
 		r := b.result(sub)
-		if r.State != StateSucceeded || r.EventsDropped != 0 {
+		if r.State != wire.StateSucceeded || r.EventsDropped != 0 {
 			t.Fatalf("%s: result %+v", tc.id, r)
 		}
 		evs := b.storedEvents(tc.id)
 		if tc.kinds == nil {
 			all = len(evs)
-			if all < 3 || evs[all-1].Kind != loop.EventFinished {
+			if all < 3 || evs[all-1].Kind != wire.EventFinished {
 				t.Fatalf("%s: %d events, last %+v", tc.id, all, evs[len(evs)-1])
 			}
 			continue
@@ -61,9 +62,9 @@ func TestEventsHeader(t *testing.T) {
 }
 
 func TestParseEventsHeader(t *testing.T) {
-	for v, want := range map[string][]loop.EventKind{
-		"": nil, "all": nil, " ALL ": nil, "none": {}, "finished": {loop.EventFinished},
-		" tool_call , finished,": {loop.EventToolCall, loop.EventFinished},
+	for v, want := range map[string][]wire.EventKind{
+		"": nil, "all": nil, " ALL ": nil, "none": {}, "finished": {wire.EventFinished},
+		" tool_call , finished,": {wire.EventToolCall, wire.EventFinished},
 	} {
 		limit, kinds := parseEventsHeader(v)
 		if limit != (want != nil) || len(kinds) != len(want) {

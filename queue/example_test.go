@@ -6,9 +6,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // A worker on an embedded server runs one job: the request goes out on
@@ -18,7 +19,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "fleet-example")
 	defer os.RemoveAll(dir)
-	srv, err := queue.StartEmbedded(ctx, queue.EmbeddedConfig{StoreDir: dir, NoListen: true})
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: dir, NoListen: true})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -28,7 +29,7 @@ func Example() {
 	defer wnc.Close()
 
 	// A processor that "lints" by counting lines; a real one runs the loop.
-	lint := queue.ProcessorFunc(func(ctx context.Context, req *queue.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
+	lint := queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
 		ev.Emit(loop.Event{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
 		ev.Emit(loop.Event{Kind: loop.EventFinished, Seq: 2, Turn: 1, Time: time.Now(), Status: loop.StatusSuccess})
 		return &queue.Outcome{Result: loop.Result{Status: loop.StatusSuccess,
@@ -49,12 +50,12 @@ func Example() {
 	// The coordinator side: listen, then publish.
 	nc, _ := srv.Connect()
 	defer nc.Close()
-	events, _ := nc.SubscribeSync(queue.EventSubject("ex-1"))
-	results, _ := nc.SubscribeSync(queue.ResultSubject("ex-1"))
-	req := &queue.RunRequest{JobID: "ex-1", Operation: "lint",
-		Node:  agents.Node{Name: "app.py", Type: "file", FilePath: "app.py", Text: "import os\n"},
+	events, _ := nc.SubscribeSync(wire.EventSubject("ex-1"))
+	results, _ := nc.SubscribeSync(wire.ResultSubject("ex-1"))
+	req := &wire.RunRequest{JobID: "ex-1", Operation: "lint",
+		Node:  wire.Node{Name: "app.py", Type: "file", FilePath: "app.py", Text: "import os\n"},
 		Files: map[string]string{"app.py": "import os\n"}}
-	msg, err := queue.NewRequestMsg(req, queue.Msgpack, "")
+	msg, err := wire.NewRequestMsg(req, wire.Msgpack, "")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -65,12 +66,12 @@ func Example() {
 	}
 	for range 2 {
 		m, _ := events.NextMsg(5 * time.Second)
-		e, _ := queue.DecodeEvent(m.Data, m.Header.Get(queue.HeaderContentType))
+		e, _ := wire.DecodeEvent(m.Data, m.Header.Get(wire.HeaderContentType))
 		fmt.Println("event", e.Seq, e.Kind)
 	}
 	m, _ := results.NextMsg(5 * time.Second)
-	r, _ := queue.DecodeAgentResult(m.Data, m.Header.Get(queue.HeaderContentType))
-	fmt.Println(m.Header.Get(queue.HeaderContentType), r.State, r.Summary, "attempt", r.Attempts)
+	r, _ := wire.DecodeAgentResult(m.Data, m.Header.Get(wire.HeaderContentType))
+	fmt.Println(m.Header.Get(wire.HeaderContentType), r.State, r.Summary, "attempt", r.Attempts)
 	// Output:
 	// event 1 turn_started
 	// event 2 finished

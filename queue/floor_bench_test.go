@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -18,21 +20,22 @@ import (
 // floorRun measures the protocol floor: the durable operations the fleet
 // protocol requires per job and nothing else, written directly against
 // nats.go with none of the worker's code, on the same streams (same
-// configuration: EnsureStreams' file-stored FLEET_RUNS, FLEET_RESULTS and
+// configuration: ledger.EnsureStreams' file-stored FLEET_RUNS, FLEET_RESULTS and
 // fleet_jobs), with the same request bytes and the same number of slots.
 // Per job:
 //
 //  1. the request is published (asynchronously, like the fleet run);
 //  2. a slot sends a pull request for one message and receives the job;
-//  3. it creates the job's status key as running (compare-and-set on
-//     revision 0) and publishes the result with its Nats-Msg-Id, both at
-//     once;
-//  4. once the running write is confirmed (its revision is needed) it
-//     writes the terminal status with compare-and-set on that revision;
-//  5. once the result and the terminal write are confirmed it acknowledges
-//     the job (plain +ACK) and pulls the next.
+//  3. it writes the job's lease record (compare-and-set on the lease
+//     subject's revision 0) and, at the same time, reads the client's
+//     status record (a direct get: a cancel of a queued job);
+//  4. once the lease is confirmed (its revision fences the result) it
+//     publishes the result with the lease as its expected last subject
+//     sequence (protocol 1.2);
+//  5. once the result is confirmed it acknowledges the job (plain +ACK)
+//     and pulls the next.
 //
-// No status read, no events, no request decoding, no JSON encoding (the
+// No events by default, no request decoding, no JSON encoding (the
 // status and result payloads are prebuilt bytes of the fleet's sizes). Each
 // slot has one subscription for all its replies (pull answers and PubAcks),
 // a channel subscription: no goroutine hop beyond the connection's reader.
@@ -48,7 +51,7 @@ func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Durati
 	defer e.close()
 	ctx := context.Background()
 	memory := os.Getenv("FLEET_BENCH_MEMORY") == "1"
-	if _, err := EnsureStreams(ctx, e.js, StreamsConfig{Operations: []string{"lint"}, Memory: memory}); err != nil {
+	if _, err := ledger.EnsureStreams(ctx, e.js, ledger.StreamsConfig{Operations: []string{"lint"}, Memory: memory}); err != nil {
 		b.Fatal(err)
 	}
 	msgs := make([]*nats.Msg, n)
@@ -68,7 +71,7 @@ func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Durati
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	pullBody := []byte(`{"batch":1,"expires":5000000000}`)
-	pullSubj := "$JS.API.CONSUMER.MSG.NEXT." + StreamRuns + ".lint"
+	pullSubj := "$JS.API.CONSUMER.MSG.NEXT." + wire.StreamRuns + ".lint"
 	for range slots {
 		nc := shared
 		if perConn {
@@ -125,57 +128,70 @@ func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Durati
 						}
 					}
 				}
-				id := job.Header.Get(HeaderMsgID)
-				key := "$KV." + BucketJobs + "." + id
-				running := &nats.Msg{Subject: key, Reply: runReply, Data: floorStatus(id, "running"),
+				id := job.Header.Get(wire.HeaderMsgID)
+				lease := &nats.Msg{Subject: wire.LeaseSubject(id), Reply: runReply, Data: floorStatus(id, "running"),
 					Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: {"0"}}}
-				result := &nats.Msg{Subject: ResultSubject(id), Reply: resReply, Data: floorResult(id),
-					Header: nats.Header{HeaderMsgID: {ResultMsgID(id)}, HeaderContentType: {"application/json"},
-						HeaderProtocol: {"1"}, HeaderJobID: {id}, HeaderAttempt: {"1"}}}
-				if err := nc.PublishMsg(running); err != nil {
+				if err := nc.PublishMsg(lease); err != nil {
 					fail(err)
 					return
 				}
-				if events > 0 {
-					h := nats.Header{HeaderContentType: {"application/json"}, HeaderProtocol: {"1"},
-						HeaderJobID: {id}, HeaderAttempt: {"1"}}
-					for k := range events {
-						if err := nc.PublishMsg(&nats.Msg{Subject: EventSubject(id), Data: floorEvent(id, k+1), Header: h}); err != nil {
-							fail(err)
-							return
-						}
-					}
-				}
-				if err := nc.PublishMsg(result); err != nil {
+				// The client's record (a cancel of a queued job), read
+				// while the lease is written.
+				if err := nc.PublishRequest("$JS.API.DIRECT.GET.KV_"+wire.BucketJobs+".$KV."+wire.BucketJobs+"."+id, endReply, nil); err != nil {
 					fail(err)
 					return
 				}
 				var rev uint64
-				resOK, endOK := false, false
-				for !resOK || !endOK {
+				leaseOK, kvOK := false, false
+				for !leaseOK || !kvOK {
 					m := wait()
 					if m == nil {
 						return
 					}
-					seq, err := floorPubAck(m.Data)
-					if err != nil {
-						fail(fmt.Errorf("%s: %w", m.Subject, err))
-						return
-					}
 					switch m.Subject {
 					case runReply:
-						rev = seq
-						end := &nats.Msg{Subject: key, Reply: endReply, Data: floorStatus(id, "succeeded"),
-							Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)}}}
-						if err := nc.PublishMsg(end); err != nil {
+						seq, err := floorPubAck(m.Data)
+						if err != nil {
+							fail(fmt.Errorf("lease: %w", err))
+							return
+						}
+						rev, leaseOK = seq, true
+					case endReply:
+						kvOK = true
+					}
+				}
+				if events > 0 {
+					h := nats.Header{wire.HeaderContentType: {"application/json"}, wire.HeaderProtocol: {"1"},
+						wire.HeaderJobID: {id}, wire.HeaderAttempt: {"1"}}
+					for k := range events {
+						if err := nc.PublishMsg(&nats.Msg{Subject: wire.EventSubject(id), Data: floorEvent(id, k+1), Header: h}); err != nil {
 							fail(err)
 							return
 						}
-					case resReply:
-						resOK = true
-					case endReply:
-						endOK = true
 					}
+				}
+				srev := strconv.FormatUint(rev, 10)
+				result := &nats.Msg{Subject: wire.ResultSubject(id), Reply: resReply, Data: floorResult(id),
+					Header: nats.Header{wire.HeaderMsgID: {wire.ResultMsgID(id, rev)}, wire.HeaderContentType: {"application/json"},
+						wire.HeaderProtocol: {"1"}, wire.HeaderJobID: {id}, wire.HeaderAttempt: {"1"},
+						wire.HeaderExpectedLastSubjSeq: {srev}, wire.HeaderExpectedLastSubjSeqSubj: {wire.LeaseSubject(id)}}}
+				if err := nc.PublishMsg(result); err != nil {
+					fail(err)
+					return
+				}
+				for resOK := false; !resOK; {
+					m := wait()
+					if m == nil {
+						return
+					}
+					if m.Subject != resReply {
+						continue
+					}
+					if _, err := floorPubAck(m.Data); err != nil {
+						fail(fmt.Errorf("result: %w", err))
+						return
+					}
+					resOK = true
 				}
 				if err := nc.Publish(job.Reply, []byte("+ACK")); err != nil {
 					fail(err)

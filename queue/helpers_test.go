@@ -15,8 +15,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -26,7 +30,7 @@ func TestMain(m *testing.M) {
 // testBundle is one embedded server with a client connection.
 type testBundle struct {
 	t   *testing.T
-	srv *Embedded
+	srv *embedded.Embedded
 	nc  *nats.Conn
 	js  jetstream.JetStream
 }
@@ -35,7 +39,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	srv, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +72,7 @@ func (b *testBundle) worker(proc func(slot int) Processor, mut func(*Config)) *W
 		NewProcessor: func(i int) (Processor, error) { return proc(i), nil },
 		PullExpiry:   500 * time.Millisecond, DrainGrace: 5 * time.Second,
 		RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond,
-		Streams: StreamsConfig{AckWait: 2 * time.Second},
+		Streams: ledger.StreamsConfig{AckWait: 2 * time.Second},
 	}
 	if mut != nil {
 		mut(&cfg)
@@ -93,16 +97,16 @@ func (b *testBundle) worker(proc func(slot int) Processor, mut func(*Config)) *W
 	return w
 }
 
-func newReq(id string) *RunRequest {
-	return &RunRequest{JobID: id, Operation: "lint",
-		Node:  agents.Node{ID: "a.py::f", Name: "f", Type: "function", FilePath: "a.py", Text: "def f():\n    return 1\n"},
+func newReq(id string) *wire.RunRequest {
+	return &wire.RunRequest{JobID: id, Operation: "lint",
+		Node:  wire.Node{ID: "a.py::f", Name: "f", Type: "function", FilePath: "a.py", Text: "def f():\n    return 1\n"},
 		Files: map[string]string{"a.py": "import os\ndef f():\n    return 1\n"}}
 }
 
 // publish enqueues req and returns the PubAck.
-func (b *testBundle) publish(req *RunRequest, enc Encoding, replyTo string) *jetstream.PubAck {
+func (b *testBundle) publish(req *wire.RunRequest, enc wire.Encoding, replyTo string) *jetstream.PubAck {
 	b.t.Helper()
-	m, err := NewRequestMsg(req, enc, replyTo)
+	m, err := wire.NewRequestMsg(req, enc, replyTo)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -135,13 +139,13 @@ func (b *testBundle) subscribe(subject string) *nats.Subscription {
 }
 
 // result waits for the next result on sub and decodes it.
-func (b *testBundle) result(sub *nats.Subscription) *AgentResult {
+func (b *testBundle) result(sub *nats.Subscription) *wire.AgentResult {
 	b.t.Helper()
 	m, err := sub.NextMsg(15 * time.Second)
 	if err != nil {
 		b.t.Fatalf("no result on %s: %v", sub.Subject, err)
 	}
-	r, err := DecodeAgentResult(m.Data, m.Header.Get(HeaderContentType))
+	r, err := wire.DecodeAgentResult(m.Data, m.Header.Get(wire.HeaderContentType))
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -150,8 +154,8 @@ func (b *testBundle) result(sub *nats.Subscription) *AgentResult {
 	// result and every event published before it are in the stream.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := b.js.OrderedConsumer(ctx, StreamResults, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{ResultSubject(r.JobID)}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	c, err := b.js.OrderedConsumer(ctx, wire.StreamResults, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{wire.ResultSubject(r.JobID)}, DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -161,39 +165,27 @@ func (b *testBundle) result(sub *nats.Subscription) *AgentResult {
 	return r
 }
 
-// status waits until a job's status record reaches state (the worker
-// writes it right after the result, so a reader of the result may see the
-// previous state for a moment) and returns it.
-func (b *testBundle) status(jobID string, state JobState) StatusRecord {
+// status waits until a job's status (as ledger.ReadStatus reads it)
+// reaches state and returns it.
+func (b *testBundle) status(jobID string, state wire.JobState) wire.StatusRecord {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := b.js.KeyValue(ctx, BucketJobs)
+	ctx := context.Background()
+	kv, err := b.js.KeyValue(ctx, wire.BucketJobs)
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	wt, err := kv.Watch(ctx, jobID)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	defer func() { _ = wt.Stop() }()
-	var last StatusRecord
-	for {
-		select {
-		case e := <-wt.Updates():
-			if e == nil {
-				continue // end of the initial values
-			}
-			if err := json.Unmarshal(e.Value(), &last); err != nil {
-				b.t.Fatal(err)
-			}
-			if last.State == state {
-				return last
-			}
-		case <-ctx.Done():
-			b.t.Fatalf("status of %s is %+v, want state %s", jobID, last, state)
+	var last wire.StatusRecord
+	testutil.Eventually(b.t, 10*time.Second, "status of "+jobID, func() error {
+		rec, err := ledger.ReadStatus(ctx, b.nc, kv, jobID)
+		if err != nil {
+			return err
 		}
-	}
+		if last = *rec; last.State != state {
+			return fmt.Errorf("%+v, want state %s", last, state)
+		}
+		return nil
+	})
+	return last
 }
 
 // countSubject counts the messages stored on subject in stream.
@@ -213,7 +205,7 @@ func (b *testBundle) countSubject(stream, subject string) uint64 {
 // consumerInfo returns the operation consumer's state.
 func (b *testBundle) consumerInfo(op string) *jetstream.ConsumerInfo {
 	b.t.Helper()
-	c, err := b.js.Consumer(context.Background(), StreamRuns, op)
+	c, err := b.js.Consumer(context.Background(), wire.StreamRuns, op)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -225,23 +217,23 @@ func (b *testBundle) consumerInfo(op string) *jetstream.ConsumerInfo {
 }
 
 // storedEvents reads all stored events of a job (late attach).
-func (b *testBundle) storedEvents(jobID string) []*Event {
+func (b *testBundle) storedEvents(jobID string) []*wire.Event {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := b.js.OrderedConsumer(ctx, StreamResults, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{EventSubject(jobID)}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	c, err := b.js.OrderedConsumer(ctx, wire.StreamResults, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{wire.EventSubject(jobID)}, DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	n := b.countSubject(StreamResults, EventSubject(jobID))
-	var out []*Event
+	n := b.countSubject(wire.StreamResults, wire.EventSubject(jobID))
+	var out []*wire.Event
 	for uint64(len(out)) < n {
 		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
 			b.t.Fatal(err)
 		}
-		e, err := DecodeEvent(m.Data(), m.Headers().Get(HeaderContentType))
+		e, err := wire.DecodeEvent(m.Data(), m.Headers().Get(wire.HeaderContentType))
 		if err != nil {
 			b.t.Fatal(err)
 		}
@@ -277,11 +269,11 @@ func newLoopProcessor(tb testing.TB, model func() loop.Model, calls *atomic.Int6
 	return &loopProcessor{runner: r, agent: benchAgent, model: model, calls: calls}
 }
 
-func (p *loopProcessor) Process(ctx context.Context, req *RunRequest, events loop.EventSink) (*Outcome, error) {
+func (p *loopProcessor) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error) {
 	if p.calls != nil {
 		p.calls.Add(1)
 	}
-	res, err := p.runner.Run(ctx, loop.Input{Agent: p.agent, Node: req.Node, WorkspaceID: "ws-" + req.JobID,
+	res, err := p.runner.Run(ctx, loop.Input{Agent: p.agent, Node: agents.Node(req.Node), WorkspaceID: "ws-" + req.JobID,
 		Model: p.model(), Tools: noTools{}, Events: events})
 	if err != nil {
 		return nil, err
@@ -311,7 +303,7 @@ func newGate(honourCtx bool) *gate {
 	return &gate{started: make(chan string, 16), release: make(chan struct{}), honourCtx: honourCtx}
 }
 
-func (g *gate) Process(ctx context.Context, req *RunRequest, events loop.EventSink) (*Outcome, error) {
+func (g *gate) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error) {
 	n := g.calls.Add(1)
 	events.Emit(loop.Event{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
 	g.started <- fmt.Sprintf("%s#%d", req.JobID, n)

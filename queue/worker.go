@@ -17,6 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // Processor runs one job. The worker calls it from one slot at a time; each
@@ -34,14 +36,14 @@ import (
 // after a delay, and dead-lettered with QUEUE_004 when its deliveries are
 // exhausted. A panic is caught and treated as poison (QUEUE_006).
 type Processor interface {
-	Process(ctx context.Context, req *RunRequest, events loop.EventSink) (*Outcome, error)
+	Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error)
 }
 
 // ProcessorFunc adapts a function to Processor.
-type ProcessorFunc func(ctx context.Context, req *RunRequest, events loop.EventSink) (*Outcome, error)
+type ProcessorFunc func(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error)
 
 // Process calls f.
-func (f ProcessorFunc) Process(ctx context.Context, req *RunRequest, events loop.EventSink) (*Outcome, error) {
+func (f ProcessorFunc) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error) {
 	return f(ctx, req, events)
 }
 
@@ -105,7 +107,7 @@ type Config struct {
 	Name string
 	// Streams configures the streams and consumers Start ensures. Its
 	// Operations default to Config.Operations.
-	Streams StreamsConfig
+	Streams ledger.StreamsConfig
 	// Heartbeat is the interval of InProgress heartbeats for running jobs;
 	// 0 = the ack wait / 3; -1 = no heartbeats (tests of redelivery).
 	Heartbeat time.Duration
@@ -138,7 +140,7 @@ type Config struct {
 	// EventKinds limits the events published to these kinds; nil publishes
 	// every kind. Each event is a JetStream write, the largest per-job cost
 	// of a short job (docs/PERFORMANCE.md); "finished" is a good minimum.
-	EventKinds []loop.EventKind
+	EventKinds []wire.EventKind
 	// NoEvents publishes no events at all (results and status only).
 	NoEvents bool
 	// NoAdvisoryMover disables the dead-letter mover that turns max-deliveries
@@ -146,23 +148,26 @@ type Config struct {
 	NoAdvisoryMover bool
 	// Logger receives the worker's logs; nil = discard.
 	Logger *slog.Logger
+	// Ledger keeps the jobs' leases, results and status; nil = the
+	// JetStream ledger on Conn (tests of the engine pass ledger.Memory).
+	Ledger ledger.Ledger
 }
 
 func (c *Config) validate() error {
 	if c.Conn == nil {
-		return fmt.Errorf("%w: Config.Conn is required", ErrInvalidConfig)
+		return fmt.Errorf("%w: Config.Conn is required", ledger.ErrInvalidConfig)
 	}
 	if len(c.Operations) == 0 {
-		return fmt.Errorf("%w: Config.Operations is empty", ErrInvalidConfig)
+		return fmt.Errorf("%w: Config.Operations is empty", ledger.ErrInvalidConfig)
 	}
 	if c.NewProcessor == nil {
-		return fmt.Errorf("%w: Config.NewProcessor is required", ErrInvalidConfig)
+		return fmt.Errorf("%w: Config.NewProcessor is required", ledger.ErrInvalidConfig)
 	}
 	if c.Slots < 0 {
-		return fmt.Errorf("%w: Slots must not be negative, got %d", ErrInvalidConfig, c.Slots)
+		return fmt.Errorf("%w: Slots must not be negative, got %d", ledger.ErrInvalidConfig, c.Slots)
 	}
 	if c.Heartbeat < -1 || c.DrainGrace < -1 || c.PullExpiry < 0 || c.StopTimeout < 0 || c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 || c.EventBuffer < 0 {
-		return fmt.Errorf("%w: durations and sizes must not be negative (Heartbeat and DrainGrace may be -1)", ErrInvalidConfig)
+		return fmt.Errorf("%w: durations and sizes must not be negative (Heartbeat and DrainGrace may be -1)", ledger.ErrInvalidConfig)
 	}
 	if len(c.Streams.Operations) == 0 {
 		c.Streams.Operations = c.Operations
@@ -173,11 +178,11 @@ func (c *Config) validate() error {
 		}
 		for _, op := range c.Operations {
 			if !served[op] {
-				return fmt.Errorf("%w: operation %q is served but not in Streams.Operations", ErrInvalidConfig, op)
+				return fmt.Errorf("%w: operation %q is served but not in Streams.Operations", ledger.ErrInvalidConfig, op)
 			}
 		}
 	}
-	if err := c.Streams.validate(); err != nil {
+	if err := c.Streams.Validate(); err != nil {
 		return err
 	}
 	c.Slots = cmp.Or(c.Slots, runtime.NumCPU())
@@ -186,29 +191,29 @@ func (c *Config) validate() error {
 		c.Name = fmt.Sprintf("%s-%d", cmp.Or(host, "worker"), os.Getpid())
 	}
 	if c.Heartbeat == 0 {
-		c.Heartbeat = max(c.Streams.ackWait()/3, time.Millisecond)
+		c.Heartbeat = max(c.Streams.FirstAckWait()/3, time.Millisecond)
 	}
-	if c.Heartbeat > 0 && c.Heartbeat >= c.Streams.ackWait() {
-		return fmt.Errorf("%w: Heartbeat (%s) must be shorter than the ack wait (%s)", ErrInvalidConfig, c.Heartbeat, c.Streams.ackWait())
+	if c.Heartbeat > 0 && c.Heartbeat >= c.Streams.FirstAckWait() {
+		return fmt.Errorf("%w: Heartbeat (%s) must be shorter than the ack wait (%s)", ledger.ErrInvalidConfig, c.Heartbeat, c.Streams.FirstAckWait())
 	}
 	c.PullExpiry = cmp.Or(c.PullExpiry, DefaultPullExpiry)
 	if c.PullExpiry < 10*time.Millisecond {
-		return fmt.Errorf("%w: PullExpiry must be at least 10ms, got %s", ErrInvalidConfig, c.PullExpiry)
+		return fmt.Errorf("%w: PullExpiry must be at least 10ms, got %s", ledger.ErrInvalidConfig, c.PullExpiry)
 	}
 	c.DrainGrace = cmp.Or(c.DrainGrace, DefaultDrainGrace)
 	c.StopTimeout = cmp.Or(c.StopTimeout, DefaultStopTimeout)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
 	if c.PublishTimeout < 10*time.Millisecond {
-		return fmt.Errorf("%w: PublishTimeout must be at least 10ms, got %s", ErrInvalidConfig, c.PublishTimeout)
+		return fmt.Errorf("%w: PublishTimeout must be at least 10ms, got %s", ledger.ErrInvalidConfig, c.PublishTimeout)
 	}
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, DefaultRetryBackoff)
 	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, DefaultMaxRetryBackoff)
 	if c.MaxRetryBackoff < c.RetryBackoff {
-		return fmt.Errorf("%w: MaxRetryBackoff (%s) < RetryBackoff (%s)", ErrInvalidConfig, c.MaxRetryBackoff, c.RetryBackoff)
+		return fmt.Errorf("%w: MaxRetryBackoff (%s) < RetryBackoff (%s)", ledger.ErrInvalidConfig, c.MaxRetryBackoff, c.RetryBackoff)
 	}
 	c.EventBuffer = cmp.Or(c.EventBuffer, DefaultEventBuffer)
 	if c.NoEvents && len(c.EventKinds) > 0 {
-		return fmt.Errorf("%w: NoEvents and EventKinds are exclusive", ErrInvalidConfig)
+		return fmt.Errorf("%w: NoEvents and EventKinds are exclusive", ledger.ErrInvalidConfig)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -233,6 +238,9 @@ type Stats struct {
 	Requeued int64
 	// EventsDropped counts events not published.
 	EventsDropped int64
+	// Fenced counts attempts whose lease another attempt took over (this
+	// worker paused or was cut off past the ack wait): they wrote nothing.
+	Fenced int64
 	// Overdelivered counts jobs that arrived on a withdrawn pull request
 	// (a slot long-polling several operations got two at once) while no
 	// slot was idle, and were handed back at once.
@@ -240,7 +248,7 @@ type Stats struct {
 }
 
 type stats struct {
-	started, succeeded, failed, canceled, dead, duplicates, retried, requeued, eventsDropped, overdelivered atomic.Int64
+	started, succeeded, failed, canceled, dead, duplicates, retried, requeued, eventsDropped, overdelivered, fenced atomic.Int64
 }
 
 // Worker pulls run requests for its operations, one job per slot at a time,
@@ -254,7 +262,7 @@ type Worker struct {
 	mu       sync.Mutex
 	started  bool
 	stopped  bool
-	streams  *Streams
+	streams  *ledger.Streams
 	stopping chan struct{} // closed by Stop: slots stop pulling
 	runCtx   context.Context
 	cancel   context.CancelCauseFunc // cancels running jobs with ErrShutdown
@@ -263,7 +271,7 @@ type Worker struct {
 	bgCancel context.CancelFunc
 	cancelSb *nats.Subscription
 
-	kinds   map[loop.EventKind]bool // nil = all
+	kinds   map[wire.EventKind]bool // nil = all
 	runMu   sync.Mutex
 	running map[string][]*runningJob // job id -> its runs here (a redelivery may overlap a stale run)
 	abandon chan struct{}            // closed when Stop gives up on stuck slots
@@ -273,9 +281,11 @@ type Worker struct {
 	opIndex map[string]int // operation (consumer name) -> index
 	st      stats
 
-	// testHookStatusRead, set by tests only, runs between a slot's read of
-	// a job's status and its running write.
-	testHookStatusRead func(jobID string)
+	ledger ledger.Ledger
+	jsl    *ledger.JetStream // the ledger the worker made (closed by Stop)
+
+	// testHookHeartbeat, set by tests only, sees every heartbeat's answer.
+	testHookHeartbeat func(jobID string, err error)
 }
 
 // NewWorker validates cfg and returns a Worker; nothing happens until Start.
@@ -290,7 +300,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg, js: js, log: cfg.Logger.With("worker", cfg.Name),
 		running: map[string][]*runningJob{}, abandon: make(chan struct{})}
 	if cfg.NoEvents || len(cfg.EventKinds) > 0 {
-		w.kinds = make(map[loop.EventKind]bool, len(cfg.EventKinds))
+		w.kinds = make(map[wire.EventKind]bool, len(cfg.EventKinds))
 		for _, k := range cfg.EventKinds {
 			w.kinds[k] = true
 		}
@@ -305,7 +315,7 @@ func (w *Worker) Name() string { return w.cfg.Name }
 func (w *Worker) Config() Config { return w.cfg }
 
 // Streams returns the stream handles once Start has succeeded, else nil.
-func (w *Worker) Streams() *Streams {
+func (w *Worker) Streams() *ledger.Streams {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.streams
@@ -317,7 +327,7 @@ func (w *Worker) Stats() Stats {
 		Started: w.st.started.Load(), Succeeded: w.st.succeeded.Load(), Failed: w.st.failed.Load(),
 		Canceled: w.st.canceled.Load(), Dead: w.st.dead.Load(), Duplicates: w.st.duplicates.Load(),
 		Retried: w.st.retried.Load(), Requeued: w.st.requeued.Load(), EventsDropped: w.st.eventsDropped.Load(),
-		Overdelivered: w.st.overdelivered.Load(),
+		Overdelivered: w.st.overdelivered.Load(), Fenced: w.st.fenced.Load(),
 	}
 }
 
@@ -333,7 +343,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.stopped {
 		return errors.New("queue: worker already stopped")
 	}
-	streams, err := EnsureStreams(ctx, w.js, w.cfg.Streams)
+	streams, err := ledger.EnsureStreams(ctx, w.js, w.cfg.Streams)
 	if err != nil {
 		return err
 	}
@@ -346,7 +356,15 @@ func (w *Worker) Start(ctx context.Context) error {
 			return fmt.Errorf("queue: NewProcessor(%d) returned nil", i)
 		}
 	}
-	sub, err := w.cfg.Conn.Subscribe(SubjectCancelPrefix+"*", w.onCancel)
+	if w.ledger = w.cfg.Ledger; w.ledger == nil {
+		jsl, err := ledger.NewJetStream(ledger.JetStreamConfig{Conn: w.cfg.Conn, Status: streams.Status,
+			Worker: w.cfg.Name, PublishTimeout: w.cfg.PublishTimeout, Logger: w.log})
+		if err != nil {
+			return err
+		}
+		w.ledger, w.jsl = jsl, jsl
+	}
+	sub, err := w.cfg.Conn.Subscribe(wire.SubjectCancelPrefix+"*", w.onCancel)
 	if err != nil {
 		return fmt.Errorf("queue: subscribe to cancels: %w", err)
 	}
@@ -439,6 +457,9 @@ func (w *Worker) Stop() error {
 	w.drainPullSubs()
 	w.bgCancel()
 	w.bgWG.Wait()
+	if w.jsl != nil {
+		defer w.jsl.Close()
+	}
 	if w.cancelSb != nil {
 		err = errors.Join(err, w.cancelSb.Unsubscribe())
 	}
@@ -506,7 +527,7 @@ func (w *Worker) unregister(jobID string, r *runningJob) {
 }
 
 func (w *Worker) onCancel(m *nats.Msg) {
-	jobID := strings.TrimPrefix(m.Subject, SubjectCancelPrefix)
+	jobID := strings.TrimPrefix(m.Subject, wire.SubjectCancelPrefix)
 	w.runMu.Lock()
 	rs := append([]*runningJob(nil), w.running[jobID]...)
 	w.runMu.Unlock()
@@ -515,9 +536,9 @@ func (w *Worker) onCancel(m *nats.Msg) {
 	}
 	reason := ""
 	if len(m.Data) > 0 {
-		var body CancelRequest
-		if err := JSON.Unmarshal(m.Data, &body); err == nil {
-			reason = clip(body.Reason)
+		var body wire.CancelRequest
+		if err := wire.JSON.Unmarshal(m.Data, &body); err == nil {
+			reason = wire.Clip(body.Reason)
 		}
 	}
 	w.log.Info("cancel requested", "job", jobID, "reason", reason)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,7 +14,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 func TestRequestResultBothEncodings(t *testing.T) {
@@ -21,25 +26,25 @@ func TestRequestResultBothEncodings(t *testing.T) {
 	b := setup(t)
 	var calls atomic.Int64
 	w := b.worker(func(int) Processor { return newLoopProcessor(t, nil, &calls) }, nil)
-	for _, enc := range []Encoding{JSON, Msgpack} {
+	for _, enc := range []wire.Encoding{wire.JSON, wire.Msgpack} {
 		id := "job-" + strings.TrimPrefix(enc.ContentType(), "application/")
-		sub := b.subscribe(ResultSubject(id))
+		sub := b.subscribe(wire.ResultSubject(id))
 		ack := b.publish(newReq(id), enc, "")
 		m, err := sub.NextMsg(15 * time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ct := m.Header.Get(HeaderContentType); ct != enc.ContentType() {
+		if ct := m.Header.Get(wire.HeaderContentType); ct != enc.ContentType() {
 			t.Fatalf("result content type %q, want %q", ct, enc.ContentType())
 		}
-		if m.Header.Get(HeaderJobID) != id || m.Header.Get(HeaderProtocol) != "1" {
+		if m.Header.Get(wire.HeaderJobID) != id || m.Header.Get(wire.HeaderProtocol) != "1" {
 			t.Fatalf("result headers %v", m.Header)
 		}
-		r, err := DecodeAgentResult(m.Data, enc.ContentType())
+		r, err := wire.DecodeAgentResult(m.Data, enc.ContentType())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.JobID != id || r.State != StateSucceeded || r.Status != loop.StatusSuccess || r.Summary != "noop" ||
+		if r.JobID != id || r.State != wire.StateSucceeded || r.Status != wire.StatusSuccess || r.Summary != "noop" ||
 			r.Attempts != 1 || r.Worker != "test-worker" || r.Operation != "lint" || r.Turns != 1 || r.Diff == "" ||
 			r.WorkspaceID != "ws-"+id {
 			t.Fatalf("%s result: %+v", enc, r)
@@ -47,13 +52,13 @@ func TestRequestResultBothEncodings(t *testing.T) {
 		if r.Timings.StartedAt.Before(r.Timings.EnqueuedAt) || r.Timings.Run <= 0 {
 			t.Fatalf("timings %+v", r.Timings)
 		}
-		st := b.status(id, StateSucceeded)
-		if st.State != StateSucceeded || st.Worker != "test-worker" || st.Seq != ack.Sequence {
-			t.Fatalf("status %+v (seq want %d)", st, ack.Sequence)
+		st := b.status(id, wire.StateSucceeded)
+		if st.State != wire.StateSucceeded || st.Worker != "test-worker" || st.Attempt != 1 || ack.Sequence == 0 {
+			t.Fatalf("status %+v", st)
 		}
 		// Late attach: the events are stored, in order, ending with finished.
 		evs := b.storedEvents(id)
-		if len(evs) < 2 || evs[len(evs)-1].Kind != loop.EventFinished || evs[0].Kind != loop.EventTurnStarted {
+		if len(evs) < 2 || evs[len(evs)-1].Kind != wire.EventFinished || evs[0].Kind != wire.EventTurnStarted {
 			t.Fatalf("events %+v", evs)
 		}
 		for i, e := range evs {
@@ -61,7 +66,7 @@ func TestRequestResultBothEncodings(t *testing.T) {
 				t.Fatalf("event %d: %+v", i, e)
 			}
 		}
-		if got := b.countSubject(StreamResults, ResultSubject(id)); got != 1 {
+		if got := b.countSubject(wire.StreamResults, wire.ResultSubject(id)); got != 1 {
 			t.Fatalf("%d stored results", got)
 		}
 	}
@@ -81,15 +86,15 @@ func TestReplyToGetsLiveCopies(t *testing.T) {
 	b := setup(t)
 	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
 	sub := b.subscribe("coord.replies.>")
-	b.publish(newReq("reply-1"), JSON, "coord.replies.r1")
-	var kinds []loop.EventKind
+	b.publish(newReq("reply-1"), wire.JSON, "coord.replies.r1")
+	var kinds []wire.EventKind
 	for {
 		m, err := sub.NextMsg(15 * time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if m.Subject == "coord.replies.r1.events" {
-			e, err := DecodeEvent(m.Data, m.Header.Get(HeaderContentType))
+			e, err := wire.DecodeEvent(m.Data, m.Header.Get(wire.HeaderContentType))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,13 +104,13 @@ func TestReplyToGetsLiveCopies(t *testing.T) {
 		if m.Subject != "coord.replies.r1.result" {
 			t.Fatalf("unexpected subject %s", m.Subject)
 		}
-		r, err := DecodeAgentResult(m.Data, m.Header.Get(HeaderContentType))
-		if err != nil || r.State != StateSucceeded {
+		r, err := wire.DecodeAgentResult(m.Data, m.Header.Get(wire.HeaderContentType))
+		if err != nil || r.State != wire.StateSucceeded {
 			t.Fatalf("result %+v %v", r, err)
 		}
 		break
 	}
-	if len(kinds) < 2 || kinds[len(kinds)-1] != loop.EventFinished {
+	if len(kinds) < 2 || kinds[len(kinds)-1] != wire.EventFinished {
 		t.Fatalf("live events before the result: %v", kinds)
 	}
 }
@@ -117,7 +122,7 @@ func TestUnackedJobIsRedeliveredAndCompletesOnce(t *testing.T) {
 	// The first attempt hangs without heartbeats; the redelivery (to the
 	// other slot) completes at once.
 	var first atomic.Bool
-	proc := ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
+	proc := ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
 		if first.CompareAndSwap(false, true) {
 			return g.Process(ctx, req, ev)
 		}
@@ -127,21 +132,21 @@ func TestUnackedJobIsRedeliveredAndCompletesOnce(t *testing.T) {
 		c.Heartbeat = -1
 		c.Streams.AckWait = 300 * time.Millisecond
 	})
-	sub := b.subscribe(ResultSubject("hang-1"))
-	b.publish(newReq("hang-1"), JSON, "")
+	sub := b.subscribe(wire.ResultSubject("hang-1"))
+	b.publish(newReq("hang-1"), wire.JSON, "")
 	g.waitStarted(t)
 	r := b.result(sub)
-	if r.Attempts != 2 || r.Summary != "second" || r.State != StateSucceeded {
+	if r.Attempts != 2 || r.Summary != "second" || r.State != wire.StateSucceeded {
 		t.Fatalf("result %+v", r)
 	}
 	close(g.release) // the stale first attempt finishes late
 	// Its result must be deduplicated and its ack must not matter.
 	stopCtx := w
 	_ = stopCtx.Stop()
-	if n := b.countSubject(StreamResults, ResultSubject("hang-1")); n != 1 {
+	if n := b.countSubject(wire.StreamResults, wire.ResultSubject("hang-1")); n != 1 {
 		t.Fatalf("%d stored results, want 1", n)
 	}
-	if st := b.status("hang-1", StateSucceeded); st.State != StateSucceeded || st.Attempt != 2 {
+	if st := b.status("hang-1", wire.StateSucceeded); st.State != wire.StateSucceeded || st.Attempt != 2 {
 		t.Fatalf("status %+v", st)
 	}
 	if info := b.consumerInfo("lint"); info.NumPending != 0 || info.NumAckPending != 0 {
@@ -154,30 +159,28 @@ func TestDuplicateJobRunsOnce(t *testing.T) {
 	b := setup(t)
 	var calls atomic.Int64
 	w := b.worker(func(int) Processor { return newLoopProcessor(t, nil, &calls) }, nil)
-	sub := b.subscribe(ResultSubject("dup-1"))
-	a1 := b.publish(newReq("dup-1"), JSON, "")
-	a2 := b.publish(newReq("dup-1"), Msgpack, "")
+	sub := b.subscribe(wire.ResultSubject("dup-1"))
+	a1 := b.publish(newReq("dup-1"), wire.JSON, "")
+	a2 := b.publish(newReq("dup-1"), wire.Msgpack, "")
 	if a1.Duplicate || !a2.Duplicate || a2.Sequence != a1.Sequence {
 		t.Fatalf("acks %+v %+v", a1, a2)
 	}
 	b.result(sub)
 
-	// Outside the dedupe window the status decides: a job whose status is
-	// terminal (and whose result is stored) is acknowledged without running.
-	kv, err := b.js.KeyValue(context.Background(), BucketJobs)
+	// Outside the dedupe window (a copy without Nats-Msg-Id here) the
+	// ledger decides: a job whose result is stored is acknowledged without
+	// running.
+	m, err := wire.NewRequestMsg(newReq("dup-1"), wire.JSON, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(context.Background(), "done-1", []byte(`{"job_id":"done-1","state":"succeeded"}`)); err != nil {
-		t.Fatal(err)
+	m.Header.Del(wire.HeaderMsgID)
+	if a := b.publishMsg(m); a.Duplicate {
+		t.Fatalf("copy without Nats-Msg-Id deduplicated: %+v", a)
 	}
-	if _, err := b.js.Publish(context.Background(), ResultSubject("done-1"), []byte(`{"job_id":"done-1","state":"succeeded"}`)); err != nil {
-		t.Fatal(err)
-	}
-	b.publish(newReq("done-1"), JSON, "")
 	// A job published after it shows that done-1 was passed over.
-	sub2 := b.subscribe(ResultSubject("after-1"))
-	b.publish(newReq("after-1"), JSON, "")
+	sub2 := b.subscribe(wire.ResultSubject("after-1"))
+	b.publish(newReq("after-1"), wire.JSON, "")
 	b.result(sub2)
 	if err := w.Stop(); err != nil {
 		t.Fatal(err)
@@ -188,8 +191,8 @@ func TestDuplicateJobRunsOnce(t *testing.T) {
 	if st := w.Stats(); st.Duplicates != 1 || st.Succeeded != 2 {
 		t.Fatalf("stats %+v", st)
 	}
-	if n := b.countSubject(StreamResults, ResultSubject("done-1")); n != 1 {
-		t.Fatalf("done-1 has %d results, want only the stored one", n)
+	if n := b.countSubject(wire.StreamResults, wire.ResultSubject("dup-1")); n != 1 {
+		t.Fatalf("dup-1 has %d results, want one", n)
 	}
 	if info := b.consumerInfo("lint"); info.NumPending != 0 || info.NumAckPending != 0 {
 		t.Fatalf("consumer: pending %d ack pending %d", info.NumPending, info.NumAckPending)
@@ -205,56 +208,56 @@ func TestPoisonIsDeadLetteredAndWorkerGoesOn(t *testing.T) {
 	cases := []struct {
 		id   string
 		msg  func() *nats.Msg
-		code loop.ErrorCode
+		code wire.ErrorCode
 		want string
 	}{
 		{"bad-bytes", func() *nats.Msg {
-			m := nats.NewMsg(RunSubject("lint"))
+			m := nats.NewMsg(wire.RunSubject("lint"))
 			m.Data = []byte("{not json")
-			m.Header.Set(HeaderMsgID, "bad-bytes")
+			m.Header.Set(wire.HeaderMsgID, "bad-bytes")
 			return m
-		}, CodeUndecodable, "not a JSON RunRequest"},
+		}, wire.CodeUndecodable, "not a JSON RunRequest"},
 		{"bad-op", func() *nats.Msg {
 			r := newReq("bad-op")
 			r.Operation = "docstring"
-			m, _ := NewRequestMsg(r, JSON, "")
-			m.Subject = RunSubject("lint")
+			m, _ := wire.NewRequestMsg(r, wire.JSON, "")
+			m.Subject = wire.RunSubject("lint")
 			return m
-		}, CodeUnknownOperation, `"docstring" is not served`},
+		}, wire.CodeUnknownOperation, `"docstring" is not served`},
 		{"bad-path", func() *nats.Msg {
-			m, _ := NewRequestMsg(newReq("bad-path"), Msgpack, "")
+			m, _ := wire.NewRequestMsg(newReq("bad-path"), wire.Msgpack, "")
 			r := newReq("bad-path")
 			r.Files["../../etc/passwd"] = "x"
-			m.Data, _ = Msgpack.Marshal(r)
+			m.Data, _ = wire.Msgpack.Marshal(r)
 			return m
-		}, CodeInvalidRequest, "escapes the workspace"},
+		}, wire.CodeInvalidRequest, "escapes the workspace"},
 	}
 	for _, c := range cases {
-		sub := b.subscribe(ResultSubject(c.id))
+		sub := b.subscribe(wire.ResultSubject(c.id))
 		b.publishMsg(c.msg())
 		r := b.result(sub)
-		if r.State != StateDead || r.ErrorCode != c.code || !strings.Contains(r.Error, c.want) || r.Status != loop.StatusFailed {
+		if r.State != wire.StateDead || r.ErrorCode != c.code || !strings.Contains(r.Error, c.want) || r.Status != wire.StatusFailed {
 			t.Fatalf("%s: result %+v", c.id, r)
 		}
-		if st := b.status(c.id, StateDead); st.State != StateDead || st.Code != c.code {
+		if st := b.status(c.id, wire.StateDead); st.State != wire.StateDead || st.Code != c.code {
 			t.Fatalf("%s: status %+v", c.id, st)
 		}
 	}
 	// A payload with no usable id still lands in the DLQ.
-	m := nats.NewMsg(RunSubject("lint"))
+	m := nats.NewMsg(wire.RunSubject("lint"))
 	m.Data = []byte{0xc1}
-	m.Header.Set(HeaderContentType, ContentTypeMsgpack)
+	m.Header.Set(wire.HeaderContentType, wire.ContentTypeMsgpack)
 	b.publishMsg(m)
 
-	good := b.subscribe(ResultSubject("good-1"))
-	b.publish(newReq("good-1"), JSON, "")
-	if r := b.result(good); r.State != StateSucceeded {
+	good := b.subscribe(wire.ResultSubject("good-1"))
+	b.publish(newReq("good-1"), wire.JSON, "")
+	if r := b.result(good); r.State != wire.StateSucceeded {
 		t.Fatalf("good job after poison: %+v", r)
 	}
 	if calls.Load() != 1 {
 		t.Fatalf("processor ran %d times, want 1", calls.Load())
 	}
-	dlq, err := b.js.Stream(context.Background(), StreamDLQ)
+	dlq, err := b.js.Stream(context.Background(), wire.StreamDLQ)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,11 +273,11 @@ func TestPoisonIsDeadLetteredAndWorkerGoesOn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dm.Subject != DLQSubject("lint") || dm.Header.Get(HeaderDLQCode) == "" || dm.Header.Get(HeaderDLQReason) == "" ||
-			dm.Header.Get(HeaderOrigSubject) != RunSubject("lint") || dm.Header.Get(HeaderOrigSeq) == "" {
+		if dm.Subject != wire.DLQSubject("lint") || dm.Header.Get(wire.HeaderDLQCode) == "" || dm.Header.Get(wire.HeaderDLQReason) == "" ||
+			dm.Header.Get(wire.HeaderOrigSubject) != wire.RunSubject("lint") || dm.Header.Get(wire.HeaderOrigSeq) == "" {
 			t.Fatalf("dead letter %d: %s %v", seq, dm.Subject, dm.Header)
 		}
-		if seq == 1 && (string(dm.Data) != "{not json" || dm.Header.Get(HeaderDLQCode) != string(CodeUndecodable)) {
+		if seq == 1 && (string(dm.Data) != "{not json" || dm.Header.Get(wire.HeaderDLQCode) != string(wire.CodeUndecodable)) {
 			t.Fatalf("dead letter 1 lost the original: %q %v", dm.Data, dm.Header)
 		}
 	}
@@ -294,9 +297,9 @@ func TestDrainFinishesRunningAndLeavesUnstarted(t *testing.T) {
 	b := setup(t)
 	g := newGate(true)
 	w := b.worker(func(int) Processor { return g }, func(c *Config) { c.Slots = 1 })
-	sub := b.subscribe(ResultSubject("drain-1"))
+	sub := b.subscribe(wire.ResultSubject("drain-1"))
 	for _, id := range []string{"drain-1", "drain-2", "drain-3"} {
-		b.publish(newReq(id), JSON, "")
+		b.publish(newReq(id), wire.JSON, "")
 	}
 	if got := g.waitStarted(t); got != "drain-1#1" {
 		t.Fatalf("first run %s", got)
@@ -308,7 +311,7 @@ func TestDrainFinishesRunningAndLeavesUnstarted(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
-	if r := b.result(sub); r.State != StateSucceeded {
+	if r := b.result(sub); r.State != wire.StateSucceeded {
 		t.Fatalf("running job: %+v", r)
 	}
 	if g.calls.Load() != 1 {
@@ -319,9 +322,9 @@ func TestDrainFinishesRunningAndLeavesUnstarted(t *testing.T) {
 		t.Fatalf("after drain: pending %d ack pending %d, want 2 and 0", info.NumPending, info.NumAckPending)
 	}
 	// A new worker takes the rest.
-	sub3 := b.subscribe(ResultSubject("drain-3"))
+	sub3 := b.subscribe(wire.ResultSubject("drain-3"))
 	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
-	if r := b.result(sub3); r.State != StateSucceeded || r.Attempts != 1 {
+	if r := b.result(sub3); r.State != wire.StateSucceeded || r.Attempts != 1 {
 		t.Fatalf("drain-3: %+v", r)
 	}
 }
@@ -331,20 +334,20 @@ func TestDrainGraceOverRequeuesRunningJob(t *testing.T) {
 	b := setup(t)
 	g := newGate(true)
 	w := b.worker(func(int) Processor { return g }, func(c *Config) { c.Slots = 1; c.DrainGrace = -1 })
-	b.publish(newReq("grace-1"), JSON, "")
+	b.publish(newReq("grace-1"), wire.JSON, "")
 	g.waitStarted(t)
 	if err := w.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if st := b.status("grace-1", StateQueued); st.State != StateQueued {
+	if st := b.status("grace-1", wire.StateQueued); st.State != wire.StateQueued {
 		t.Fatalf("status after shutdown %+v", st)
 	}
-	if n := b.countSubject(StreamResults, ResultSubject("grace-1")); n != 0 {
+	if n := b.countSubject(wire.StreamResults, wire.ResultSubject("grace-1")); n != 0 {
 		t.Fatalf("a requeued job published %d results", n)
 	}
-	sub := b.subscribe(ResultSubject("grace-1"))
+	sub := b.subscribe(wire.ResultSubject("grace-1"))
 	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
-	if r := b.result(sub); r.State != StateSucceeded || r.Attempts != 2 {
+	if r := b.result(sub); r.State != wire.StateSucceeded || r.Attempts != 2 {
 		t.Fatalf("requeued job: %+v", r)
 	}
 	if w.Stats().Requeued != 1 {
@@ -356,7 +359,7 @@ func TestLongJobIsNotRedeliveredWhileHeartbeating(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int64
-	proc := ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
+	proc := ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
 		calls.Add(1)
 		// The job's own work: three ack waits long.
 		select {
@@ -367,8 +370,8 @@ func TestLongJobIsNotRedeliveredWhileHeartbeating(t *testing.T) {
 		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
 	})
 	b.worker(func(int) Processor { return proc }, func(c *Config) { c.Streams.AckWait = 600 * time.Millisecond })
-	sub := b.subscribe(ResultSubject("long-1"))
-	b.publish(newReq("long-1"), JSON, "")
+	sub := b.subscribe(wire.ResultSubject("long-1"))
+	b.publish(newReq("long-1"), wire.JSON, "")
 	r := b.result(sub)
 	if r.Attempts != 1 || calls.Load() != 1 || r.Timings.Run < 1800*time.Millisecond {
 		t.Fatalf("attempts %d, runs %d, run %s", r.Attempts, calls.Load(), r.Timings.Run)
@@ -383,31 +386,31 @@ func TestCancelRunningAndQueuedJobs(t *testing.T) {
 	b := setup(t)
 	g := newGate(true)
 	w := b.worker(func(int) Processor { return g }, nil)
-	sub := b.subscribe(ResultSubject("cancel-1"))
-	b.publish(newReq("cancel-1"), JSON, "")
+	sub := b.subscribe(wire.ResultSubject("cancel-1"))
+	b.publish(newReq("cancel-1"), wire.JSON, "")
 	g.waitStarted(t)
-	if err := b.nc.Publish(CancelSubject("cancel-1"), []byte(`{"reason":"user pressed ^C"}`)); err != nil {
+	if err := b.nc.Publish(wire.CancelSubject("cancel-1"), []byte(`{"reason":"user pressed ^C"}`)); err != nil {
 		t.Fatal(err)
 	}
 	r := b.result(sub)
-	if r.State != StateCanceled || r.ErrorCode != CodeCanceled || !strings.Contains(r.Error, "user pressed ^C") {
+	if r.State != wire.StateCanceled || r.ErrorCode != wire.CodeCanceled || !strings.Contains(r.Error, "user pressed ^C") {
 		t.Fatalf("result %+v", r)
 	}
-	if st := b.status("cancel-1", StateCanceled); st.State != StateCanceled {
+	if st := b.status("cancel-1", wire.StateCanceled); st.State != wire.StateCanceled {
 		t.Fatalf("status %+v", st)
 	}
 
 	// A queued job canceled through its status never runs.
-	kv, err := b.js.KeyValue(context.Background(), BucketJobs)
+	kv, err := b.js.KeyValue(context.Background(), wire.BucketJobs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kv.Create(context.Background(), "cancel-2", []byte(`{"job_id":"cancel-2","state":"canceled","reason":"changed my mind"}`)); err != nil {
 		t.Fatal(err)
 	}
-	sub2 := b.subscribe(ResultSubject("cancel-2"))
-	b.publish(newReq("cancel-2"), JSON, "")
-	if r := b.result(sub2); r.State != StateCanceled || r.ErrorCode != CodeCanceled {
+	sub2 := b.subscribe(wire.ResultSubject("cancel-2"))
+	b.publish(newReq("cancel-2"), wire.JSON, "")
+	if r := b.result(sub2); r.State != wire.StateCanceled || r.ErrorCode != wire.CodeCanceled {
 		t.Fatalf("queued cancel: %+v", r)
 	}
 	if err := w.Stop(); err != nil {
@@ -425,21 +428,21 @@ func TestTransientFailuresExhaustToDLQ(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int64
-	proc := ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
+	proc := ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
 		calls.Add(1)
 		return nil, errTransient
 	})
 	w := b.worker(func(int) Processor { return proc }, func(c *Config) { c.Streams.MaxDeliver = 3 })
-	sub := b.subscribe(ResultSubject("flaky-1"))
-	b.publish(newReq("flaky-1"), JSON, "")
+	sub := b.subscribe(wire.ResultSubject("flaky-1"))
+	b.publish(newReq("flaky-1"), wire.JSON, "")
 	r := b.result(sub)
-	if r.State != StateDead || r.ErrorCode != CodeMaxDeliveries || !strings.Contains(r.Error, errTransient.Error()) || r.Attempts != 3 {
+	if r.State != wire.StateDead || r.ErrorCode != wire.CodeMaxDeliveries || !strings.Contains(r.Error, errTransient.Error()) || r.Attempts != 3 {
 		t.Fatalf("result %+v", r)
 	}
 	if calls.Load() != 3 || w.Stats().Retried != 2 {
 		t.Fatalf("runs %d stats %+v", calls.Load(), w.Stats())
 	}
-	if n := b.countSubject(StreamDLQ, DLQSubject("lint")); n != 1 {
+	if n := b.countSubject(wire.StreamDLQ, wire.DLQSubject("lint")); n != 1 {
 		t.Fatalf("%d dead letters", n)
 	}
 }
@@ -458,28 +461,28 @@ func TestMaxDeliveriesWithoutAckGoToDLQ(t *testing.T) {
 		c.Streams.AckWait = 200 * time.Millisecond
 		c.Streams.MaxDeliver = 2
 	})
-	sub := b.subscribe(ResultSubject("stuck-1"))
-	ack := b.publish(newReq("stuck-1"), JSON, "")
+	sub := b.subscribe(wire.ResultSubject("stuck-1"))
+	ack := b.publish(newReq("stuck-1"), wire.JSON, "")
 	g.waitStarted(t)
 	g.waitStarted(t) // the redelivery hangs too
 	r := b.result(sub)
-	if r.State != StateDead || r.ErrorCode != CodeMaxDeliveries || r.Attempts != 2 {
+	if r.State != wire.StateDead || r.ErrorCode != wire.CodeMaxDeliveries || r.Attempts != 2 {
 		t.Fatalf("result %+v", r)
 	}
 	if err := w.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.countSubject(StreamDLQ, DLQSubject("lint")); n != 1 {
+	if n := b.countSubject(wire.StreamDLQ, wire.DLQSubject("lint")); n != 1 {
 		t.Fatalf("%d dead letters", n)
 	}
-	runs, err := b.js.Stream(context.Background(), StreamRuns)
+	runs, err := b.js.Stream(context.Background(), wire.StreamRuns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := runs.GetMsg(context.Background(), ack.Sequence); !errors.Is(err, jetstream.ErrMsgNotFound) {
-		t.Fatalf("the original request is still in %s: %v", StreamRuns, err)
+		t.Fatalf("the original request is still in %s: %v", wire.StreamRuns, err)
 	}
-	if st := b.status("stuck-1", StateDead); st.State != StateDead {
+	if st := b.status("stuck-1", wire.StateDead); st.State != wire.StateDead {
 		t.Fatalf("status %+v", st)
 	}
 }
@@ -494,13 +497,13 @@ func TestWorkerServesSeveralOperations(t *testing.T) {
 	subs := map[string]*nats.Subscription{}
 	for _, op := range []string{"test", "docstring", "lint"} {
 		id := "multi-" + op
-		subs[id] = b.subscribe(ResultSubject(id))
+		subs[id] = b.subscribe(wire.ResultSubject(id))
 		r := newReq(id)
 		r.Operation = op
-		b.publish(r, JSON, "")
+		b.publish(r, wire.JSON, "")
 	}
 	for id, sub := range subs {
-		if r := b.result(sub); r.State != StateSucceeded || r.JobID != id {
+		if r := b.result(sub); r.State != wire.StateSucceeded || r.JobID != id {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}
@@ -552,16 +555,16 @@ func TestConfigValidation(t *testing.T) {
 		{"bad op", Config{Conn: nc, Operations: []string{"Lint.x"}, NewProcessor: np}, "operation"},
 		{"dup op", Config{Conn: nc, Operations: []string{"a", "a"}, NewProcessor: np}, "twice"},
 		{"heartbeat too slow", Config{Conn: nc, Operations: []string{"a"}, NewProcessor: np, Heartbeat: time.Minute,
-			Streams: StreamsConfig{AckWait: time.Second}}, "Heartbeat"},
+			Streams: ledger.StreamsConfig{AckWait: time.Second}}, "Heartbeat"},
 		{"backoff too long", Config{Conn: nc, Operations: []string{"a"}, NewProcessor: np,
-			Streams: StreamsConfig{MaxDeliver: 1, BackOff: []time.Duration{time.Second, time.Second}}}, "BackOff"},
+			Streams: ledger.StreamsConfig{MaxDeliver: 1, BackOff: []time.Duration{time.Second, time.Second}}}, "BackOff"},
 		{"negative slots", Config{Conn: nc, Operations: []string{"a"}, NewProcessor: np, Slots: -1}, "Slots"},
 		{"unserved stream op", Config{Conn: nc, Operations: []string{"a"}, NewProcessor: np,
-			Streams: StreamsConfig{Operations: []string{"b"}}}, "not in Streams.Operations"},
+			Streams: ledger.StreamsConfig{Operations: []string{"b"}}}, "not in Streams.Operations"},
 	}
 	for _, c := range cases {
 		_, err := NewWorker(c.cfg)
-		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+		if !errors.Is(err, ledger.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}
@@ -571,19 +574,19 @@ func TestClientQueuedStatusIsTakenOver(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
-	kv, err := b.js.KeyValue(context.Background(), BucketJobs)
+	kv, err := b.js.KeyValue(context.Background(), wire.BucketJobs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kv.Create(context.Background(), "queued-1", []byte(`{"job_id":"queued-1","state":"queued"}`)); err != nil {
 		t.Fatal(err)
 	}
-	sub := b.subscribe(ResultSubject("queued-1"))
-	b.publish(newReq("queued-1"), JSON, "")
-	if r := b.result(sub); r.State != StateSucceeded {
+	sub := b.subscribe(wire.ResultSubject("queued-1"))
+	b.publish(newReq("queued-1"), wire.JSON, "")
+	if r := b.result(sub); r.State != wire.StateSucceeded {
 		t.Fatalf("result %+v", r)
 	}
-	if st := b.status("queued-1", StateSucceeded); st.Worker != "test-worker" {
+	if st := b.status("queued-1", wire.StateSucceeded); st.Worker != "test-worker" {
 		t.Fatalf("status %+v", st)
 	}
 }
@@ -592,41 +595,41 @@ func TestPoisonDoesNotTouchAFinishedJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	w := b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
-	sub := b.subscribe(ResultSubject("fin-1"))
-	b.publish(newReq("fin-1"), JSON, "")
-	if r := b.result(sub); r.State != StateSucceeded {
+	sub := b.subscribe(wire.ResultSubject("fin-1"))
+	b.publish(newReq("fin-1"), wire.JSON, "")
+	if r := b.result(sub); r.State != wire.StateSucceeded {
 		t.Fatalf("%+v", r)
 	}
-	b.status("fin-1", StateSucceeded)
+	b.status("fin-1", wire.StateSucceeded)
 
 	// A bad copy (dedupe id differs from job_id) and one with an unusable
 	// Reply-To: both poison, neither may overwrite fin-1's status or result.
-	m, err := NewRequestMsg(newReq("fin-1"), JSON, "")
+	m, err := wire.NewRequestMsg(newReq("fin-1"), wire.JSON, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Header.Set(HeaderMsgID, "someone-else")
+	m.Header.Set(wire.HeaderMsgID, "someone-else")
 	b.publishMsg(m)
-	m2, err := NewRequestMsg(newReq("reply-bad"), JSON, "")
+	m2, err := wire.NewRequestMsg(newReq("reply-bad"), wire.JSON, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m2.Header.Set(HeaderReplyTo, "agents.results.steal")
-	sub2 := b.subscribe(ResultSubject("reply-bad"))
+	m2.Header.Set(wire.HeaderReplyTo, "agents.results.steal")
+	sub2 := b.subscribe(wire.ResultSubject("reply-bad"))
 	b.publishMsg(m2)
-	if r := b.result(sub2); r.State != StateDead || r.ErrorCode != CodeInvalidRequest || !strings.Contains(r.Error, "Reply-To") {
+	if r := b.result(sub2); r.State != wire.StateDead || r.ErrorCode != wire.CodeInvalidRequest || !strings.Contains(r.Error, "Reply-To") {
 		t.Fatalf("bad Reply-To: %+v", r)
 	}
 	if err := w.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if st := b.status("fin-1", StateSucceeded); st.Code != "" {
+	if st := b.status("fin-1", wire.StateSucceeded); st.Code != "" {
 		t.Fatalf("fin-1 status changed: %+v", st)
 	}
-	if n := b.countSubject(StreamResults, ResultSubject("fin-1")); n != 1 {
+	if n := b.countSubject(wire.StreamResults, wire.ResultSubject("fin-1")); n != 1 {
 		t.Fatalf("fin-1 has %d results", n)
 	}
-	if n := b.countSubject(StreamDLQ, DLQSubject("lint")); n != 2 {
+	if n := b.countSubject(wire.StreamDLQ, wire.DLQSubject("lint")); n != 2 {
 		t.Fatalf("%d dead letters, want 2", n)
 	}
 }
@@ -639,20 +642,39 @@ func TestRedeliveryWithStoredResultIsNotRunAgain(t *testing.T) {
 		c.Heartbeat = -1
 		c.Streams.AckWait = 300 * time.Millisecond
 	})
-	b.publish(newReq("stored-1"), JSON, "")
+	b.publish(newReq("stored-1"), wire.JSON, "")
 	g.waitStarted(t) // attempt 1 hangs without heartbeats
-	// As if attempt 1 had stored its result and died before its status and
-	// ack: the redelivery must find the result and not run the job.
-	res := &AgentResult{Version: 1, JobID: "stored-1", Operation: "lint", State: StateSucceeded, Status: "success", Attempts: 1}
-	data, _ := JSON.Marshal(res)
-	m := nats.NewMsg(ResultSubject("stored-1"))
+	// As if attempt 1 had stored its result under its lease and died
+	// before its ack: the redelivery must find the result and not run the
+	// job. (The result is written as attempt 1's ledger writes it: fenced on
+	// its lease, with its message id.)
+	results, err := b.js.Stream(context.Background(), wire.StreamResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := results.GetLastMsgForSubject(context.Background(), wire.LeaseSubject("stored-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &wire.AgentResult{Version: 1, JobID: "stored-1", Operation: "lint", State: wire.StateSucceeded, Status: "success", Attempts: 1}
+	data, _ := wire.JSON.Marshal(res)
+	m := nats.NewMsg(wire.ResultSubject("stored-1"))
 	m.Data = data
-	m.Header.Set(HeaderMsgID, ResultMsgID("stored-1"))
-	m.Header.Set(HeaderContentType, ContentTypeJSON)
+	rev := strconv.FormatUint(lease.Sequence, 10)
+	m.Header.Set(wire.HeaderMsgID, wire.ResultMsgID("stored-1", lease.Sequence))
+	m.Header.Set(wire.HeaderExpectedLastSubjSeq, rev)
+	m.Header.Set(wire.HeaderExpectedLastSubjSeqSubj, wire.LeaseSubject("stored-1"))
+	m.Header.Set(wire.HeaderContentType, wire.ContentTypeJSON)
 	b.publishMsg(m)
-	st := b.status("stored-1", StateSucceeded)
-	if st.Attempt != 2 {
-		t.Fatalf("status %+v, want written by attempt 2", st)
+	testutil.Eventually(t, 10*time.Second, "redelivery settled", func() error {
+		if st := w.Stats(); st.Duplicates != 1 {
+			return fmt.Errorf("stats %+v", st)
+		}
+		return nil
+	})
+	st := b.status("stored-1", wire.StateSucceeded)
+	if st.Attempt != 1 {
+		t.Fatalf("status %+v, want the stored result's (attempt 1)", st)
 	}
 	close(g.release)
 	if err := w.Stop(); err != nil {
@@ -661,7 +683,7 @@ func TestRedeliveryWithStoredResultIsNotRunAgain(t *testing.T) {
 	if g.calls.Load() != 1 || w.Stats().Duplicates != 1 {
 		t.Fatalf("runs %d, stats %+v", g.calls.Load(), w.Stats())
 	}
-	if n := b.countSubject(StreamResults, ResultSubject("stored-1")); n != 1 {
+	if n := b.countSubject(wire.StreamResults, wire.ResultSubject("stored-1")); n != 1 {
 		t.Fatalf("%d results", n)
 	}
 	if info := b.consumerInfo("lint"); info.NumPending != 0 || info.NumAckPending != 0 {
@@ -678,7 +700,7 @@ func TestStopAbandonsProcessorsThatIgnoreCancellation(t *testing.T) {
 		c.DrainGrace = -1
 		c.StopTimeout = 100 * time.Millisecond
 	})
-	b.publish(newReq("stuck-2"), JSON, "")
+	b.publish(newReq("stuck-2"), wire.JSON, "")
 	g.waitStarted(t)
 	err := w.Stop()
 	close(g.release) // let the abandoned goroutine finish (goleak)
@@ -691,7 +713,7 @@ func TestEventDropPolicyAndKinds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const emitted = 200
-	proc := ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
+	proc := ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
 		for i := 1; i <= emitted; i++ {
 			k := loop.EventToolCall
 			if i == emitted {
@@ -702,10 +724,10 @@ func TestEventDropPolicyAndKinds(t *testing.T) {
 		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
 	})
 	b.worker(func(int) Processor { return proc }, func(c *Config) { c.Slots = 1; c.EventBuffer = 4 })
-	sub := b.subscribe(ResultSubject("flood-1"))
-	b.publish(newReq("flood-1"), JSON, "")
+	sub := b.subscribe(wire.ResultSubject("flood-1"))
+	b.publish(newReq("flood-1"), wire.JSON, "")
 	r := b.result(sub)
-	stored := b.countSubject(StreamResults, EventSubject("flood-1"))
+	stored := b.countSubject(wire.StreamResults, wire.EventSubject("flood-1"))
 	if r.EventsDropped == 0 || int64(stored)+r.EventsDropped != emitted {
 		t.Fatalf("stored %d + dropped %d != emitted %d", stored, r.EventsDropped, emitted)
 	}
@@ -717,13 +739,13 @@ func TestEventDropPolicyAndKinds(t *testing.T) {
 	}
 
 	b2 := setup(t)
-	b2.worker(func(int) Processor { return proc }, func(c *Config) { c.EventKinds = []loop.EventKind{loop.EventFinished} })
-	sub2 := b2.subscribe(ResultSubject("kinds-1"))
-	b2.publish(newReq("kinds-1"), JSON, "")
+	b2.worker(func(int) Processor { return proc }, func(c *Config) { c.EventKinds = []wire.EventKind{wire.EventFinished} })
+	sub2 := b2.subscribe(wire.ResultSubject("kinds-1"))
+	b2.publish(newReq("kinds-1"), wire.JSON, "")
 	if r := b2.result(sub2); r.EventsDropped != 0 {
 		t.Fatalf("filtered events counted as dropped: %+v", r)
 	}
-	if evs := b2.storedEvents("kinds-1"); len(evs) != 1 || evs[0].Kind != loop.EventFinished {
+	if evs := b2.storedEvents("kinds-1"); len(evs) != 1 || evs[0].Kind != wire.EventFinished {
 		t.Fatalf("events %+v", evs)
 	}
 }
@@ -738,7 +760,7 @@ func TestIdleSlotPicksUpAnyOperationAtOnce(t *testing.T) {
 	const expiry = 20 * time.Second
 	started := make(chan time.Time, 4)
 	b.worker(func(int) Processor {
-		return ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
+		return ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
 			started <- time.Now()
 			return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
 		})
@@ -754,7 +776,7 @@ func TestIdleSlotPicksUpAnyOperationAtOnce(t *testing.T) {
 	waitIdle := func() {
 		for _, op := range ops {
 			for {
-				info, err := b.js.Consumer(ctx, StreamRuns, op)
+				info, err := b.js.Consumer(ctx, wire.StreamRuns, op)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -770,11 +792,11 @@ func TestIdleSlotPicksUpAnyOperationAtOnce(t *testing.T) {
 	}
 	for round, op := range []string{"op3", "op0", "op2", "op3"} {
 		waitIdle()
-		sub := b.subscribe(ResultSubject(fmt.Sprintf("any-%d", round)))
+		sub := b.subscribe(wire.ResultSubject(fmt.Sprintf("any-%d", round)))
 		r := newReq(fmt.Sprintf("any-%d", round))
 		r.Operation = op
 		t0 := time.Now()
-		b.publish(r, JSON, "")
+		b.publish(r, wire.JSON, "")
 		var t1 time.Time
 		select {
 		case t1 = <-started:
@@ -786,7 +808,7 @@ func TestIdleSlotPicksUpAnyOperationAtOnce(t *testing.T) {
 		} else {
 			t.Logf("round %d: job for %s started %s after its publish", round, op, d)
 		}
-		if res := b.result(sub); res.State != StateSucceeded {
+		if res := b.result(sub); res.State != wire.StateSucceeded {
 			t.Fatalf("round %d: %+v", round, res)
 		}
 	}
@@ -800,8 +822,8 @@ func TestRequeueSurvivesServerRestart(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	start := func() (*Embedded, *nats.Conn) {
-		srv, err := StartEmbedded(ctx, EmbeddedConfig{StoreDir: dir, NoListen: true})
+	start := func() (*embedded.Embedded, *nats.Conn) {
+		srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: dir, NoListen: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -815,7 +837,7 @@ func TestRequeueSurvivesServerRestart(t *testing.T) {
 	worker := func(nc *nats.Conn, p Processor) *Worker {
 		w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, Name: "restart",
 			NewProcessor: func(int) (Processor, error) { return p, nil }, DrainGrace: -1,
-			Streams: StreamsConfig{AckWait: time.Minute}})
+			Streams: ledger.StreamsConfig{AckWait: time.Minute}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -827,7 +849,7 @@ func TestRequeueSurvivesServerRestart(t *testing.T) {
 	srv, nc := start()
 	g := newGate(true)
 	w := worker(nc, g)
-	m, err := NewRequestMsg(newReq("restart-1"), JSON, "")
+	m, err := wire.NewRequestMsg(newReq("restart-1"), wire.JSON, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -847,7 +869,7 @@ func TestRequeueSurvivesServerRestart(t *testing.T) {
 
 	srv, nc = start()
 	defer func() { nc.Close(); srv.Shutdown() }()
-	sub, err := nc.SubscribeSync(ResultSubject("restart-1"))
+	sub, err := nc.SubscribeSync(wire.ResultSubject("restart-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -861,11 +883,11 @@ func TestRequeueSurvivesServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no result %s after the restart (ack wait 1m): %v", time.Since(t0), err)
 	}
-	r, err := DecodeAgentResult(rm.Data, rm.Header.Get(HeaderContentType))
+	r, err := wire.DecodeAgentResult(rm.Data, rm.Header.Get(wire.HeaderContentType))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.State != StateSucceeded || r.Attempts != 2 {
+	if r.State != wire.StateSucceeded || r.Attempts != 2 {
 		t.Fatalf("result %+v", r)
 	}
 	t.Logf("requeued job finished %s after the restart", time.Since(t0))
@@ -882,7 +904,7 @@ func TestBurstOnSeveralOperationsRunsEachJobOnce(t *testing.T) {
 	var mu sync.Mutex
 	runs := map[string]int{}
 	w := b.worker(func(int) Processor {
-		return ProcessorFunc(func(ctx context.Context, req *RunRequest, ev loop.EventSink) (*Outcome, error) {
+		return ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
 			mu.Lock()
 			runs[req.JobID]++
 			mu.Unlock()
@@ -898,7 +920,7 @@ func TestBurstOnSeveralOperationsRunsEachJobOnce(t *testing.T) {
 	defer cancel()
 	for _, op := range ops { // both slots wait on every operation
 		for {
-			c, err := b.js.Consumer(ctx, StreamRuns, op)
+			c, err := b.js.Consumer(ctx, wire.StreamRuns, op)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -911,13 +933,13 @@ func TestBurstOnSeveralOperationsRunsEachJobOnce(t *testing.T) {
 			}
 		}
 	}
-	sub := b.subscribe(SubjectResultsPrefix + ">")
+	sub := b.subscribe(wire.SubjectResultsPrefix + ">")
 	const perOp = 3
 	for i := range perOp {
 		for _, op := range ops {
 			r := newReq(fmt.Sprintf("burst-%s-%d", op, i))
 			r.Operation = op
-			m, err := NewRequestMsg(r, JSON, "")
+			m, err := wire.NewRequestMsg(r, wire.JSON, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -934,8 +956,8 @@ func TestBurstOnSeveralOperationsRunsEachJobOnce(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d of %d results after %s (ack wait 1m): %v", len(seen), perOp*len(ops), time.Since(t0), err)
 		}
-		r, err := DecodeAgentResult(m.Data, m.Header.Get(HeaderContentType))
-		if err != nil || r.State != StateSucceeded {
+		r, err := wire.DecodeAgentResult(m.Data, m.Header.Get(wire.HeaderContentType))
+		if err != nil || r.State != wire.StateSucceeded {
 			t.Fatalf("result %+v %v", r, err)
 		}
 		seen[r.JobID] = true

@@ -19,7 +19,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentfleet/fleet/config"
-	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // Exit codes (documented in the help text and docs/CLI.md).
@@ -231,7 +232,7 @@ func (c *cli) parse(fs *flag.FlagSet, args []string, nargs int, what string) ([]
 
 // connect opens the NATS connection the configuration (or --nats-url)
 // describes and a client over it.
-func (c *cli) connect(ctx context.Context, enc queue.Encoding) (*nats.Conn, *queue.Client, error) {
+func (c *cli) connect(ctx context.Context, enc wire.Encoding) (*nats.Conn, *client.Client, error) {
 	cfg, err := config.Load(c.configPath)
 	if err != nil {
 		return nil, nil, &exitError{code: exitUsage, err: err}
@@ -251,21 +252,21 @@ func (c *cli) connect(ctx context.Context, enc queue.Encoding) (*nats.Conn, *que
 		}
 		url = "nats://" + net.JoinHostPort(host, port)
 	}
-	opts := queue.ConnectOptions{URL: url, Name: "fleet-enqueue", MaxReconnects: -1}
+	opts := client.ConnectOptions{URL: url, Name: "fleet-enqueue", MaxReconnects: -1}
 	if n.URL != "" {
 		opts.CredsFile, opts.NKeyFile, opts.User, opts.Password, opts.Token = n.Creds, n.NKeySeed, n.User, n.Password, n.Token
 		opts.TLSCert, opts.TLSKey, opts.TLSCA = n.TLS.Cert, n.TLS.Key, n.TLS.CA
 	}
-	nc, err := queue.Connect(ctx, opts)
+	nc, err := client.Connect(ctx, opts)
 	if err != nil {
 		return nil, nil, fail(exitConnect, "%v (is a worker running? start one with `worker`, or pass --nats-url)", err)
 	}
-	client, err := queue.NewClient(nc, queue.ClientOptions{Encoding: enc})
+	cl, err := client.NewClient(nc, client.ClientOptions{Encoding: enc})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
-	return nc, client, nil
+	return nc, cl, nil
 }
 
 // interruptible returns a context canceled by SIGINT/SIGTERM, with
@@ -299,9 +300,9 @@ func connErr(err error) error {
 		return nil
 	case errors.As(err, &ee):
 		return err
-	case errors.Is(err, queue.ErrJobNotFound), errors.Is(err, queue.ErrDeadLetterNotFound):
+	case errors.Is(err, client.ErrJobNotFound), errors.Is(err, client.ErrDeadLetterNotFound):
 		return &exitError{code: exitNotFound, err: err}
-	case errors.Is(err, queue.ErrInvalidRequest), errors.Is(err, queue.ErrUnknownOperation), errors.Is(err, queue.ErrUndecodable):
+	case errors.Is(err, wire.ErrInvalidRequest), errors.Is(err, wire.ErrUnknownOperation), errors.Is(err, wire.ErrUndecodable):
 		return &exitError{code: exitUsage, err: err}
 	case errors.Is(err, errInterrupted):
 		return &exitError{code: exitInterrupt, err: err}
@@ -332,36 +333,36 @@ func (c *cli) cmdRun(args []string) error {
 	if *line < 0 || *maxTurns < 0 || *timeout <= 0 {
 		return fail(exitUsage, "--line and --max-turns must not be negative, --timeout must be positive")
 	}
-	if !queue.ValidOperation(op) {
+	if !wire.ValidOperation(op) {
 		return fail(exitUsage, "operation %q: want 1-64 of a-z 0-9 _ - (for example lint, docstring, test, sample_data)", op)
 	}
-	req, notes, err := buildRequest(op, file, nodeSpec{name: *node, line: *line}, queue.RunOptions{MaxTurns: *maxTurns})
+	req, notes, err := buildRequest(op, file, nodeSpec{name: *node, line: *line}, wire.RunOptions{MaxTurns: *maxTurns})
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
 	req.JobID = *jobID
 	if req.JobID == "" {
-		req.JobID = queue.NewJobID(op)
-	} else if !queue.ValidJobID(req.JobID) {
+		req.JobID = client.NewJobID(op)
+	} else if !wire.ValidJobID(req.JobID) {
 		return fail(exitUsage, "--job-id %q: want 1-128 of A-Z a-z 0-9 _ -", req.JobID)
 	}
 	for _, n := range notes {
 		fmt.Fprintf(c.stderr, "note: %s\n", n)
 	}
-	enc := queue.JSON
+	enc := wire.JSON
 	if *msgpack {
-		enc = queue.Msgpack
+		enc = wire.Msgpack
 	}
 	ctx, stop := interruptible(context.Background())
 	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	nc, client, err := c.connect(cctx, enc)
+	nc, cl, err := c.connect(cctx, enc)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	served, err := client.Served(cctx, op)
+	served, err := cl.Served(cctx, op)
 	if err != nil {
 		return connErr(err)
 	}
@@ -384,7 +385,7 @@ func (c *cli) cmdRun(args []string) error {
 			}
 		}
 	}
-	enq, err := client.Enqueue(cctx, req)
+	enq, err := cl.Enqueue(cctx, req)
 	if err != nil {
 		if recorded {
 			removeRecord(root, req.JobID)
@@ -403,14 +404,14 @@ func (c *cli) cmdRun(args []string) error {
 	p.queued(enq, req, false)
 	wctx, wcancel := context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("no result after --timeout %s", *timeout))
 	defer wcancel()
-	return c.follow(wctx, client, newView(c.stdout, *asJSON, *noProgress), enq.JobID)
+	return c.follow(wctx, cl, newView(c.stdout, *asJSON, *noProgress), enq.JobID)
 }
 
 // follow shows a job's events and result and maps the result to an exit
 // code.
-func (c *cli) follow(ctx context.Context, client *queue.Client, v view, jobID string) error {
+func (c *cli) follow(ctx context.Context, cl *client.Client, v view, jobID string) error {
 	defer v.close()
-	w, err := client.Attach(ctx, jobID)
+	w, err := cl.Attach(ctx, jobID)
 	if err != nil {
 		return connErr(err)
 	}
@@ -431,7 +432,7 @@ func (c *cli) follow(ctx context.Context, client *queue.Client, v view, jobID st
 		return connErr(err)
 	}
 	v.result(r)
-	if r.State != queue.StateSucceeded {
+	if r.State != wire.StateSucceeded {
 		return &exitError{code: exitJobFailed, err: errors.New("")}
 	}
 	return nil
@@ -450,20 +451,20 @@ func (c *cli) cmdAttach(args []string) error {
 	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	nc, client, err := c.connect(cctx, queue.JSON)
+	nc, cl, err := c.connect(cctx, wire.JSON)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	if _, _, err := client.Status(cctx, pos[0]); err != nil {
+	if _, err := cl.Status(cctx, pos[0]); err != nil {
 		// A job may have a result without a status (expired record).
-		if _, rerr := client.Result(cctx, pos[0]); rerr != nil {
+		if _, rerr := cl.Result(cctx, pos[0]); rerr != nil {
 			return connErr(err)
 		}
 	}
 	wctx, wcancel := context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("no result after --timeout %s", *timeout))
 	defer wcancel()
-	return c.follow(wctx, client, newView(c.stdout, *asJSON, *noProgress), pos[0])
+	return c.follow(wctx, cl, newView(c.stdout, *asJSON, *noProgress), pos[0])
 }
 
 func (c *cli) cmdStatus(args []string) error {
@@ -475,17 +476,17 @@ func (c *cli) cmdStatus(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	nc, client, err := c.connect(ctx, queue.JSON)
+	nc, cl, err := c.connect(ctx, wire.JSON)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	rec, _, err := client.Status(ctx, pos[0])
-	res, rerr := client.Result(ctx, pos[0])
+	rec, err := cl.Status(ctx, pos[0])
+	res, rerr := cl.Result(ctx, pos[0])
 	if err != nil && rerr != nil {
 		return connErr(err)
 	}
-	if rerr != nil && !errors.Is(rerr, queue.ErrNoResult) {
+	if rerr != nil && !errors.Is(rerr, client.ErrNoResult) {
 		return connErr(rerr)
 	}
 	newPrinter(c.stdout, *asJSON).status(pos[0], rec, res)
@@ -501,13 +502,13 @@ func (c *cli) cmdCancel(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	nc, client, err := c.connect(ctx, queue.JSON)
+	nc, cl, err := c.connect(ctx, wire.JSON)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	if err := client.Cancel(ctx, pos[0], *reason); err != nil {
-		if errors.Is(err, queue.ErrJobFinished) {
+	if err := cl.Cancel(ctx, pos[0], *reason); err != nil {
+		if errors.Is(err, client.ErrJobFinished) {
 			return &exitError{code: exitJobFailed, err: err}
 		}
 		return connErr(err)

@@ -13,7 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // quick returns a context for one short exchange with the server.
@@ -21,8 +22,8 @@ func quick() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 30*time.Second)
 }
 
-var jobStates = []queue.JobState{queue.StateQueued, queue.StateRunning, queue.StateSucceeded,
-	queue.StateFailed, queue.StateDead, queue.StateCanceled}
+var jobStates = []wire.JobState{wire.StateQueued, wire.StateRunning, wire.StateSucceeded,
+	wire.StateFailed, wire.StateDead, wire.StateCanceled}
 
 func (c *cli) cmdList(args []string) error {
 	fs := c.subFlags("list", "list [--state S] [--operation OP] [--limit N] [--json]")
@@ -33,7 +34,7 @@ func (c *cli) cmdList(args []string) error {
 	if _, err := c.parse(fs, args, 0, "no arguments"); err != nil {
 		return err
 	}
-	if *state != "" && !slices.Contains(jobStates, queue.JobState(*state)) {
+	if *state != "" && !slices.Contains(jobStates, wire.JobState(*state)) {
 		return fail(exitUsage, "--state %q: want one of queued, running, succeeded, failed, dead, canceled", *state)
 	}
 	if *limit < 0 {
@@ -41,12 +42,12 @@ func (c *cli) cmdList(args []string) error {
 	}
 	ctx, cancel := quick()
 	defer cancel()
-	nc, client, err := c.connect(ctx, queue.JSON)
+	nc, cl, err := c.connect(ctx, wire.JSON)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	recs, err := client.List(ctx, queue.ListOptions{State: queue.JobState(*state), Operation: *op})
+	recs, err := cl.List(ctx, client.ListOptions{State: wire.JobState(*state), Operation: *op})
 	if err != nil {
 		return connErr(err)
 	}
@@ -118,12 +119,12 @@ func (c *cli) dlqList(args []string) error {
 	}
 	ctx, cancel := quick()
 	defer cancel()
-	nc, client, err := c.connect(ctx, queue.JSON)
+	nc, cl, err := c.connect(ctx, wire.JSON)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	dls, err := client.DeadLetters(ctx)
+	dls, err := cl.DeadLetters(ctx)
 	if err != nil {
 		return connErr(err)
 	}
@@ -160,12 +161,12 @@ func (c *cli) dlqShow(args []string) error {
 	}
 	ctx, cancel := quick()
 	defer cancel()
-	nc, client, err := c.connect(ctx, queue.JSON)
+	nc, cl, err := c.connect(ctx, wire.JSON)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	d, err := client.DeadLetter(ctx, pos[0])
+	d, err := cl.DeadLetter(ctx, pos[0])
 	if err != nil {
 		return connErr(err)
 	}
@@ -215,23 +216,23 @@ func (c *cli) dlqReplay(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *newID != "" && !queue.ValidJobID(*newID) {
+	if *newID != "" && !wire.ValidJobID(*newID) {
 		return fail(exitUsage, "--job-id %q: want 1-128 of A-Z a-z 0-9 _ -", *newID)
 	}
 	ctx, stop := interruptible(context.Background())
 	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	nc, client, err := c.connect(cctx, queue.JSON)
+	nc, cl, err := c.connect(cctx, wire.JSON)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	d, err := client.DeadLetter(cctx, pos[0])
+	d, err := cl.DeadLetter(cctx, pos[0])
 	if err != nil {
 		return connErr(err)
 	}
-	enq, req, err := client.Replay(cctx, d, queue.ReplayOptions{JobID: *newID, Keep: *keep})
+	enq, req, err := cl.Replay(cctx, d, client.ReplayOptions{JobID: *newID, Keep: *keep})
 	if err != nil {
 		if enq == nil {
 			return connErr(err)
@@ -250,7 +251,7 @@ func (c *cli) dlqReplay(args []string) error {
 			}
 		}
 	}
-	served, serr := client.Served(cctx, req.Operation)
+	served, serr := cl.Served(cctx, req.Operation)
 	if !*wait {
 		if *asJSON {
 			newPrinter(c.stdout, true).line(map[string]any{"job_id": enq.JobID, "seq": enq.Seq, "replay_of": d.JobID, "dead_letter_seq": d.Seq})
@@ -267,7 +268,7 @@ func (c *cli) dlqReplay(args []string) error {
 	}
 	wctx, wcancel := context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("no result after --timeout %s", *timeout))
 	defer wcancel()
-	return c.follow(wctx, client, newView(c.stdout, *asJSON, *noProgress), enq.JobID)
+	return c.follow(wctx, cl, newView(c.stdout, *asJSON, *noProgress), enq.JobID)
 }
 
 func (c *cli) dlqPurge(args []string) error {
@@ -277,12 +278,12 @@ func (c *cli) dlqPurge(args []string) error {
 	if _, err := c.parse(fs, args, 0, "no arguments"); err != nil {
 		return err
 	}
-	if *op != "" && !queue.ValidOperation(*op) {
+	if *op != "" && !wire.ValidOperation(*op) {
 		return fail(exitUsage, "--operation %q is not a valid operation", *op)
 	}
 	ctx, cancel := quick()
 	defer cancel()
-	nc, client, err := c.connect(ctx, queue.JSON)
+	nc, cl, err := c.connect(ctx, wire.JSON)
 	if err != nil {
 		return err
 	}
@@ -291,7 +292,7 @@ func (c *cli) dlqPurge(args []string) error {
 		if !isTerminal(os.Stdin) {
 			return fail(exitUsage, "dlq purge deletes dead letters for good: pass --yes")
 		}
-		dls, err := client.DeadLetters(ctx)
+		dls, err := cl.DeadLetters(ctx)
 		if err != nil {
 			return connErr(err)
 		}
@@ -312,7 +313,7 @@ func (c *cli) dlqPurge(args []string) error {
 			return nil
 		}
 	}
-	n, err := client.PurgeDLQ(ctx, *op)
+	n, err := cl.PurgeDLQ(ctx, *op)
 	if err != nil {
 		return connErr(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // filePatch is one file's part of a unified diff as workers produce it
@@ -121,7 +121,7 @@ func parseDiff(diff string) ([]*filePatch, error) {
 		return nil, fmt.Errorf("%w: %s: hunk shorter than its header says", errPatch, cur.path)
 	}
 	for _, fp := range out {
-		if err := queue.ValidatePath(fp.path); err != nil {
+		if err := wire.ValidatePath(fp.path); err != nil {
 			return nil, fmt.Errorf("%w: unsafe path %q: %v", errPatch, fp.path, err)
 		}
 	}

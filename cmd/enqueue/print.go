@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentfleet/fleet/loop"
-	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // printer writes a job's progress for people, or as newline-delimited JSON.
@@ -35,7 +35,7 @@ func (p *printer) line(v any) {
 	fmt.Fprintf(p.w, "%s\n", b)
 }
 
-func (p *printer) queued(enq *queue.Enqueued, req *queue.RunRequest, final bool) {
+func (p *printer) queued(enq *client.Enqueued, req *wire.RunRequest, final bool) {
 	if p.json {
 		if final {
 			p.line(map[string]any{"job_id": enq.JobID, "seq": enq.Seq, "duplicate": enq.Duplicate})
@@ -69,7 +69,7 @@ func ms(d time.Duration) string {
 	return d.Round(time.Millisecond).String()
 }
 
-func (p *printer) event(e *queue.Event) {
+func (p *printer) event(e *wire.Event) {
 	if p.json {
 		p.line(e)
 		return
@@ -81,9 +81,9 @@ func (p *printer) event(e *queue.Event) {
 		p.attempt = e.Attempt
 	}
 	switch e.Kind {
-	case loop.EventTurnStarted:
+	case wire.EventTurnStarted:
 		fmt.Fprintf(p.w, "turn %d/%d  [%s]\n", e.Turn, e.MaxTurns, ms(time.Since(p.start)))
-	case loop.EventModelOutput:
+	case wire.EventModelOutput:
 		var parts []string
 		if len(e.Calls) > 0 {
 			parts = append(parts, "calls "+strings.Join(e.Calls, ", "))
@@ -95,21 +95,21 @@ func (p *printer) event(e *queue.Event) {
 			parts = append(parts, fmt.Sprintf("%d prompt + %d generated tokens", e.Usage.PromptTokens, e.Usage.CompletionTokens))
 		}
 		fmt.Fprintf(p.w, "  model (%s): %s\n", ms(e.Duration), strings.Join(parts, "; "))
-	case loop.EventInvalidResponse:
+	case wire.EventInvalidResponse:
 		fmt.Fprintf(p.w, "  invalid model response: %s %s\n", e.Code, capLine(e.Text, 100))
-	case loop.EventRetry:
+	case wire.EventRetry:
 		fmt.Fprintf(p.w, "  retry %d: %s\n", e.Attempt, e.Code)
-	case loop.EventToolCall:
+	case wire.EventToolCall:
 		fmt.Fprintf(p.w, "  → %s %s\n", e.Tool, capLine(string(e.Arguments), 120))
-	case loop.EventContextInjected:
+	case wire.EventContextInjected:
 		fmt.Fprintf(p.w, "    [context] %s (%d bytes)\n", e.Provider, e.Size)
-	case loop.EventToolResult:
+	case wire.EventToolResult:
 		outcome := "ok"
 		if !e.OK {
 			outcome = "error " + e.Code
 		}
 		fmt.Fprintf(p.w, "  ← %s %s (%s)\n", e.Tool, outcome, ms(e.Duration))
-	case loop.EventFinished:
+	case wire.EventFinished:
 		msg := string(e.Status)
 		if e.Error != "" {
 			msg += ": " + e.Error
@@ -120,7 +120,7 @@ func (p *printer) event(e *queue.Event) {
 	}
 }
 
-func (p *printer) result(r *queue.AgentResult) {
+func (p *printer) result(r *wire.AgentResult) {
 	if p.json {
 		p.line(r)
 		return
@@ -171,7 +171,7 @@ func (p *printer) result(r *queue.AgentResult) {
 	fmt.Fprintf(p.w, "\nreview, then: enqueue accept %s   (or: enqueue reject %s)\n", r.JobID, r.JobID)
 }
 
-func (p *printer) status(jobID string, rec *queue.StatusRecord, res *queue.AgentResult) {
+func (p *printer) status(jobID string, rec *wire.StatusRecord, res *wire.AgentResult) {
 	if p.json {
 		p.line(map[string]any{"job_id": jobID, "status": rec, "result": res})
 		return

@@ -12,15 +12,14 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/agentfleet/fleet/loop"
-	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // view shows a followed job: plain lines or JSON (printer), or live
 // progress on a terminal (live).
 type view interface {
-	event(e *queue.Event)
-	result(r *queue.AgentResult)
+	event(e *wire.Event)
+	result(r *wire.AgentResult)
 	// close removes any animation; the view is not used afterwards.
 	close()
 }
@@ -131,7 +130,7 @@ func (l *live) flush() {
 	l.bar.Describe(l.describe())
 }
 
-func (l *live) event(e *queue.Event) {
+func (l *live) event(e *wire.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.p.event(e)
@@ -140,7 +139,7 @@ func (l *live) event(e *queue.Event) {
 		l.turn = 0
 	}
 	switch e.Kind {
-	case loop.EventTurnStarted:
+	case wire.EventTurnStarted:
 		if e.MaxTurns > 0 && e.MaxTurns != l.max {
 			l.max = e.MaxTurns
 			l.bar.ChangeMax(e.MaxTurns)
@@ -148,21 +147,21 @@ func (l *live) event(e *queue.Event) {
 		l.turn = e.Turn
 		_ = l.bar.Set(e.Turn - 1) // turns completed
 		l.doing = "model thinking"
-	case loop.EventModelOutput:
+	case wire.EventModelOutput:
 		l.doing = "model answered"
-	case loop.EventToolCall:
+	case wire.EventToolCall:
 		l.doing = "running " + e.Tool
-	case loop.EventToolResult:
+	case wire.EventToolResult:
 		l.doing = e.Tool + " done"
-	case loop.EventRetry, loop.EventInvalidResponse:
+	case wire.EventRetry, wire.EventInvalidResponse:
 		l.doing = "retrying the model (" + string(e.Code) + ")"
-	case loop.EventFinished:
+	case wire.EventFinished:
 		l.doing = "finished (" + string(e.Status) + ")"
 	}
 	l.flush()
 }
 
-func (l *live) result(r *queue.AgentResult) {
+func (l *live) result(r *wire.AgentResult) {
 	l.close()
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // recordDir is where enqueue keeps its per-job records, under the project
@@ -53,7 +53,7 @@ func sha(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-func newRecord(root string, req *queue.RunRequest) *jobRecord {
+func newRecord(root string, req *wire.RunRequest) *jobRecord {
 	r := &jobRecord{JobID: req.JobID, Operation: req.Operation, Root: root, Node: req.Node.ID,
 		Files: make(map[string]string, len(req.Files)), CreatedAt: time.Now().UTC(), Review: reviewPending}
 	for p, c := range req.Files {

@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentfleet/fleet/agents"
-	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // configFiles are the project files sent with every job when they exist at
@@ -23,7 +23,7 @@ var testExts = []string{".py", ".json", ".yaml", ".yml", ".csv", ".txt", ".toml"
 
 // maxPayload keeps the encoded request under NATS's 1 MiB limit, with room
 // for the JSON framing.
-const maxPayload = queue.MaxRequestBytes - 64<<10
+const maxPayload = wire.MaxRequestBytes - 64<<10
 
 // nodeSpec says which part of the file the job is about.
 type nodeSpec struct {
@@ -51,7 +51,7 @@ func projectRoot(dir string) string {
 // buildRequest reads file and builds the run request for op: the node, the
 // workspace files (relative to the project root) and the options. It
 // returns notes for the user (files skipped).
-func buildRequest(op, file string, spec nodeSpec, opts queue.RunOptions) (*queue.RunRequest, []string, error) {
+func buildRequest(op, file string, spec nodeSpec, opts wire.RunOptions) (*wire.RunRequest, []string, error) {
 	abs, err := filepath.Abs(file)
 	if err != nil {
 		return nil, nil, err
@@ -98,14 +98,14 @@ func buildRequest(op, file string, spec nodeSpec, opts queue.RunOptions) (*queue
 			return
 		}
 		r = filepath.ToSlash(r)
-		if _, dup := files[r]; dup || queue.ValidatePath(r) != nil {
+		if _, dup := files[r]; dup || wire.ValidatePath(r) != nil {
 			return
 		}
 		b, err := os.ReadFile(p)
 		if err != nil || !utf8.Valid(b) {
 			return
 		}
-		if size+len(b) > maxPayload || len(files) >= queue.MaxFiles {
+		if size+len(b) > maxPayload || len(files) >= wire.MaxFiles {
 			notes = append(notes, fmt.Sprintf("skipped %s: the request would exceed its size limit", r))
 			return
 		}
@@ -141,6 +141,6 @@ func buildRequest(op, file string, spec nodeSpec, opts queue.RunOptions) (*queue
 			add(p)
 		}
 	}
-	req := &queue.RunRequest{Version: queue.ProtocolVersion, Operation: op, Node: node, Files: files, Options: opts}
+	req := &wire.RunRequest{Version: wire.ProtocolVersion, Operation: op, Node: wire.Node(node), Files: files, Options: opts}
 	return req, notes, nil
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 const sample = `"""Module doc."""
@@ -133,7 +133,7 @@ func TestBuildRequest(t *testing.T) {
 	write("tests/__pycache__/x.py", "junk\n")
 	file := filepath.Join(root, "src/pkg/mod.py")
 
-	req, _, err := buildRequest("lint", file, nodeSpec{name: "Shop.price"}, queue.RunOptions{MaxTurns: 3})
+	req, _, err := buildRequest("lint", file, nodeSpec{name: "Shop.price"}, wire.RunOptions{MaxTurns: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestBuildRequest(t *testing.T) {
 	if got := keys(req.Files); !slices.Equal(got, []string{"pyproject.toml", "src/pkg/conftest.py", "src/pkg/mod.py"}) {
 		t.Fatalf("lint files %v", got)
 	}
-	req, _, err = buildRequest("test", file, nodeSpec{line: 2}, queue.RunOptions{})
+	req, _, err = buildRequest("test", file, nodeSpec{line: 2}, wire.RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestBuildRequest(t *testing.T) {
 	if err := req.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := buildRequest("lint", file, nodeSpec{line: 999}, queue.RunOptions{}); err == nil {
+	if _, _, err := buildRequest("lint", file, nodeSpec{line: 999}, wire.RunOptions{}); err == nil {
 		t.Fatal("line past the end accepted")
 	}
 
@@ -167,7 +167,7 @@ func TestBuildRequest(t *testing.T) {
 	if err := os.WriteFile(lone, []byte("x = 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	req, _, err = buildRequest("lint", lone, nodeSpec{}, queue.RunOptions{})
+	req, _, err = buildRequest("lint", lone, nodeSpec{}, wire.RunOptions{})
 	if err != nil || req.Node.FilePath != "a.py" {
 		t.Fatalf("%+v %v", req, err)
 	}

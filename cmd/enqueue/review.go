@@ -9,7 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 func absPath(p string) (string, error) { return filepath.Abs(p) }
@@ -129,7 +130,7 @@ func (c *cli) cmdAccept(args []string) error {
 		return err
 	}
 	jobID := pos[0]
-	if !queue.ValidJobID(jobID) {
+	if !wire.ValidJobID(jobID) {
 		return fail(exitUsage, "%q is not a valid job id", jobID)
 	}
 	root, err := c.root(*dir)
@@ -150,14 +151,14 @@ func (c *cli) cmdAccept(args []string) error {
 
 	ctx, cancel := quick()
 	defer cancel()
-	nc, client, err := c.connect(ctx, queue.JSON)
+	nc, cl, err := c.connect(ctx, wire.JSON)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	res, err := client.Result(ctx, jobID)
-	if errors.Is(err, queue.ErrNoResult) {
-		rec, _, serr := client.Status(ctx, jobID)
+	res, err := cl.Result(ctx, jobID)
+	if errors.Is(err, client.ErrNoResult) {
+		rec, serr := cl.Status(ctx, jobID)
 		if serr != nil {
 			return connErr(serr)
 		}
@@ -166,7 +167,7 @@ func (c *cli) cmdAccept(args []string) error {
 	if err != nil {
 		return connErr(err)
 	}
-	if res.State != queue.StateSucceeded && !*force {
+	if res.State != wire.StateSucceeded && !*force {
 		return fail(exitJobFailed, "job %s ended %s (%s); --force applies its changes anyway", jobID, res.State, res.Error)
 	}
 	var applied []string
@@ -211,7 +212,7 @@ func (c *cli) cmdReject(args []string) error {
 		return err
 	}
 	jobID := pos[0]
-	if !queue.ValidJobID(jobID) {
+	if !wire.ValidJobID(jobID) {
 		return fail(exitUsage, "%q is not a valid job id", jobID)
 	}
 	root, err := c.root(*dir)
@@ -224,13 +225,13 @@ func (c *cli) cmdReject(args []string) error {
 		// No record here: make sure the job exists before remembering it.
 		ctx, cancel := quick()
 		defer cancel()
-		nc, client, err := c.connect(ctx, queue.JSON)
+		nc, cl, err := c.connect(ctx, wire.JSON)
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
-		if _, _, serr := client.Status(ctx, jobID); serr != nil {
-			if _, rerr := client.Result(ctx, jobID); rerr != nil {
+		if _, serr := cl.Status(ctx, jobID); serr != nil {
+			if _, rerr := cl.Result(ctx, jobID); rerr != nil {
 				return connErr(serr)
 			}
 		}

@@ -54,9 +54,13 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/config"
-	"github.com/agentfleet/fleet/internal/jobrun"
 	"github.com/agentfleet/fleet/internal/metrics"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/jobrun"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // Exit codes.
@@ -260,12 +264,12 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 			}
 			return met.Processor(p), nil
 		},
-		Streams: queue.StreamsConfig{
+		Streams: ledger.StreamsConfig{
 			AckWait:       cfg.Queue.AckWait,
 			MaxDeliver:    cfg.Queue.MaxDeliver,
 			Replicas:      cfg.Queue.Replicas,
 			ResultsMaxAge: cfg.Queue.ResultsMaxAge,
-			DedupeWindow:  min(queue.DefaultDedupeWindow, cfg.Queue.ResultsMaxAge),
+			DedupeWindow:  min(ledger.DefaultDedupeWindow, cfg.Queue.ResultsMaxAge),
 			DLQMaxAge:     cfg.Queue.DLQMaxAge,
 		},
 		// An idle slot long-polls one operation at a time: a short expiry
@@ -367,7 +371,7 @@ func loadAgents(cfg *config.Config) (map[string]*agents.Definition, []string, er
 	ops = slices.Compact(ops)
 	served := make(map[string]*agents.Definition, len(ops))
 	for _, op := range ops {
-		if !queue.ValidOperation(op) {
+		if !wire.ValidOperation(op) {
 			return nil, nil, fmt.Errorf("operation %q cannot be a queue operation (1-64 of a-z 0-9 _ -)", op)
 		}
 		served[op] = defs[op]
@@ -380,7 +384,7 @@ func loadAgents(cfg *config.Config) (map[string]*agents.Definition, []string, er
 func connectNATS(ctx context.Context, cfg *config.Config, log *slog.Logger, done *cleanups) (*nats.Conn, string, error) {
 	n := cfg.NATS
 	if n.URL != "" {
-		nc, err := queue.Connect(ctx, queue.ConnectOptions{
+		nc, err := client.Connect(ctx, client.ConnectOptions{
 			URL: n.URL, Name: "fleet-worker " + cfg.Worker.Name,
 			CredsFile: n.Creds, NKeyFile: n.NKeySeed, User: n.User, Password: n.Password, Token: n.Token,
 			TLSCert: n.TLS.Cert, TLSKey: n.TLS.Key, TLSCA: n.TLS.CA,
@@ -396,7 +400,7 @@ func connectNATS(ctx context.Context, cfg *config.Config, log *slog.Logger, done
 	if host, port, err := net.SplitHostPort(listen); err == nil && port == "0" {
 		listen = net.JoinHostPort(host, "-1") // any free port
 	}
-	srv, err := queue.StartEmbedded(ctx, queue.EmbeddedConfig{
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{
 		StoreDir:   n.Embedded.StoreDir,
 		Listen:     listen,
 		MaxMemory:  int64(n.Embedded.MaxMemory),
@@ -407,7 +411,7 @@ func connectNATS(ctx context.Context, cfg *config.Config, log *slog.Logger, done
 		Logger: slog.Default(),
 	})
 	if err != nil {
-		if errors.Is(err, queue.ErrStoreLocked) {
+		if errors.Is(err, embedded.ErrStoreLocked) {
 			return nil, "", &usageError{fmt.Errorf("%w (another worker uses nats.embedded.store_dir %s)", err, n.Embedded.StoreDir)}
 		}
 		return nil, "", fmt.Errorf("embedded NATS on %s: %w", n.Embedded.Listen, err)

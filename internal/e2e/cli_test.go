@@ -16,9 +16,9 @@ import (
 
 	"github.com/creack/pty"
 
-	"github.com/agentfleet/fleet/internal/jobrun"
 	"github.com/agentfleet/fleet/loop"
-	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/jobrun"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // copyDemo copies testdata/demo to a fresh folder and returns it.
@@ -129,17 +129,17 @@ func TestListAndHelp(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("list exit %d: %s", code, stderr)
 	}
-	recs := map[string]queue.StatusRecord{}
+	recs := map[string]wire.StatusRecord{}
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		var r queue.StatusRecord
+		var r wire.StatusRecord
 		if err := json.Unmarshal([]byte(l), &r); err != nil {
 			t.Fatalf("list line %q: %v", l, err)
 		}
 		recs[r.JobID] = r
 	}
 	ok, failed := recs["e2e-list-ok"], recs["e2e-list-failed"]
-	if len(recs) != 2 || ok.State != queue.StateSucceeded || ok.Worker != "e2e-worker" || ok.Attempt != 1 ||
-		ok.Operation != "lint" || failed.State != queue.StateFailed || failed.Code != loop.ErrCodeTurnLimit {
+	if len(recs) != 2 || ok.State != wire.StateSucceeded || ok.Worker != "e2e-worker" || ok.Attempt != 1 ||
+		ok.Operation != "lint" || failed.State != wire.StateFailed || failed.Code != wire.ErrorCode(loop.ErrCodeTurnLimit) {
 		t.Fatalf("list: %+v", recs)
 	}
 	out, _, code = enqueue(t, w.url, "list", "--state", "failed")
@@ -301,7 +301,7 @@ func TestDLQReplayAfterFix(t *testing.T) {
 	demo := copyDemo(t)
 	out, _, code := enqueueAt(t, demo, w.url, "run", "lint", "src/inventory/stock.py", "--json", "--job-id", "e2e-dead-1")
 	_, r := parseNDJSON(t, out)
-	if code != 1 || r.State != queue.StateDead || r.ErrorCode != queue.CodeMaxDeliveries {
+	if code != 1 || r.State != wire.StateDead || r.ErrorCode != wire.CodeMaxDeliveries {
 		t.Fatalf("broken worker: exit %d %+v\n%s", code, r, w.Logs())
 	}
 
@@ -328,7 +328,7 @@ func TestDLQReplayAfterFix(t *testing.T) {
 		t.Fatalf("replay: exit %d\n%s\n%s\n%s", code, out, stderr, w.Logs())
 	}
 	_, r2 := parseNDJSON(t, out)
-	if r2.JobID != "e2e-dead-1-r1" || r2.State != queue.StateSucceeded || !strings.Contains(r2.Diff, "-import os") {
+	if r2.JobID != "e2e-dead-1-r1" || r2.State != wire.StateSucceeded || !strings.Contains(r2.Diff, "-import os") {
 		t.Fatalf("replayed job %+v", r2)
 	}
 	if out, _, _ := enqueue(t, w.url, "dlq", "list"); strings.TrimSpace(out) != "no dead letters" {

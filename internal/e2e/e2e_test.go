@@ -22,7 +22,8 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/loop"
-	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 var (
@@ -228,21 +229,21 @@ func enqueueRaw(t *testing.T, args ...string) (string, string, int) {
 }
 
 // parseNDJSON splits enqueue --json output into events and the result.
-func parseNDJSON(t *testing.T, out string) ([]queue.Event, queue.AgentResult) {
+func parseNDJSON(t *testing.T, out string) ([]wire.Event, wire.AgentResult) {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) == 0 || lines[0] == "" {
 		t.Fatalf("want events and a result, got:\n%s", out)
 	}
-	var evs []queue.Event
+	var evs []wire.Event
 	for _, l := range lines[:len(lines)-1] {
-		var e queue.Event
+		var e wire.Event
 		if err := json.Unmarshal([]byte(l), &e); err != nil {
 			t.Fatalf("event line %q: %v", l, err)
 		}
 		evs = append(evs, e)
 	}
-	var r queue.AgentResult
+	var r wire.AgentResult
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
 		t.Fatalf("result line: %v", err)
 	}
@@ -269,7 +270,7 @@ func TestEnqueueRunLint(t *testing.T) {
 	if len(evs) == 0 {
 		t.Fatalf("no events:\n%s", out)
 	}
-	if r.State != queue.StateSucceeded || r.Status != loop.StatusSuccess || r.Worker != "e2e-worker" {
+	if r.State != wire.StateSucceeded || r.Status != wire.StatusSuccess || r.Worker != "e2e-worker" {
 		t.Fatalf("result %+v", r)
 	}
 	if len(r.ChangedFiles) != 1 || r.ChangedFiles[0] != "src/inventory/stock.py" {
@@ -281,14 +282,14 @@ func TestEnqueueRunLint(t *testing.T) {
 			t.Errorf("diff lacks %q:\n%s", want, r.Diff)
 		}
 	}
-	if evs[0].Kind != loop.EventTurnStarted || evs[len(evs)-1].Kind != loop.EventFinished {
+	if evs[0].Kind != wire.EventTurnStarted || evs[len(evs)-1].Kind != wire.EventFinished {
 		t.Fatalf("first/last events %s/%s", evs[0].Kind, evs[len(evs)-1].Kind)
 	}
 	for i, e := range evs {
 		if e.Seq != i+1 || e.JobID != r.JobID {
 			t.Fatalf("event %d: seq %d job %s", i, e.Seq, e.JobID)
 		}
-		if e.Kind == loop.EventToolResult && !e.OK {
+		if e.Kind == wire.EventToolResult && !e.OK {
 			t.Errorf("tool %s failed: %s", e.Tool, e.Code)
 		}
 	}
@@ -317,7 +318,7 @@ func TestEnqueueRunLint(t *testing.T) {
 	// the job fails with AGENT_003 and enqueue exits 1.
 	out, _, code = enqueue(t, w.url, "run", "lint", sample, "--node", "restock", "--max-turns", "2", "--json")
 	_, r2 := parseNDJSON(t, out)
-	if code != 1 || r2.State != queue.StateFailed || r2.ErrorCode != loop.ErrCodeTurnLimit {
+	if code != 1 || r2.State != wire.StateFailed || r2.ErrorCode != wire.ErrorCode(loop.ErrCodeTurnLimit) {
 		t.Fatalf("turn-limited job: exit %d, %+v", code, r2)
 	}
 	if !strings.HasSuffix(r2.WorkspaceID, "~3A~3Arestock") {
@@ -361,7 +362,7 @@ func TestEnqueueNoWaitAndCancel(t *testing.T) {
 	}
 	out, _, code = enqueue(t, w.url, "attach", "e2e-cancel-1", "--json")
 	_, r := parseNDJSON(t, out)
-	if code != 1 || r.State != queue.StateCanceled || r.ErrorCode != queue.CodeCanceled {
+	if code != 1 || r.State != wire.StateCanceled || r.ErrorCode != wire.CodeCanceled {
 		t.Fatalf("canceled job: exit %d %+v", code, r)
 	}
 	if _, _, code = enqueue(t, w.url, "cancel", "e2e-cancel-1"); code != 1 {
@@ -398,14 +399,14 @@ func TestLlamaWorker(t *testing.T) {
 	}
 	outputs := 0
 	for _, e := range evs {
-		if e.Kind == loop.EventModelOutput && e.Usage != nil && e.Usage.PromptTokens > 0 {
+		if e.Kind == wire.EventModelOutput && e.Usage != nil && e.Usage.PromptTokens > 0 {
 			outputs++
 		}
 	}
 	if outputs == 0 {
 		t.Fatalf("no model_output event with token usage: %+v", evs)
 	}
-	if r.ErrorCode == loop.ErrCodeModel {
+	if r.ErrorCode == wire.ErrorCode(loop.ErrCodeModel) {
 		t.Fatalf("the model backend failed: %s\n%s", r.Error, w.Logs())
 	}
 	if err := w.stop(); err != nil {
@@ -459,7 +460,7 @@ func TestShutdownRequeuesRunningJob(t *testing.T) {
 	out, _, code := enqueue(t, b.url, "attach", "e2e-requeue-1", "--json")
 
 	evs, r := parseNDJSON(t, out)
-	if code != 0 || r.State != queue.StateSucceeded || r.Attempts != 2 || len(r.ChangedFiles) != 1 {
+	if code != 0 || r.State != wire.StateSucceeded || r.Attempts != 2 || len(r.ChangedFiles) != 1 {
 		t.Fatalf("requeued job: exit %d %+v", code, r)
 	}
 	// The first attempt's events are stored too, marked attempt 1.
@@ -505,7 +506,7 @@ func TestSecondSignalExits(t *testing.T) {
 func TestRemoteNATSWithPassword(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := queue.StartEmbedded(ctx, queue.EmbeddedConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1",
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1",
 		User: "fleet", Password: "s3cret-pw"})
 	if err != nil {
 		t.Fatal(err)
@@ -518,7 +519,7 @@ func TestRemoteNATSWithPassword(t *testing.T) {
 	}
 	out, stderr, code := enqueueRaw(t, "-config", w.config, "run", "lint", sample, "--json")
 	_, r := parseNDJSON(t, out)
-	if code != 0 || r.State != queue.StateSucceeded || !strings.Contains(r.Diff, "-import os") {
+	if code != 0 || r.State != wire.StateSucceeded || !strings.Contains(r.Diff, "-import os") {
 		t.Fatalf("exit %d %+v\n%s", code, r, stderr)
 	}
 	// Without the password the server refuses enqueue: a connection error.

@@ -14,8 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/agentfleet/fleet/loop"
-	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // repoRoot is the module root, two levels above this package.
@@ -194,7 +193,7 @@ func TestNodeExampleAgainstWorkerBinary(t *testing.T) {
 		t.Fatalf("lines = %+v", lines)
 	}
 	events := lines[1 : len(lines)-1]
-	var kinds []loop.EventKind
+	var kinds []wire.EventKind
 	for i, l := range events {
 		if l.Type != "event" || l.Event == nil || l.Event.JobID != jobID {
 			t.Fatalf("line %d = %+v, want an event of %s", i+1, l, jobID)
@@ -205,16 +204,16 @@ func TestNodeExampleAgainstWorkerBinary(t *testing.T) {
 		kinds = append(kinds, l.Event.Kind)
 	}
 	// Two turns: run_linter, then submit_result; finished last.
-	if len(kinds) == 0 || kinds[0] != loop.EventTurnStarted || kinds[len(kinds)-1] != loop.EventFinished {
+	if len(kinds) == 0 || kinds[0] != wire.EventTurnStarted || kinds[len(kinds)-1] != wire.EventFinished {
 		t.Errorf("event kinds = %v, want turn_started ... finished", kinds)
 	}
 	var calls []string
 	turns := 0
 	for _, l := range events {
 		switch l.Event.Kind {
-		case loop.EventToolCall:
+		case wire.EventToolCall:
 			calls = append(calls, l.Event.Tool)
-		case loop.EventTurnStarted:
+		case wire.EventTurnStarted:
 			turns++
 		}
 	}
@@ -226,7 +225,7 @@ func TestNodeExampleAgainstWorkerBinary(t *testing.T) {
 		t.Fatalf("last line = %+v, want the result", last)
 	}
 	r := last.Result
-	if r.JobID != jobID || r.State != queue.StateSucceeded || r.Status != loop.StatusSuccess ||
+	if r.JobID != jobID || r.State != wire.StateSucceeded || r.Status != wire.StatusSuccess ||
 		r.Summary != "checked by the scripted model" || r.Turns != 2 || r.Worker != "node-example-binary" {
 		t.Errorf("result = %+v", r)
 	}

@@ -23,6 +23,9 @@ import (
 
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // nodeScript returns the node binary and examples/node/run.mjs, or skips
@@ -45,14 +48,14 @@ func nodeScript(t *testing.T) (node, script string) {
 
 // line is one line the Node program prints.
 type line struct {
-	Type      string             `json:"type"`
-	JobID     string             `json:"job_id"`
-	Stream    string             `json:"stream"`
-	Seq       uint64             `json:"seq"`
-	Duplicate bool               `json:"duplicate"`
-	Subject   string             `json:"subject"`
-	Event     *queue.Event       `json:"event"`
-	Result    *queue.AgentResult `json:"result"`
+	Type      string            `json:"type"`
+	JobID     string            `json:"job_id"`
+	Stream    string            `json:"stream"`
+	Seq       uint64            `json:"seq"`
+	Duplicate bool              `json:"duplicate"`
+	Subject   string            `json:"subject"`
+	Event     *wire.Event       `json:"event"`
+	Result    *wire.AgentResult `json:"result"`
 }
 
 // runNode runs run.mjs with args in dir and returns its parsed stdout lines,
@@ -104,18 +107,18 @@ func writeSample(t *testing.T) string {
 }
 
 // scriptedKinds is what the fake agent emits: two turns, one tool call.
-var scriptedKinds = []loop.EventKind{
-	loop.EventTurnStarted, loop.EventModelOutput, loop.EventToolCall, loop.EventToolResult,
-	loop.EventTurnStarted, loop.EventModelOutput, loop.EventToolCall, loop.EventToolResult, loop.EventFinished,
+var scriptedKinds = []wire.EventKind{
+	wire.EventTurnStarted, wire.EventModelOutput, wire.EventToolCall, wire.EventToolResult,
+	wire.EventTurnStarted, wire.EventModelOutput, wire.EventToolCall, wire.EventToolResult, wire.EventFinished,
 }
 
 // scriptedProcessor plays a two-turn run and records the requests it got.
 type scriptedProcessor struct {
 	mu   sync.Mutex
-	reqs []*queue.RunRequest
+	reqs []*wire.RunRequest
 }
 
-func (p *scriptedProcessor) Process(ctx context.Context, req *queue.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
+func (p *scriptedProcessor) Process(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
 	p.mu.Lock()
 	p.reqs = append(p.reqs, req)
 	p.mu.Unlock()
@@ -148,7 +151,7 @@ func inProcessWorker(t *testing.T, p queue.Processor) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	emb, err := queue.StartEmbedded(ctx, queue.EmbeddedConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1"})
+	emb, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +165,7 @@ func inProcessWorker(t *testing.T, p queue.Processor) string {
 		Conn: nc, Operations: []string{"lint"}, Slots: 1, Name: "node-example-worker",
 		NewProcessor: func(int) (queue.Processor, error) { return p, nil },
 		PullExpiry:   500 * time.Millisecond, DrainGrace: 5 * time.Second,
-		Streams: queue.StreamsConfig{Operations: []string{"lint", "idle"}, Memory: true},
+		Streams: ledger.StreamsConfig{Operations: []string{"lint", "idle"}, Memory: true},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +218,7 @@ func TestNodeExampleRunsAJob(t *testing.T) {
 	if len(lines) != 2+len(scriptedKinds) {
 		t.Fatalf("node printed %d lines, want %d: %+v", len(lines), 2+len(scriptedKinds), lines)
 	}
-	if q := lines[0]; q.Type != "queued" || q.JobID != jobID || q.Stream != queue.StreamRuns || q.Seq == 0 || q.Duplicate {
+	if q := lines[0]; q.Type != "queued" || q.JobID != jobID || q.Stream != wire.StreamRuns || q.Seq == 0 || q.Duplicate {
 		t.Errorf("queued line = %+v", q)
 	}
 	for i, kind := range scriptedKinds {
@@ -223,7 +226,7 @@ func TestNodeExampleRunsAJob(t *testing.T) {
 		if l.Type != "event" || l.Event == nil {
 			t.Fatalf("line %d = %+v, want an event", 1+i, l)
 		}
-		if l.Subject != queue.SubjectEventsPrefix+jobID || l.Event.JobID != jobID || l.Event.Attempt != 1 {
+		if l.Subject != wire.SubjectEventsPrefix+jobID || l.Event.JobID != jobID || l.Event.Attempt != 1 {
 			t.Errorf("event %d: subject %q job %q attempt %d", i, l.Subject, l.Event.JobID, l.Event.Attempt)
 		}
 		if l.Event.Seq != i+1 || l.Event.Kind != kind {
@@ -234,11 +237,11 @@ func TestNodeExampleRunsAJob(t *testing.T) {
 		t.Errorf("tool_call event = %+v", ev)
 	}
 	last := lines[len(lines)-1]
-	if last.Type != "result" || last.Result == nil || last.Subject != queue.SubjectResultsPrefix+jobID {
+	if last.Type != "result" || last.Result == nil || last.Subject != wire.SubjectResultsPrefix+jobID {
 		t.Fatalf("last line = %+v, want the result", last)
 	}
 	r := last.Result
-	if r.JobID != jobID || r.Operation != "lint" || r.State != queue.StateSucceeded || r.Status != loop.StatusSuccess ||
+	if r.JobID != jobID || r.Operation != "lint" || r.State != wire.StateSucceeded || r.Status != wire.StatusSuccess ||
 		r.Turns != 2 || r.ToolCalls != 2 || r.Summary != "Removed the unused import os." ||
 		!strings.Contains(r.Diff, "-import os") || r.Worker != "node-example-worker" || r.Attempts != 1 {
 		t.Errorf("result = %+v", r)

@@ -53,6 +53,7 @@ import (
 
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // Job outcomes, the outcome label of fleet_jobs_total and
@@ -398,9 +399,9 @@ func (c *funcCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(c.droppedDesc, st.EventsDropped)
 		counter(c.startedDesc, st.Started)
-		counter(c.resultsDesc, st.Succeeded, string(queue.StateSucceeded))
-		counter(c.resultsDesc, st.Failed, string(queue.StateFailed))
-		counter(c.resultsDesc, st.Canceled, string(queue.StateCanceled))
+		counter(c.resultsDesc, st.Succeeded, string(wire.StateSucceeded))
+		counter(c.resultsDesc, st.Failed, string(wire.StateFailed))
+		counter(c.resultsDesc, st.Canceled, string(wire.StateCanceled))
 		counter(c.deadDesc, st.Dead)
 		counter(c.dupDesc, st.Duplicates)
 		counter(c.retriedDesc, st.Retried)

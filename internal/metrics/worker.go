@@ -10,6 +10,8 @@ import (
 
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // Processor wraps p so that every job is measured: JobStarted before it,
@@ -25,7 +27,7 @@ type measured struct {
 	p queue.Processor
 }
 
-func (mp *measured) Process(ctx context.Context, req *queue.RunRequest, events loop.EventSink) (out *queue.Outcome, err error) {
+func (mp *measured) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (out *queue.Outcome, err error) {
 	op := req.Operation
 	mp.m.JobStarted(op)
 	start := time.Now()
@@ -66,7 +68,7 @@ func outcomeOf(ctx context.Context, out *queue.Outcome, err error) string {
 type StreamsSource interface {
 	// Streams returns the stream handles once the worker has started, else
 	// nil.
-	Streams() *queue.Streams
+	Streams() *ledger.Streams
 }
 
 // ErrNotReady is wrapped by the errors WorkerReady returns.

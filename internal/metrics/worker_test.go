@@ -11,15 +11,17 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // scriptedProcessor emits a short run's events and returns the status the
 // request's node name asks for ("fail", "error", "panic" or success).
 func scriptedProcessor() queue.Processor {
-	return queue.ProcessorFunc(func(ctx context.Context, req *queue.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
+	return queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
 		now := time.Now()
 		ev.Emit(loop.Event{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1, Time: now, MaxTurns: 3})
 		ev.Emit(loop.Event{Kind: loop.EventModelOutput, Seq: 2, Turn: 1, Time: now, Duration: 10 * time.Millisecond,
@@ -42,7 +44,7 @@ func scriptedProcessor() queue.Processor {
 func TestWorkerEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	emb, err := queue.StartEmbedded(ctx, queue.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
+	emb, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +71,7 @@ func TestWorkerEndToEnd(t *testing.T) {
 		NewProcessor: func(int) (queue.Processor, error) { return met.Processor(scriptedProcessor()), nil },
 		PullExpiry:   200 * time.Millisecond, DrainGrace: 5 * time.Second,
 		RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond,
-		Streams: queue.StreamsConfig{Operations: []string{"lint", "idle"}, AckWait: 2 * time.Second, MaxDeliver: 2, Memory: true},
+		Streams: ledger.StreamsConfig{Operations: []string{"lint", "idle"}, AckWait: 2 * time.Second, MaxDeliver: 2, Memory: true},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -92,10 +94,10 @@ func TestWorkerEndToEnd(t *testing.T) {
 
 	publish := func(id, op, node string) {
 		t.Helper()
-		req := &queue.RunRequest{JobID: id, Operation: op,
-			Node:  agents.Node{ID: "a.py::" + node, Name: node, Type: "function", FilePath: "a.py", Text: "def f(): pass\n"},
+		req := &wire.RunRequest{JobID: id, Operation: op,
+			Node:  wire.Node{ID: "a.py::" + node, Name: node, Type: "function", FilePath: "a.py", Text: "def f(): pass\n"},
 			Files: map[string]string{"a.py": "def f(): pass\n"}}
-		m, err := queue.NewRequestMsg(req, queue.JSON, "")
+		m, err := wire.NewRequestMsg(req, wire.JSON, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,8 +107,8 @@ func TestWorkerEndToEnd(t *testing.T) {
 	}
 	waitResult := func(id string) {
 		t.Helper()
-		c, err := js.OrderedConsumer(ctx, queue.StreamResults, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{queue.SubjectResultsPrefix + id}})
+		c, err := js.OrderedConsumer(ctx, wire.StreamResults, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{wire.SubjectResultsPrefix + id}})
 		if err != nil {
 			t.Fatal(err)
 		}

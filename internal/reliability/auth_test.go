@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // Permission layout under test (docs/RELIABILITY.md §Auth):
@@ -28,9 +29,9 @@ import (
 //     cannot read the results stream (everybody's results) directly.
 func authUsers() []*server.User {
 	client := func(name string, canEnqueue bool) *server.User {
-		pub := &server.SubjectPermission{Allow: []string{queue.SubjectRunPrefix + ">", queue.SubjectCancelPrefix + "*"}}
+		pub := &server.SubjectPermission{Allow: []string{wire.SubjectRunPrefix + ">", wire.SubjectCancelPrefix + "*"}}
 		if !canEnqueue {
-			pub = &server.SubjectPermission{Allow: []string{queue.SubjectCancelPrefix + "*"}}
+			pub = &server.SubjectPermission{Allow: []string{wire.SubjectCancelPrefix + "*"}}
 		}
 		return &server.User{Username: name, Password: name + "-pw", Permissions: &server.Permissions{
 			Publish:   pub,
@@ -39,9 +40,9 @@ func authUsers() []*server.User {
 	}
 	return []*server.User{
 		{Username: "worker", Password: "worker-pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{"$JS.API.>", "$JS.ACK.>", "$KV." + queue.BucketJobs + ".>",
-				queue.SubjectResultsPrefix + ">", queue.SubjectEventsPrefix + ">", queue.SubjectDLQPrefix + ">", "clients.>"}},
-			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", queue.SubjectCancelPrefix + "*"}},
+			Publish: &server.SubjectPermission{Allow: []string{"$JS.API.>", "$JS.ACK.>", "$KV." + wire.BucketJobs + ".>",
+				wire.SubjectResultsPrefix + ">", wire.SubjectEventsPrefix + ">", wire.SubjectDLQPrefix + ">", "clients.>"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", wire.SubjectCancelPrefix + "*"}},
 		}},
 		client("A", true),  // enqueues, reads its own results
 		client("B", false), // may not enqueue
@@ -143,7 +144,7 @@ func TestAuthPermissions(t *testing.T) {
 	cnc, cjs, cv := connect("C")
 
 	enqueueAs := func(js jetstream.JetStream, id, replyTo string) error {
-		m, err := queue.NewRequestMsg(newJob(id), queue.JSON, replyTo)
+		m, err := wire.NewRequestMsg(newJob(id), wire.JSON, replyTo)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,17 +153,17 @@ func TestAuthPermissions(t *testing.T) {
 		_, err = js.PublishMsg(pctx, m)
 		return err
 	}
-	resultOn := func(sub *nats.Subscription, d time.Duration) (*queue.AgentResult, error) {
+	resultOn := func(sub *nats.Subscription, d time.Duration) (*wire.AgentResult, error) {
 		m, err := sub.NextMsg(d)
 		if err != nil {
 			return nil, err
 		}
-		return queue.DecodeAgentResult(m.Data, m.Header.Get(queue.HeaderContentType))
+		return wire.DecodeAgentResult(m.Data, m.Header.Get(wire.HeaderContentType))
 	}
 
 	// C subscribes to A's results before A enqueues; every attempt is refused.
 	cSubs := map[string]*nats.Subscription{}
-	for _, subj := range []string{"clients.A.>", queue.SubjectResultsPrefix + ">", queue.ResultSubject("auth-a1")} {
+	for _, subj := range []string{"clients.A.>", wire.SubjectResultsPrefix + ">", wire.ResultSubject("auth-a1")} {
 		sub, err := cnc.SubscribeSync(subj)
 		if err != nil {
 			t.Fatalf("C subscribe %s: %v", subj, err)
@@ -185,7 +186,7 @@ func TestAuthPermissions(t *testing.T) {
 	if err := enqueueAs(ajs, "auth-a1", "clients.A.auth-a1"); err != nil {
 		t.Fatalf("A enqueue: %v", err)
 	}
-	var ares *queue.AgentResult
+	var ares *wire.AgentResult
 	for ares == nil {
 		r, err := resultOn(asub, 15*time.Second)
 		if err != nil {
@@ -195,7 +196,7 @@ func TestAuthPermissions(t *testing.T) {
 			ares = r
 		}
 	}
-	if ares.State != queue.StateSucceeded {
+	if ares.State != wire.StateSucceeded {
 		t.Errorf("A's job: %s %s", ares.State, ares.Error)
 	}
 
@@ -204,17 +205,17 @@ func TestAuthPermissions(t *testing.T) {
 	if berr == nil {
 		t.Errorf("B enqueued without publish permission")
 	}
-	if !bv.waitFor(queue.RunSubject("lint"), 5*time.Second) {
-		t.Errorf("B: no permission violation for publishing to %s (publish error: %v)", queue.RunSubject("lint"), berr)
+	if !bv.waitFor(wire.RunSubject("lint"), 5*time.Second) {
+		t.Errorf("B: no permission violation for publishing to %s (publish error: %v)", wire.RunSubject("lint"), berr)
 	}
 
 	// C cannot read A's stored result through the JetStream API either.
-	_, direct := cnc.Request("$JS.API.DIRECT.GET."+queue.StreamResults+"."+queue.ResultSubject("auth-a1"), nil, 2*time.Second)
+	_, direct := cnc.Request("$JS.API.DIRECT.GET."+wire.StreamResults+"."+wire.ResultSubject("auth-a1"), nil, 2*time.Second)
 	if direct == nil {
 		t.Errorf("C read A's stored result through the JetStream API")
 	}
 	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
-	_, serr := cjs.Stream(sctx, queue.StreamResults)
+	_, serr := cjs.Stream(sctx, wire.StreamResults)
 	scancel()
 	if serr == nil {
 		t.Errorf("C looked up the results stream")
@@ -242,17 +243,17 @@ func TestAuthPermissions(t *testing.T) {
 	}
 
 	// What the server stored: A's and C's requests, never B's.
-	s, err := wjs.Stream(ctx, queue.StreamResults)
+	s, err := wjs.Stream(ctx, wire.StreamResults)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for id, want := range map[string]bool{"auth-a1": true, "auth-c1": true, "auth-b1": false} {
-		_, err := s.GetLastMsgForSubject(ctx, queue.ResultSubject(id))
+		_, err := s.GetLastMsgForSubject(ctx, wire.ResultSubject(id))
 		if got := err == nil; got != want {
 			t.Errorf("result of %s stored=%v, want %v (%v)", id, got, want, err)
 		}
 	}
-	ri, err := wjs.Stream(ctx, queue.StreamRuns)
+	ri, err := wjs.Stream(ctx, wire.StreamRuns)
 	if err != nil {
 		t.Fatal(err)
 	}

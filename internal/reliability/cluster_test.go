@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/queue/wire"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/agentfleet/fleet/queue"
 )
 
 // clusterNode is one in-process nats-server of a 3-node JetStream cluster,
@@ -178,7 +177,7 @@ func TestNodeLoss(t *testing.T) {
 		workers = append(workers, startChild(t, childConfig{URL: nd.url(), Name: fmt.Sprintf("w%d", i+1), Slots: 2,
 			Job: 50 * time.Millisecond, Streams: streams, Engine: "child"}))
 	}
-	if got := streamReplicas(t, js, queue.StreamRuns); got != 3 {
+	if got := streamReplicas(t, js, wire.StreamRuns); got != 3 {
 		t.Fatalf("FLEET_RUNS has %d replicas after the workers started, want 3", got)
 	}
 
@@ -201,7 +200,7 @@ func TestNodeLoss(t *testing.T) {
 		if !tr.waitDistinct((2*k+1)*n/(2*kills+2), 2*time.Minute) {
 			t.Fatalf("kill %d: only %d results before the node loss", k+1, tr.distinct())
 		}
-		leader := streamLeader(t, js, queue.StreamRuns).Leader
+		leader := streamLeader(t, js, wire.StreamRuns).Leader
 		var victim *clusterNode
 		for _, nd := range nodes {
 			if nd.name == leader {
@@ -226,10 +225,10 @@ func TestNodeLoss(t *testing.T) {
 		// The node comes back and catches up.
 		r0 := time.Now()
 		victim.start(t, routesOf(nodes))
-		for !replicasCurrent(ctx, js, queue.StreamRuns, queue.StreamResults, "KV_"+queue.BucketJobs) {
+		for !replicasCurrent(ctx, js, wire.StreamRuns, wire.StreamResults, "KV_"+wire.BucketJobs) {
 			if ctx.Err() != nil {
 				t.Fatalf("node %s did not rejoin with current replicas: %s", victim.name,
-					replicaStates(js, queue.StreamRuns, queue.StreamResults, "KV_"+queue.BucketJobs))
+					replicaStates(js, wire.StreamRuns, wire.StreamResults, "KV_"+wire.BucketJobs))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -330,7 +329,7 @@ func streamReplicas(t *testing.T, js jetstream.JetStream, stream string) int {
 
 // TestWorkerBinaryKeepsReplicas: an operator creates fleet's streams with 3
 // replicas on a 3-node cluster, then starts the worker binary. The worker
-// must not reduce them: every worker calls queue.EnsureStreams at start,
+// must not reduce them: every worker calls ledger.EnsureStreams at start,
 // which updates existing streams to its own StreamsConfig, and cmd/worker
 // has no setting for Replicas (config.Queue has none), so it passes 0 = 1.
 func TestWorkerBinaryKeepsReplicas(t *testing.T) {
@@ -349,14 +348,14 @@ func TestWorkerBinaryKeepsReplicas(t *testing.T) {
 	w := startChild(t, childConfig{URL: nodes[1].url(), Name: "w1", Slots: 1, Job: 10 * time.Millisecond, Streams: streams})
 	defer func() { _ = w.stop(30 * time.Second) }()
 	var bad []string
-	for _, s := range []string{queue.StreamRuns, queue.StreamResults, queue.StreamDLQ, queue.StreamAdvisories, "KV_" + queue.BucketJobs} {
+	for _, s := range []string{wire.StreamRuns, wire.StreamResults, wire.StreamDLQ, wire.StreamAdvisories, "KV_" + wire.BucketJobs} {
 		if got := streamReplicas(t, js, s); got != 3 {
 			bad = append(bad, fmt.Sprintf("%s=%d", s, got))
 		}
 	}
 	if len(bad) > 0 {
 		t.Errorf("BUG (cmd/worker, config): starting the worker binary scaled the operator's R3 streams down: %s. "+
-			"config.Queue has no replicas setting and cmd/worker leaves queue.StreamsConfig.Replicas at 0 (= 1); "+
+			"config.Queue has no replicas setting and cmd/worker leaves StreamsConfig.Replicas at 0 (= 1); "+
 			"EnsureStreams then updates the existing streams. On a cluster a single node loss then stalls every worker "+
 			"(pulls answered 503 no responders) until that node returns.", strings.Join(bad, ", "))
 	}

@@ -22,9 +22,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // childEnv, when set in a process started from this test binary, turns it
@@ -162,8 +165,8 @@ type streamsEnv struct {
 	Replicas   int           // FLEET_REL_REPLICAS
 }
 
-func (s streamsEnv) config() queue.StreamsConfig {
-	return queue.StreamsConfig{Operations: []string{"lint"}, AckWait: s.AckWait, MaxDeliver: s.MaxDeliver, Replicas: s.Replicas}
+func (s streamsEnv) config() ledger.StreamsConfig {
+	return ledger.StreamsConfig{Operations: []string{"lint"}, AckWait: s.AckWait, MaxDeliver: s.MaxDeliver, Replicas: s.Replicas}
 }
 
 func (c childConfig) env() []string {
@@ -217,9 +220,9 @@ func childMain() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var nc *nats.Conn
-	var srv *queue.Embedded
+	var srv *embedded.Embedded
 	if cfg.EmbedStore != "" {
-		srv, err = queue.StartEmbedded(ctx, queue.EmbeddedConfig{StoreDir: cfg.EmbedStore,
+		srv, err = embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: cfg.EmbedStore,
 			Listen: fmt.Sprintf("127.0.0.1:%d", cfg.EmbedPort), ServerName: cfg.Name, Logger: log})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "embedded server:", err)
@@ -228,7 +231,7 @@ func childMain() int {
 		defer srv.Shutdown()
 		nc, err = srv.Connect()
 	} else {
-		nc, err = queue.Connect(ctx, queue.ConnectOptions{URL: cfg.URL, Name: cfg.Name, ReconnectWait: 50 * time.Millisecond})
+		nc, err = client.Connect(ctx, client.ConnectOptions{URL: cfg.URL, Name: cfg.Name, ReconnectWait: 50 * time.Millisecond})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "connect:", err)
@@ -280,7 +283,7 @@ func startRetrying(ctx context.Context, w *queue.Worker) error {
 // event, and succeeds: a scripted stand-in for the model and tools whose
 // only job is to be mid-run when a fault strikes.
 func holdProcessor(d time.Duration) queue.Processor {
-	return queue.ProcessorFunc(func(ctx context.Context, req *queue.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
+	return queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
 		events.Emit(loop.Event{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -542,11 +545,11 @@ func freePort(t *testing.T) int {
 
 // startServer starts an embedded server listening on port with its store in
 // dir. It is shut down at cleanup (Shutdown is idempotent).
-func startServer(t *testing.T, dir string, port int) *queue.Embedded {
+func startServer(t *testing.T, dir string, port int) *embedded.Embedded {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := queue.StartEmbedded(ctx, queue.EmbeddedConfig{StoreDir: dir, Listen: fmt.Sprintf("127.0.0.1:%d", port),
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: dir, Listen: fmt.Sprintf("127.0.0.1:%d", port),
 		ServerName: "rel-" + strconv.Itoa(port)})
 	if err != nil {
 		t.Fatal(err)
@@ -571,13 +574,13 @@ func dial(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
 
 // ensureStreams creates the streams from the test process, retrying while
 // the JetStream API is not ready.
-func ensureStreams(t *testing.T, js jetstream.JetStream, cfg queue.StreamsConfig) *queue.Streams {
+func ensureStreams(t *testing.T, js jetstream.JetStream, cfg ledger.StreamsConfig) *ledger.Streams {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
 		actx, acancel := context.WithTimeout(ctx, 10*time.Second)
-		s, err := queue.EnsureStreams(actx, js, cfg)
+		s, err := ledger.EnsureStreams(actx, js, cfg)
 		acancel()
 		if err == nil {
 			return s
@@ -594,9 +597,9 @@ func ensureStreams(t *testing.T, js jetstream.JetStream, cfg queue.StreamsConfig
 // Jobs and results.
 
 // newJob is a valid request for the "lint" operation.
-func newJob(id string) *queue.RunRequest {
-	return &queue.RunRequest{JobID: id, Operation: "lint",
-		Node:  agents.Node{ID: "a.py::f", Name: "f", Type: "function", FilePath: "a.py", Text: "def f():\n    return 1\n"},
+func newJob(id string) *wire.RunRequest {
+	return &wire.RunRequest{JobID: id, Operation: "lint",
+		Node:  wire.Node{ID: "a.py::f", Name: "f", Type: "function", FilePath: "a.py", Text: "def f():\n    return 1\n"},
 		Files: map[string]string{"a.py": "import os\ndef f():\n    return 1\n"}}
 }
 
@@ -609,7 +612,7 @@ func jobID(prefix string, i int) string { return fmt.Sprintf("%s-%05d", prefix, 
 func enqueue(ctx context.Context, js jetstream.JetStream, prefix string, from, n int, onAck func(i int)) (int, error) {
 	acked := 0
 	for i := from; i < from+n; i++ {
-		m, err := queue.NewRequestMsg(newJob(jobID(prefix, i)), queue.JSON, "")
+		m, err := wire.NewRequestMsg(newJob(jobID(prefix, i)), wire.JSON, "")
 		if err != nil {
 			return acked, err
 		}
@@ -621,7 +624,7 @@ func enqueue(ctx context.Context, js jetstream.JetStream, prefix string, from, n
 				break
 			}
 			if ctx.Err() != nil {
-				return acked, fmt.Errorf("enqueue %s: %w (last: %v)", m.Header.Get(queue.HeaderMsgID), ctx.Err(), err)
+				return acked, fmt.Errorf("enqueue %s: %w (last: %v)", m.Header.Get(wire.HeaderMsgID), ctx.Err(), err)
 			}
 			select {
 			case <-ctx.Done():
@@ -649,8 +652,8 @@ type tracker struct {
 func newTracker(t *testing.T, nc *nats.Conn) *tracker {
 	t.Helper()
 	tr := &tracker{published: map[string]int{}, first: map[string]time.Time{}, changed: make(chan struct{})}
-	sub, err := nc.Subscribe(queue.SubjectResultsPrefix+"*", func(m *nats.Msg) {
-		id := strings.TrimPrefix(m.Subject, queue.SubjectResultsPrefix)
+	sub, err := nc.Subscribe(wire.SubjectResultsPrefix+"*", func(m *nats.Msg) {
+		id := strings.TrimPrefix(m.Subject, wire.SubjectResultsPrefix)
 		now := time.Now()
 		tr.mu.Lock()
 		tr.published[id]++
@@ -738,7 +741,7 @@ func (tr *tracker) nextAfter(t time.Time, d time.Duration) (time.Time, bool) {
 // storedResults reads every stored result of jobs prefix-from..prefix-(n-1)
 // from FLEET_RESULTS and returns the number of stored result messages per
 // job id (subject counts) and the decoded last result of each job.
-func storedResults(t *testing.T, js jetstream.JetStream, prefix string, n int) (counts map[string]uint64, results map[string]*queue.AgentResult) {
+func storedResults(t *testing.T, js jetstream.JetStream, prefix string, n int) (counts map[string]uint64, results map[string]*wire.AgentResult) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -747,8 +750,8 @@ func storedResults(t *testing.T, js jetstream.JetStream, prefix string, n int) (
 	var err error
 	for {
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second) // one unanswered request must not use up the wait
-		if s, err = js.Stream(actx, queue.StreamResults); err == nil {
-			info, err = s.Info(actx, jetstream.WithSubjectFilter(queue.SubjectResultsPrefix+"*"))
+		if s, err = js.Stream(actx, wire.StreamResults); err == nil {
+			info, err = s.Info(actx, jetstream.WithSubjectFilter(wire.SubjectResultsPrefix+"*"))
 		}
 		acancel()
 		if err == nil {
@@ -762,15 +765,15 @@ func storedResults(t *testing.T, js jetstream.JetStream, prefix string, n int) (
 	}
 	counts = map[string]uint64{}
 	for subj, c := range info.State.Subjects {
-		if id := strings.TrimPrefix(subj, queue.SubjectResultsPrefix); strings.HasPrefix(id, prefix+"-") {
+		if id := strings.TrimPrefix(subj, wire.SubjectResultsPrefix); strings.HasPrefix(id, prefix+"-") {
 			counts[id] = c
 		}
 	}
-	results = map[string]*queue.AgentResult{}
+	results = map[string]*wire.AgentResult{}
 	for id := range counts {
 		var m *jetstream.RawStreamMsg
 		for {
-			m, err = s.GetLastMsgForSubject(ctx, queue.ResultSubject(id))
+			m, err = s.GetLastMsgForSubject(ctx, wire.ResultSubject(id))
 			if err == nil || ctx.Err() != nil {
 				break
 			}
@@ -779,7 +782,7 @@ func storedResults(t *testing.T, js jetstream.JetStream, prefix string, n int) (
 		if err != nil {
 			t.Fatalf("result of %s: %v", id, err)
 		}
-		r, err := queue.DecodeAgentResult(m.Data, m.Header.Get(queue.HeaderContentType))
+		r, err := wire.DecodeAgentResult(m.Data, m.Header.Get(wire.HeaderContentType))
 		if err != nil {
 			t.Fatalf("result of %s: %v", id, err)
 		}
@@ -790,7 +793,7 @@ func storedResults(t *testing.T, js jetstream.JetStream, prefix string, n int) (
 
 // verdict compares the stored results of n jobs against "exactly one
 // succeeded result per job id" and fills lost, duplicated and redelivered.
-func verdict(t *testing.T, js jetstream.JetStream, prefix string, n int, s *Summary) map[string]*queue.AgentResult {
+func verdict(t *testing.T, js jetstream.JetStream, prefix string, n int, s *Summary) map[string]*wire.AgentResult {
 	t.Helper()
 	counts, results := storedResults(t, js, prefix, n)
 	for i := 0; i < n; i++ {
@@ -805,7 +808,7 @@ func verdict(t *testing.T, js jetstream.JetStream, prefix string, n int, s *Summ
 			t.Errorf("job %s: %d results stored, want exactly 1", id, c)
 		}
 		if r := results[id]; r != nil {
-			if r.State != queue.StateSucceeded {
+			if r.State != wire.StateSucceeded {
 				t.Errorf("job %s: state %s (%s), want succeeded", id, r.State, r.Error)
 			}
 			if r.Attempts > 1 {
@@ -826,7 +829,7 @@ func runsLeft(t *testing.T, js jetstream.JetStream) uint64 {
 	defer cancel()
 	for {
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-		s, err := js.Stream(actx, queue.StreamRuns)
+		s, err := js.Stream(actx, wire.StreamRuns)
 		if err == nil {
 			var info *jetstream.StreamInfo
 			if info, err = s.Info(actx); err == nil {
@@ -846,7 +849,7 @@ func runsLeft(t *testing.T, js jetstream.JetStream) uint64 {
 // statusWatch keeps the latest fleet_jobs record of every job.
 type statusWatch struct {
 	mu      sync.Mutex
-	recs    map[string]queue.StatusRecord
+	recs    map[string]wire.StatusRecord
 	changed chan struct{}
 }
 
@@ -854,7 +857,7 @@ func watchStatus(t *testing.T, js jetstream.JetStream) *statusWatch {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, queue.BucketJobs)
+	kv, err := js.KeyValue(ctx, wire.BucketJobs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -862,7 +865,7 @@ func watchStatus(t *testing.T, js jetstream.JetStream) *statusWatch {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw := &statusWatch{recs: map[string]queue.StatusRecord{}, changed: make(chan struct{})}
+	sw := &statusWatch{recs: map[string]wire.StatusRecord{}, changed: make(chan struct{})}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -870,8 +873,8 @@ func watchStatus(t *testing.T, js jetstream.JetStream) *statusWatch {
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			var rec queue.StatusRecord
-			if queue.JSON.Unmarshal(e.Value(), &rec) != nil {
+			var rec wire.StatusRecord
+			if wire.JSON.Unmarshal(e.Value(), &rec) != nil {
 				continue
 			}
 			sw.mu.Lock()
@@ -891,7 +894,7 @@ func (sw *statusWatch) running(worker string) []string {
 	defer sw.mu.Unlock()
 	var ids []string
 	for id, r := range sw.recs {
-		if r.State == queue.StateRunning && r.Worker == worker {
+		if r.State == wire.StateRunning && r.Worker == worker {
 			ids = append(ids, id)
 		}
 	}
@@ -924,9 +927,9 @@ func diagnose(t *testing.T, js jetstream.JetStream, prefix string, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	counts, _ := storedResults(t, js, prefix, n)
-	kv, kerr := js.KeyValue(ctx, queue.BucketJobs)
-	runs, rerr := js.Stream(ctx, queue.StreamRuns)
-	dlq, derr := js.Stream(ctx, queue.StreamDLQ)
+	kv, kerr := js.KeyValue(ctx, wire.BucketJobs)
+	runs, rerr := js.Stream(ctx, wire.StreamRuns)
+	dlq, derr := js.Stream(ctx, wire.StreamDLQ)
 	if err := errors.Join(kerr, rerr, derr); err != nil {
 		t.Logf("diagnose: %v", err)
 		return
@@ -941,12 +944,12 @@ func diagnose(t *testing.T, js jetstream.JetStream, prefix string, n int) {
 			status = fmt.Sprintf("status rev %d: %s", e.Revision(), e.Value())
 		}
 		inRuns := "not in FLEET_RUNS"
-		if m, err := runs.GetLastMsgForSubject(ctx, queue.RunSubject("lint")); err == nil {
-			inRuns = fmt.Sprintf("last FLEET_RUNS msg seq %d id %s", m.Sequence, m.Header.Get(queue.HeaderMsgID))
+		if m, err := runs.GetLastMsgForSubject(ctx, wire.RunSubject("lint")); err == nil {
+			inRuns = fmt.Sprintf("last FLEET_RUNS msg seq %d id %s", m.Sequence, m.Header.Get(wire.HeaderMsgID))
 		}
 		ri, _ := runs.Info(ctx)
 		di, _ := dlq.Info(ctx)
-		cons, _ := js.Consumer(ctx, queue.StreamRuns, "lint")
+		cons, _ := js.Consumer(ctx, wire.StreamRuns, "lint")
 		var ci *jetstream.ConsumerInfo
 		if cons != nil {
 			ci, _ = cons.Info(ctx)

@@ -11,10 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/queue/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/agentfleet/fleet/queue"
 )
 
 // resultLog records every stored result of a prefix as an ordered consumer
@@ -32,14 +31,14 @@ func watchResults(t *testing.T, js jetstream.JetStream, prefix string) *resultLo
 	t.Cleanup(cancel)
 	go func() {
 		for ctx.Err() == nil {
-			c, err := js.OrderedConsumer(ctx, queue.StreamResults, jetstream.OrderedConsumerConfig{
-				FilterSubjects: []string{queue.SubjectResultsPrefix + "*"}})
+			c, err := js.OrderedConsumer(ctx, wire.StreamResults, jetstream.OrderedConsumerConfig{
+				FilterSubjects: []string{wire.SubjectResultsPrefix + "*"}})
 			if err != nil {
 				time.Sleep(200 * time.Millisecond)
 				continue
 			}
 			cc, err := c.Consume(func(m jetstream.Msg) {
-				id := strings.TrimPrefix(m.Subject(), queue.SubjectResultsPrefix)
+				id := strings.TrimPrefix(m.Subject(), wire.SubjectResultsPrefix)
 				if !strings.HasPrefix(id, prefix+"-") {
 					return
 				}
@@ -149,9 +148,9 @@ func gatherLeaders(t *testing.T, js jetstream.JetStream, nc *nats.Conn, node str
 	deadline := time.Now().Add(time.Minute)
 	type group struct{ name, stepdown string }
 	groups := []group{
-		{queue.StreamResults, "$JS.API.STREAM.LEADER.STEPDOWN." + queue.StreamResults},
-		{"KV_" + queue.BucketJobs, "$JS.API.STREAM.LEADER.STEPDOWN.KV_" + queue.BucketJobs},
-		{"consumer lint", "$JS.API.CONSUMER.LEADER.STEPDOWN." + queue.StreamRuns + ".lint"},
+		{wire.StreamResults, "$JS.API.STREAM.LEADER.STEPDOWN." + wire.StreamResults},
+		{"KV_" + wire.BucketJobs, "$JS.API.STREAM.LEADER.STEPDOWN.KV_" + wire.BucketJobs},
+		{"consumer lint", "$JS.API.CONSUMER.LEADER.STEPDOWN." + wire.StreamRuns + ".lint"},
 	}
 	for _, g := range groups {
 		for {
@@ -176,7 +175,7 @@ func groupLeader(js jetstream.JetStream, name string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if name == "consumer lint" {
-		c, err := js.Consumer(ctx, queue.StreamRuns, "lint")
+		c, err := js.Consumer(ctx, wire.StreamRuns, "lint")
 		if err != nil {
 			return ""
 		}

@@ -12,10 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/queue/wire"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/agentfleet/fleet/queue"
 )
 
 // serverChildEnv makes a child process run one cluster node (serverMain).
@@ -261,16 +260,16 @@ func TestNodeLossNetns(t *testing.T) {
 		case "kill":
 			lab.startNode(victim, victim.node.name)
 		}
-		for !replicasCurrent(ctx, sjs, queue.StreamRuns, queue.StreamResults, "KV_"+queue.BucketJobs) {
+		for !replicasCurrent(ctx, sjs, wire.StreamRuns, wire.StreamResults, "KV_"+wire.BucketJobs) {
 			if ctx.Err() != nil {
 				t.Fatalf("fault %d: %s did not rejoin with current replicas: %s", f+1, victim.node.name,
-					replicaStates(sjs, queue.StreamRuns, queue.StreamResults, "KV_"+queue.BucketJobs))
+					replicaStates(sjs, wire.StreamRuns, wire.StreamResults, "KV_"+wire.BucketJobs))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 		rejoin = max(rejoin, time.Since(r0))
 		t.Logf("fault %d (%s of %s): results again after %s, rejoined in %s (%s UTC)%s", f+1, kind, victim.node.name,
-			s.Recover.Round(time.Millisecond), time.Since(r0).Round(time.Millisecond), stamp(), lab.nodeStates(queue.StreamResults, "KV_"+queue.BucketJobs))
+			s.Recover.Round(time.Millisecond), time.Since(r0).Round(time.Millisecond), stamp(), lab.nodeStates(wire.StreamResults, "KV_"+wire.BucketJobs))
 	}
 
 	deadline := time.Now().Add(time.Minute)
@@ -309,7 +308,7 @@ func TestNodeLossNetns(t *testing.T) {
 // leaderHost returns the host whose node leads FLEET_RUNS.
 func (lab *netnsLab) leaderHost(t *testing.T, js jetstream.JetStream) *host {
 	t.Helper()
-	leader := streamLeader(t, js, queue.StreamRuns).Leader
+	leader := streamLeader(t, js, wire.StreamRuns).Leader
 	for _, h := range lab.hosts {
 		if h.node.name == leader {
 			return h
@@ -324,17 +323,17 @@ func storedCount(t *testing.T, js jetstream.JetStream, prefix string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, queue.StreamResults)
+	s, err := js.Stream(ctx, wire.StreamResults)
 	if err != nil {
 		return 0
 	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(queue.SubjectResultsPrefix+"*"))
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(wire.SubjectResultsPrefix+"*"))
 	if err != nil {
 		return 0
 	}
 	c := 0
 	for subj := range info.State.Subjects {
-		if strings.HasPrefix(subj, queue.SubjectResultsPrefix+prefix+"-") {
+		if strings.HasPrefix(subj, wire.SubjectResultsPrefix+prefix+"-") {
 			c++
 		}
 	}
@@ -349,7 +348,7 @@ func waitLost(t *testing.T, js jetstream.JetStream, node string, d time.Duration
 	t0 := time.Now()
 	for time.Since(t0) < d {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		s, err := js.Stream(ctx, queue.StreamRuns)
+		s, err := js.Stream(ctx, wire.StreamRuns)
 		var info *jetstream.StreamInfo
 		if err == nil {
 			info, err = s.Info(ctx)
@@ -364,6 +363,6 @@ func waitLost(t *testing.T, js jetstream.JetStream, node string, d time.Duration
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("the survivors did not notice the loss of %s within %s: %s", node, d, replicaStates(js, queue.StreamRuns))
+	t.Fatalf("the survivors did not notice the loss of %s within %s: %s", node, d, replicaStates(js, wire.StreamRuns))
 	return 0
 }

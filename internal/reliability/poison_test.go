@@ -12,8 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/agentfleet/fleet/loop"
-	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // poison is one hostile request and the terminal code it must get.
@@ -23,7 +22,7 @@ type poison struct {
 	ctype string // Content-Type header ("" = none, JSON)
 	body  []byte
 	subj  string // "" = agents.run.lint
-	code  loop.ErrorCode
+	code  wire.ErrorCode
 	// result: a dead result is stored under msgID (the id is usable).
 	result bool
 }
@@ -33,7 +32,7 @@ func jsonReq(mut func(m map[string]any)) []byte {
 		"node":  map[string]any{"id": "a.py::f", "name": "f", "type": "function", "file_path": "a.py", "text": "def f(): pass\n"},
 		"files": map[string]string{"a.py": "def f(): pass\n"}}
 	mut(m)
-	b, err := queue.JSON.Marshal(m)
+	b, err := wire.JSON.Marshal(m)
 	if err != nil {
 		panic(err)
 	}
@@ -58,61 +57,61 @@ func poisonBattery() []poison {
 		return func(m map[string]any) { m["job_id"] = s; f(m) }
 	}
 	manyFiles := map[string]string{}
-	for i := 0; i <= queue.MaxFiles; i++ {
+	for i := 0; i <= wire.MaxFiles; i++ {
 		manyFiles[fmt.Sprintf("f%04d.py", i)] = ""
 	}
 	return []poison{
 		{name: "wrong types", msgID: "p-types", body: []byte(`{"version":1,"job_id":"p-types","operation":"lint","node":{"id":7},"files":["a.py"],"options":{"max_turns":"ten"}}`),
-			code: queue.CodeUndecodable, result: true},
+			code: wire.CodeUndecodable, result: true},
 		{name: "job id a number", msgID: "p-numid", body: []byte(`{"version":1,"job_id":12345,"operation":"lint"}`),
-			code: queue.CodeUndecodable, result: true},
+			code: wire.CodeUndecodable, result: true},
 		{name: "huge node name", msgID: "p-huge-name", body: jsonReq(with("p-huge-name", func(m map[string]any) {
 			m["node"].(map[string]any)["name"] = strings.Repeat("n", 200_000)
-		})), code: queue.CodeInvalidRequest, result: true},
+		})), code: wire.CodeInvalidRequest, result: true},
 		{name: "too many files", msgID: "p-many-files", body: jsonReq(with("p-many-files", func(m map[string]any) { m["files"] = manyFiles })),
-			code: queue.CodeInvalidRequest, result: true},
+			code: wire.CodeInvalidRequest, result: true},
 		{name: "huge max_turns", msgID: "p-turns", body: jsonReq(with("p-turns", func(m map[string]any) { m["options"] = map[string]any{"max_turns": 1 << 40} })),
-			code: queue.CodeInvalidRequest, result: true},
+			code: wire.CodeInvalidRequest, result: true},
 		{name: "negative timeout", msgID: "p-timeout", body: jsonReq(with("p-timeout", func(m map[string]any) { m["options"] = map[string]any{"tool_timeout_ms": -1} })),
-			code: queue.CodeInvalidRequest, result: true},
+			code: wire.CodeInvalidRequest, result: true},
 		{name: "unknown operation in body", msgID: "p-op", body: jsonReq(with("p-op", func(m map[string]any) { m["operation"] = "format_disk" })),
-			code: queue.CodeUnknownOperation, result: true},
+			code: wire.CodeUnknownOperation, result: true},
 		{name: "unsupported version", msgID: "p-version", body: jsonReq(with("p-version", func(m map[string]any) { m["version"] = 99 })),
-			code: queue.CodeInvalidRequest, result: true},
-		{name: "invalid utf-8 (msgpack)", msgID: "p-utf8", ctype: queue.ContentTypeMsgpack, body: msgpackReq(with("p-utf8", func(m map[string]any) {
+			code: wire.CodeInvalidRequest, result: true},
+		{name: "invalid utf-8 (msgpack)", msgID: "p-utf8", ctype: wire.ContentTypeMsgpack, body: msgpackReq(with("p-utf8", func(m map[string]any) {
 			m["files"] = map[string]string{"a.py": "x = '\xff\xfe'\n"}
-		})), code: queue.CodeInvalidRequest, result: true},
-		{name: "invalid utf-8 path (msgpack)", msgID: "p-utf8-path", ctype: queue.ContentTypeMsgpack, body: msgpackReq(with("p-utf8-path", func(m map[string]any) {
+		})), code: wire.CodeInvalidRequest, result: true},
+		{name: "invalid utf-8 path (msgpack)", msgID: "p-utf8-path", ctype: wire.ContentTypeMsgpack, body: msgpackReq(with("p-utf8-path", func(m map[string]any) {
 			m["files"] = map[string]string{"a\xff.py": "x"}
-		})), code: queue.CodeInvalidRequest, result: true},
+		})), code: wire.CodeInvalidRequest, result: true},
 		{name: "path traversal ..", msgID: "p-dotdot", body: jsonReq(with("p-dotdot", func(m map[string]any) {
 			m["files"] = map[string]string{"../../../etc/cron.d/evil": "* * * * * root sh\n"}
-		})), code: queue.CodeInvalidRequest, result: true},
+		})), code: wire.CodeInvalidRequest, result: true},
 		{name: "absolute path", msgID: "p-abs", body: jsonReq(with("p-abs", func(m map[string]any) { m["files"] = map[string]string{"/etc/passwd": "x"} })),
-			code: queue.CodeInvalidRequest, result: true},
+			code: wire.CodeInvalidRequest, result: true},
 		{name: "traversal in node.file_path", msgID: "p-node-path", body: jsonReq(with("p-node-path", func(m map[string]any) {
 			m["node"].(map[string]any)["file_path"] = "src/../../secret"
-		})), code: queue.CodeInvalidRequest, result: true},
+		})), code: wire.CodeInvalidRequest, result: true},
 		{name: "backslash path", msgID: "p-backslash", body: jsonReq(with("p-backslash", func(m map[string]any) { m["files"] = map[string]string{`..\..\x`: "x"} })),
-			code: queue.CodeInvalidRequest, result: true},
+			code: wire.CodeInvalidRequest, result: true},
 		{name: "NUL in path", msgID: "p-nul", body: jsonReq(with("p-nul", func(m map[string]any) { m["files"] = map[string]string{"a\x00.py": "x"} })),
-			code: queue.CodeInvalidRequest, result: true},
-		{name: "bad msgpack", msgID: "p-badmp", ctype: queue.ContentTypeMsgpack, body: []byte{0xc1, 0xff, 0x00, 0x93},
-			code: queue.CodeUndecodable, result: true},
-		{name: "msgpack trailing data", msgID: "p-mp-trail", ctype: queue.ContentTypeMsgpack,
-			body: append(msgpackReq(id("p-mp-trail")), 0x01), code: queue.CodeUndecodable, result: true},
+			code: wire.CodeInvalidRequest, result: true},
+		{name: "bad msgpack", msgID: "p-badmp", ctype: wire.ContentTypeMsgpack, body: []byte{0xc1, 0xff, 0x00, 0x93},
+			code: wire.CodeUndecodable, result: true},
+		{name: "msgpack trailing data", msgID: "p-mp-trail", ctype: wire.ContentTypeMsgpack,
+			body: append(msgpackReq(id("p-mp-trail")), 0x01), code: wire.CodeUndecodable, result: true},
 		{name: "json trailing data", msgID: "p-json-trail", body: append(jsonReq(id("p-json-trail")), []byte(`{"job_id":"x"}`)...),
-			code: queue.CodeUndecodable, result: true},
-		{name: "not json", msgID: "p-notjson", body: []byte("rm -rf / --no-preserve-root"), code: queue.CodeUndecodable, result: true},
-		{name: "empty body", msgID: "p-empty", body: nil, code: queue.CodeUndecodable, result: true},
-		{name: "whitespace body", msgID: "p-space", body: []byte(" \n\t "), code: queue.CodeUndecodable, result: true},
-		{name: "wrong content type", msgID: "p-ctype", ctype: "text/plain", body: jsonReq(id("p-ctype")), code: queue.CodeUndecodable, result: true},
-		{name: "msgpack body labelled json", msgID: "p-mislabel", body: msgpackReq(id("p-mislabel")), code: queue.CodeUndecodable, result: true},
-		{name: "msg id differs from job id", msgID: "p-mismatch", body: jsonReq(id("p-other")), code: queue.CodeInvalidRequest, result: true},
-		{name: "job id not a subject token", msgID: "", body: jsonReq(id("a.b c*>")), code: queue.CodeInvalidRequest},
-		{name: "no id at all", msgID: "", body: []byte(`{}`), code: queue.CodeInvalidRequest},
+			code: wire.CodeUndecodable, result: true},
+		{name: "not json", msgID: "p-notjson", body: []byte("rm -rf / --no-preserve-root"), code: wire.CodeUndecodable, result: true},
+		{name: "empty body", msgID: "p-empty", body: nil, code: wire.CodeUndecodable, result: true},
+		{name: "whitespace body", msgID: "p-space", body: []byte(" \n\t "), code: wire.CodeUndecodable, result: true},
+		{name: "wrong content type", msgID: "p-ctype", ctype: "text/plain", body: jsonReq(id("p-ctype")), code: wire.CodeUndecodable, result: true},
+		{name: "msgpack body labelled json", msgID: "p-mislabel", body: msgpackReq(id("p-mislabel")), code: wire.CodeUndecodable, result: true},
+		{name: "msg id differs from job id", msgID: "p-mismatch", body: jsonReq(id("p-other")), code: wire.CodeInvalidRequest, result: true},
+		{name: "job id not a subject token", msgID: "", body: jsonReq(id("a.b c*>")), code: wire.CodeInvalidRequest},
+		{name: "no id at all", msgID: "", body: []byte(`{}`), code: wire.CodeInvalidRequest},
 		{name: "deeply nested json", msgID: "p-nested", body: []byte(`{"job_id":"p-nested","node":` + strings.Repeat(`{"x":`, 10000) + `1` + strings.Repeat(`}`, 10000) + `}`),
-			code: queue.CodeUndecodable, result: true},
+			code: wire.CodeUndecodable, result: true},
 	}
 }
 
@@ -141,12 +140,12 @@ func TestPoisonRequests(t *testing.T) {
 	bySeq := map[uint64]poison{}
 	results := 0
 	for _, p := range battery {
-		m := &nats.Msg{Subject: cmpOr(p.subj, queue.RunSubject("lint")), Data: p.body, Header: nats.Header{}}
+		m := &nats.Msg{Subject: cmpOr(p.subj, wire.RunSubject("lint")), Data: p.body, Header: nats.Header{}}
 		if p.msgID != "" {
-			m.Header.Set(queue.HeaderMsgID, p.msgID)
+			m.Header.Set(wire.HeaderMsgID, p.msgID)
 		}
 		if p.ctype != "" {
-			m.Header.Set(queue.HeaderContentType, p.ctype)
+			m.Header.Set(wire.HeaderContentType, p.ctype)
 		}
 		ack, err := js.PublishMsg(ctx, m)
 		if err != nil {
@@ -166,10 +165,10 @@ func TestPoisonRequests(t *testing.T) {
 			t.Errorf("%s: no dead letter", p.name)
 			continue
 		}
-		if got := h.Get(queue.HeaderDLQCode); got != string(p.code) {
-			t.Errorf("%s: dead letter code %s (%s), want %s", p.name, got, h.Get(queue.HeaderDLQReason), p.code)
+		if got := h.Get(wire.HeaderDLQCode); got != string(p.code) {
+			t.Errorf("%s: dead letter code %s (%s), want %s", p.name, got, h.Get(wire.HeaderDLQReason), p.code)
 		}
-		if h.Get(queue.HeaderDLQReason) == "" {
+		if h.Get(wire.HeaderDLQReason) == "" {
 			t.Errorf("%s: dead letter without a reason", p.name)
 		}
 	}
@@ -190,7 +189,7 @@ func TestPoisonRequests(t *testing.T) {
 			t.Errorf("%s: no result stored for %s", p.name, rid)
 			continue
 		}
-		if r.State != queue.StateDead || r.ErrorCode != p.code || !strings.HasPrefix(r.Error, string(p.code)) {
+		if r.State != wire.StateDead || r.ErrorCode != p.code || !strings.HasPrefix(r.Error, string(p.code)) {
 			t.Errorf("%s: result state=%s code=%s error=%q, want dead %s", p.name, r.State, r.ErrorCode, r.Error, p.code)
 		}
 	}
@@ -202,7 +201,7 @@ func TestPoisonRequests(t *testing.T) {
 	if _, err := enqueue(ctx, js, "good", 0, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if r := waitResult(t, js, jobID("good", 0), 30*time.Second); r == nil || r.State != queue.StateSucceeded {
+	if r := waitResult(t, js, jobID("good", 0), 30*time.Second); r == nil || r.State != wire.StateSucceeded {
 		t.Fatalf("good job after the battery: %+v", r)
 	}
 	if left := runsLeft(t, js); left != 0 {
@@ -232,7 +231,7 @@ func readDLQ(t *testing.T, js jetstream.JetStream, n int) map[uint64]nats.Header
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := js.OrderedConsumer(ctx, queue.StreamDLQ, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	c, err := js.OrderedConsumer(ctx, wire.StreamDLQ, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,26 +242,26 @@ func readDLQ(t *testing.T, js jetstream.JetStream, n int) map[uint64]nats.Header
 			t.Errorf("dead letters: %d/%d, then %v", len(out), n, err)
 			return out
 		}
-		seq, _ := strconv.ParseUint(m.Headers().Get(queue.HeaderOrigSeq), 10, 64)
+		seq, _ := strconv.ParseUint(m.Headers().Get(wire.HeaderOrigSeq), 10, 64)
 		out[seq] = m.Headers()
 	}
 	return out
 }
 
 // lastResult returns the stored result of a job, or nil.
-func lastResult(t *testing.T, js jetstream.JetStream, id string) *queue.AgentResult {
+func lastResult(t *testing.T, js jetstream.JetStream, id string) *wire.AgentResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, queue.StreamResults)
+	s, err := js.Stream(ctx, wire.StreamResults)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, queue.ResultSubject(id))
+	m, err := s.GetLastMsgForSubject(ctx, wire.ResultSubject(id))
 	if err != nil {
 		return nil
 	}
-	r, err := queue.DecodeAgentResult(m.Data, m.Header.Get(queue.HeaderContentType))
+	r, err := wire.DecodeAgentResult(m.Data, m.Header.Get(wire.HeaderContentType))
 	if err != nil {
 		t.Errorf("result of %s: %v", id, err)
 		return nil
@@ -271,7 +270,7 @@ func lastResult(t *testing.T, js jetstream.JetStream, id string) *queue.AgentRes
 }
 
 // waitResult polls for a job's stored result.
-func waitResult(t *testing.T, js jetstream.JetStream, id string, d time.Duration) *queue.AgentResult {
+func waitResult(t *testing.T, js jetstream.JetStream, id string, d time.Duration) *wire.AgentResult {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {

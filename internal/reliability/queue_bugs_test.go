@@ -8,6 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // TestTerminalStatusImpliesStoredResult pins down the cause of the results
@@ -29,7 +31,7 @@ func TestTerminalStatusImpliesStoredResult(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := queue.StartEmbedded(ctx, queue.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func TestTerminalStatusImpliesStoredResult(t *testing.T) {
 	// but the status bucket still takes writes.
 	setMaxMsgSize := func(n int32) {
 		t.Helper()
-		s, err := js.Stream(ctx, queue.StreamResults)
+		s, err := js.Stream(ctx, wire.StreamResults)
 		if err != nil {
 			t.Fatal(err)
 		}

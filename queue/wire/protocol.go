@@ -1,12 +1,13 @@
-// Package queue is fleet's job queue on NATS JetStream: the wire protocol
-// (fleet protocol v1, docs/PROTOCOL.md), the streams, consumers and key-value
-// bucket it needs, the worker engine that pulls run requests one job per slot
-// and publishes results and events, the dead-letter mover, and helpers to
-// embed nats-server or connect to one.
+// Package wire is the fleet protocol on the wire (fleet protocol v1,
+// docs/PROTOCOL.md): subjects, headers, stream names, the messages
+// (RunRequest, AgentResult, Event, StatusRecord, LeaseRecord), their JSON and
+// msgpack codecs, validation and error codes. It imports neither the loop
+// nor the agents: the worker maps its loop's events and results onto these
+// types, so a coordinator links only this package and nats.go.
 //
 // Everything a coordinator in another language needs is in docs/PROTOCOL.md;
 // the Go types here are that document's reference implementation.
-package queue
+package wire
 
 import (
 	"bytes"
@@ -14,15 +15,13 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/agentfleet/fleet/agents"
-	"github.com/agentfleet/fleet/loop"
 )
 
 // ProtocolVersion is the version of the fleet protocol this package speaks.
@@ -42,6 +41,10 @@ const (
 	SubjectCancelPrefix = "agents.cancel."
 	// SubjectDLQPrefix + operation holds dead-lettered requests.
 	SubjectDLQPrefix = "agents.dlq."
+	// SubjectLeasesPrefix + job id holds the workers' lease records of the
+	// job (protocol 1.2): who runs it, or that it was handed back. A result
+	// is stored only while the lease its writer claimed is the last one.
+	SubjectLeasesPrefix = "agents.leases."
 )
 
 // Stream, consumer and bucket names (docs/PROTOCOL.md §3).
@@ -100,6 +103,11 @@ const (
 	// 0). A failed claim falls back to reading the record (docs/PROTOCOL.md
 	// §8).
 	HeaderStatusRev = "Fleet-Status-Rev"
+	// HeaderExpectedLastSubjSeq and HeaderExpectedLastSubjSeqSubj make a
+	// write a compare-and-set on the last sequence of a subject of the same
+	// stream: a result names its lease's revision and subject.
+	HeaderExpectedLastSubjSeq     = "Nats-Expected-Last-Subject-Sequence"
+	HeaderExpectedLastSubjSeqSubj = "Nats-Expected-Last-Subject-Sequence-Subject"
 	// HeaderEvents (optional, on a request) chooses the events the worker
 	// publishes for the job: "all" (the default), "none", or a
 	// comma-separated list of event kinds ("finished"). Each event is a
@@ -142,23 +150,23 @@ const (
 	// CodeUndecodable: the payload is not valid JSON/msgpack for a
 	// RunRequest, or its Content-Type is unsupported. Poison: terminated,
 	// dead-lettered.
-	CodeUndecodable loop.ErrorCode = "QUEUE_001"
+	CodeUndecodable ErrorCode = "QUEUE_001"
 	// CodeUnknownOperation: the request names an operation no worker serves
 	// (or differs from its subject's). Poison.
-	CodeUnknownOperation loop.ErrorCode = "QUEUE_002"
+	CodeUnknownOperation ErrorCode = "QUEUE_002"
 	// CodeInvalidRequest: the request decoded but failed validation (job id
 	// syntax, sizes, UTF-8, workspace paths, options, version). Poison.
-	CodeInvalidRequest loop.ErrorCode = "QUEUE_003"
+	CodeInvalidRequest ErrorCode = "QUEUE_003"
 	// CodeMaxDeliveries: every delivery attempt failed (MaxDeliver reached,
 	// by transient errors or by workers that never acknowledged). The
 	// request is dead-lettered.
-	CodeMaxDeliveries loop.ErrorCode = "QUEUE_004"
+	CodeMaxDeliveries ErrorCode = "QUEUE_004"
 	// CodeCanceled: the job was canceled on request (agents.cancel.<job_id>
 	// or KV status canceled). The loop reports the same thing as AGENT_005.
-	CodeCanceled loop.ErrorCode = "QUEUE_005"
+	CodeCanceled ErrorCode = "QUEUE_005"
 	// CodeProcessorPanic: the worker's processor panicked on this request.
 	// Treated as poison: terminated, dead-lettered.
-	CodeProcessorPanic loop.ErrorCode = "QUEUE_006"
+	CodeProcessorPanic ErrorCode = "QUEUE_006"
 )
 
 // Sentinel errors matched with errors.Is against a *RequestError.
@@ -175,7 +183,7 @@ var (
 // terminates the message with Error() as the reason.
 type RequestError struct {
 	// Code is CodeUndecodable, CodeUnknownOperation or CodeInvalidRequest.
-	Code loop.ErrorCode
+	Code ErrorCode
 	// Field names the offending field ("job_id", "files[\"a.py\"]"), or "".
 	Field string
 	// Reason says what is wrong, for people.
@@ -211,7 +219,8 @@ func (e *RequestError) sentinel() error {
 // Is matches the sentinel of e's code.
 func (e *RequestError) Is(target error) bool { return target == e.sentinel() }
 
-func invalid(field, format string, args ...any) *RequestError {
+// Invalid is a CodeInvalidRequest error about field.
+func Invalid(field, format string, args ...any) *RequestError {
 	return &RequestError{Code: CodeInvalidRequest, Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
@@ -306,32 +315,6 @@ func (o RunOptions) ToolTimeout() time.Duration {
 	return time.Duration(o.ToolTimeoutMS) * time.Millisecond
 }
 
-// Apply returns base with the request's non-zero limits applied (for a
-// per-job loop.New); a total timeout below the step timeout also lowers the
-// step timeout. The loop lets an agent definition's max_turns win over
-// Config.MaxTurns, so a processor honouring options.max_turns also sets it on
-// its copy of the definition.
-func (o RunOptions) Apply(base loop.Config) loop.Config {
-	if o.MaxTurns > 0 {
-		base.MaxTurns = o.MaxTurns
-	}
-	if o.StepTimeoutMS > 0 {
-		base.StepTimeout = o.StepTimeout()
-	}
-	if o.TotalTimeoutMS > 0 {
-		base.TotalTimeout = o.TotalTimeout()
-	}
-	if o.ToolTimeoutMS > 0 {
-		base.ToolTimeout = o.ToolTimeout()
-	}
-	// A total shorter than the step timeout (or than its default) lowers
-	// the step timeout to it, which the loop requires.
-	if o.TotalTimeoutMS > 0 && (base.StepTimeout == 0 || base.StepTimeout > base.TotalTimeout) {
-		base.StepTimeout = base.TotalTimeout
-	}
-	return base
-}
-
 // RunRequest is one job: run the operation's agent on a node, in a workspace
 // holding Files. It is published to agents.run.<operation> with Nats-Msg-Id
 // set to JobID.
@@ -345,7 +328,7 @@ type RunRequest struct {
 	// last token.
 	Operation string `json:"operation" msgpack:"operation"`
 	// Node is the source node the agent works on.
-	Node agents.Node `json:"node" msgpack:"node"`
+	Node Node `json:"node" msgpack:"node"`
 	// Files is the workspace: relative path -> UTF-8 content.
 	Files map[string]string `json:"files,omitempty" msgpack:"files,omitempty"`
 	// Options are per-run limits.
@@ -389,8 +372,8 @@ type StatusRecord struct {
 	// Attempt is the delivery attempt that wrote it (0 for clients).
 	Attempt int `json:"attempt,omitempty"`
 	// Code and Reason explain a failed, dead or canceled state.
-	Code   loop.ErrorCode `json:"code,omitempty"`
-	Reason string         `json:"reason,omitempty"`
+	Code   ErrorCode `json:"code,omitempty"`
+	Reason string    `json:"reason,omitempty"`
 	// Seq is the request's FLEET_RUNS stream sequence when known (lets a
 	// client delete a queued request).
 	Seq       uint64    `json:"seq,omitempty"`
@@ -427,16 +410,16 @@ type AgentResult struct {
 	// Status, WorkspaceID, ChangedFiles, Summary, Details, Error and
 	// ErrorCode are the loop's Result (seed 000's AgentResult). For queue
 	// failures Status is "failed" or "skipped" and ErrorCode a QUEUE_00x.
-	Status       loop.Status    `json:"status" msgpack:"status"`
+	Status       Status         `json:"status" msgpack:"status"`
 	WorkspaceID  string         `json:"workspace_id" msgpack:"workspace_id"`
 	ChangedFiles []string       `json:"changed_files" msgpack:"changed_files"`
 	Summary      string         `json:"summary" msgpack:"summary"`
 	Details      map[string]any `json:"details,omitempty" msgpack:"details,omitempty"`
 	Error        string         `json:"error,omitempty" msgpack:"error,omitempty"`
-	ErrorCode    loop.ErrorCode `json:"error_code,omitempty" msgpack:"error_code,omitempty"`
+	ErrorCode    ErrorCode      `json:"error_code,omitempty" msgpack:"error_code,omitempty"`
 	Turns        int            `json:"turns" msgpack:"turns"`
 	ToolCalls    int            `json:"tool_calls" msgpack:"tool_calls"`
-	Usage        loop.Usage     `json:"usage" msgpack:"usage"`
+	Usage        Usage          `json:"usage" msgpack:"usage"`
 	// Diff is the unified diff of the run's workspace changes ("" if none).
 	Diff string `json:"diff,omitempty" msgpack:"diff,omitempty"`
 
@@ -449,31 +432,49 @@ type AgentResult struct {
 	Timings       ResultTimings `json:"timings" msgpack:"timings"`
 }
 
-// SetLoopResult copies the loop's Result into r.
-func (r *AgentResult) SetLoopResult(lr *loop.Result) {
-	r.Status = lr.Status
-	r.WorkspaceID = lr.WorkspaceID
-	r.ChangedFiles = lr.ChangedFiles
-	r.Summary = lr.Summary
-	r.Details = lr.Details
-	r.Error = lr.Error
-	r.ErrorCode = lr.ErrorCode
-	r.Turns = lr.Turns
-	r.ToolCalls = lr.ToolCalls
-	r.Usage = lr.Usage
-	r.Timings.Model = lr.Timings.Model
-	r.Timings.Tools = lr.Timings.Tools
-}
-
 // Event is one loop event of a job, published in order on
-// agents.events.<job_id> (and <Reply-To>.events). The loop.Event fields are
-// inlined next to job_id and attempt.
+// agents.events.<job_id> (and <Reply-To>.events) (docs/PROTOCOL.md §7).
+// Fields that do not apply to a kind are omitted.
 type Event struct {
 	JobID string `json:"job_id" msgpack:"job_id"`
 	// Attempt is the delivery attempt that emitted the event; listeners
 	// ignore events of an attempt older than the newest they have seen.
-	Attempt    int `json:"attempt" msgpack:"attempt"`
-	loop.Event `msgpack:",inline"`
+	Attempt int       `json:"attempt" msgpack:"attempt"`
+	Kind    EventKind `json:"kind" msgpack:"kind"`
+	// Seq numbers the attempt's events from 1; a gap means events were
+	// dropped (or left out by the request's Fleet-Events choice).
+	Seq  int       `json:"seq" msgpack:"seq"`
+	Turn int       `json:"turn" msgpack:"turn"`
+	Time time.Time `json:"time" msgpack:"time"`
+	// MaxTurns is the run's turn limit (turn_started).
+	MaxTurns int `json:"max_turns,omitempty" msgpack:"max_turns,omitempty"`
+	// Text is model text, capped (model_output), or a message.
+	Text string `json:"text,omitempty" msgpack:"text,omitempty"`
+	// Calls are the tool names the model called (model_output).
+	Calls []string `json:"calls,omitempty" msgpack:"calls,omitempty"`
+	// Usage is the model call's usage (model_output).
+	Usage *Usage `json:"usage,omitempty" msgpack:"usage,omitempty"`
+	// Tool, CallID and Arguments describe a call (tool_call, tool_result).
+	Tool      string          `json:"tool,omitempty" msgpack:"tool,omitempty"`
+	CallID    string          `json:"call_id,omitempty" msgpack:"call_id,omitempty"`
+	Arguments json.RawMessage `json:"arguments,omitempty" msgpack:"arguments,omitempty"`
+	// OK and Code are a tool result's outcome (tool_result); Code is also a
+	// retry's or an invalid response's reason.
+	OK   bool   `json:"ok,omitempty" msgpack:"ok,omitempty"`
+	Code string `json:"code,omitempty" msgpack:"code,omitempty"`
+	// Provider and Size describe injected context (context_injected).
+	Provider string `json:"provider,omitempty" msgpack:"provider,omitempty"`
+	Size     int    `json:"size,omitempty" msgpack:"size,omitempty"`
+	// Duration is a tool call's or a model call's duration.
+	Duration time.Duration `json:"duration_ns,omitempty" msgpack:"duration_ns,omitempty"`
+	// Status and Error are the run's outcome (finished).
+	Status Status `json:"status,omitempty" msgpack:"status,omitempty"`
+	Error  string `json:"error,omitempty" msgpack:"error,omitempty"`
+	// TrimmedTurns, PromptTokens and ContextTokens describe a trim of old
+	// turns (context_trimmed).
+	TrimmedTurns  []int `json:"trimmed_turns,omitempty" msgpack:"trimmed_turns,omitempty"`
+	PromptTokens  int   `json:"prompt_tokens,omitempty" msgpack:"prompt_tokens,omitempty"`
+	ContextTokens int   `json:"context_tokens,omitempty" msgpack:"context_tokens,omitempty"`
 }
 
 // CancelRequest is the optional JSON body of a message on
@@ -502,8 +503,15 @@ func ReplySubjects(replyTo string) (result, events string) {
 	return replyTo + ".result", replyTo + ".events"
 }
 
-// ResultMsgID is the Nats-Msg-Id of a job's result.
-func ResultMsgID(jobID string) string { return jobID + "-result" }
+// LeaseSubject is where a job's lease records are stored (FLEET_RESULTS).
+func LeaseSubject(jobID string) string { return SubjectLeasesPrefix + jobID }
+
+// ResultMsgID is the Nats-Msg-Id of the result an attempt stores under its
+// lease revision: "<job_id>-result-<rev>" (a retried write of the same
+// result is dropped as a duplicate; another attempt's is fenced instead).
+func ResultMsgID(jobID string, leaseRev uint64) string {
+	return jobID + "-result-" + strconv.FormatUint(leaseRev, 10)
+}
 
 // DLQMsgID is the Nats-Msg-Id of a job's dead letter.
 func DLQMsgID(jobID string) string { return jobID + "-dlq" }
@@ -528,7 +536,7 @@ func NewRequestMsg(req *RunRequest, enc Encoding, replyTo string) (*nats.Msg, er
 		return nil, fmt.Errorf("queue: encode request: %w", err)
 	}
 	if len(data) > MaxRequestBytes {
-		return nil, invalid("", "encoded request is %d bytes, more than %d", len(data), MaxRequestBytes)
+		return nil, Invalid("", "encoded request is %d bytes, more than %d", len(data), MaxRequestBytes)
 	}
 	m := &nats.Msg{Subject: RunSubject(req.Operation), Data: data, Header: nats.Header{}}
 	m.Header.Set(HeaderMsgID, req.JobID)
@@ -551,7 +559,7 @@ func DecodeRunRequest(data []byte, contentType string) (*RunRequest, error) {
 		return nil, err
 	}
 	if len(data) > MaxRequestBytes {
-		return nil, invalid("", "request is %d bytes, more than %d", len(data), MaxRequestBytes)
+		return nil, Invalid("", "request is %d bytes, more than %d", len(data), MaxRequestBytes)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, &RequestError{Code: CodeUndecodable, Reason: "empty payload"}

@@ -1,4 +1,4 @@
-package queue
+package ledger
 
 import (
 	"cmp"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentfleet/fleet/queue/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -68,14 +69,15 @@ type StreamsConfig struct {
 	MaxWaiting int
 }
 
-func (c *StreamsConfig) validate() error {
+// Validate checks the configuration and fills in defaults.
+func (c *StreamsConfig) Validate() error {
 	if len(c.Operations) == 0 {
 		return fmt.Errorf("%w: StreamsConfig.Operations is empty", ErrInvalidConfig)
 	}
 	seen := map[string]bool{}
 	for _, op := range c.Operations {
-		if !ValidOperation(op) {
-			return fmt.Errorf("%w: operation %q must be 1-%d characters of [a-z0-9_-]", ErrInvalidConfig, op, MaxOperationLength)
+		if !wire.ValidOperation(op) {
+			return fmt.Errorf("%w: operation %q must be 1-%d characters of [a-z0-9_-]", ErrInvalidConfig, op, wire.MaxOperationLength)
 		}
 		if seen[op] {
 			return fmt.Errorf("%w: operation %q listed twice", ErrInvalidConfig, op)
@@ -121,8 +123,8 @@ func (c *StreamsConfig) validate() error {
 	return nil
 }
 
-// ackWait is the first ack timeout the server applies.
-func (c *StreamsConfig) ackWait() time.Duration {
+// FirstAckWait is the first ack timeout the server applies.
+func (c *StreamsConfig) FirstAckWait() time.Duration {
 	if len(c.BackOff) > 0 {
 		m := c.BackOff[0]
 		for _, d := range c.BackOff {
@@ -153,7 +155,7 @@ type Streams struct {
 // repeatedly. An existing stream whose settings cannot be changed in place
 // (for example its retention) is an error naming it.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfig) (*Streams, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	storage := jetstream.FileStorage
@@ -170,85 +172,85 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		runsMaxMsgs = cfg.RunsMaxMsgs
 	}
 	if s.Runs, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        StreamRuns,
+		Name:        wire.StreamRuns,
 		Description: "fleet run requests (fleet protocol v1)",
-		Subjects:    []string{SubjectRunPrefix + ">"},
+		Subjects:    []string{wire.SubjectRunPrefix + ">"},
 		Retention:   jetstream.WorkQueuePolicy,
 		Discard:     jetstream.DiscardNew,
 		MaxBytes:    runsMaxBytes,
 		MaxMsgs:     runsMaxMsgs,
 		Duplicates:  cfg.DedupeWindow,
 		Storage:     storage,
-		Replicas:    replicas(ctx, js, StreamRuns, cfg.Replicas),
+		Replicas:    replicas(ctx, js, wire.StreamRuns, cfg.Replicas),
 		AllowDirect: true,
 	}); err != nil {
-		return nil, fmt.Errorf("queue: stream %s: %w", StreamRuns, err)
+		return nil, fmt.Errorf("queue: stream %s: %w", wire.StreamRuns, err)
 	}
 	if s.Results, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        StreamResults,
+		Name:        wire.StreamResults,
 		Description: "fleet results and events (fleet protocol v1)",
-		Subjects:    []string{SubjectResultsPrefix + ">", SubjectEventsPrefix + ">"},
+		Subjects:    []string{wire.SubjectResultsPrefix + ">", wire.SubjectEventsPrefix + ">", wire.SubjectLeasesPrefix + ">"},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      cfg.ResultsMaxAge,
 		Duplicates:  cfg.DedupeWindow,
 		Storage:     storage,
-		Replicas:    replicas(ctx, js, StreamResults, cfg.Replicas),
+		Replicas:    replicas(ctx, js, wire.StreamResults, cfg.Replicas),
 		AllowDirect: true,
 	}); err != nil {
-		return nil, fmt.Errorf("queue: stream %s: %w", StreamResults, err)
+		return nil, fmt.Errorf("queue: stream %s: %w", wire.StreamResults, err)
 	}
 	if s.DLQ, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        StreamDLQ,
+		Name:        wire.StreamDLQ,
 		Description: "fleet dead-lettered run requests",
-		Subjects:    []string{SubjectDLQPrefix + ">"},
+		Subjects:    []string{wire.SubjectDLQPrefix + ">"},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      cfg.DLQMaxAge,
 		Duplicates:  min(cfg.DedupeWindow, cfg.DLQMaxAge),
 		Storage:     storage,
-		Replicas:    replicas(ctx, js, StreamDLQ, cfg.Replicas),
+		Replicas:    replicas(ctx, js, wire.StreamDLQ, cfg.Replicas),
 		AllowDirect: true,
 	}); err != nil {
-		return nil, fmt.Errorf("queue: stream %s: %w", StreamDLQ, err)
+		return nil, fmt.Errorf("queue: stream %s: %w", wire.StreamDLQ, err)
 	}
 	if s.Advisories, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        StreamAdvisories,
+		Name:        wire.StreamAdvisories,
 		Description: "max-deliveries advisories of FLEET_RUNS, read by the dead-letter mover",
-		Subjects:    []string{AdvisoryMaxDeliveriesPrefix + StreamRuns + ".*"},
+		Subjects:    []string{wire.AdvisoryMaxDeliveriesPrefix + wire.StreamRuns + ".*"},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      24 * time.Hour,
 		Storage:     storage,
-		Replicas:    replicas(ctx, js, StreamAdvisories, cfg.Replicas),
+		Replicas:    replicas(ctx, js, wire.StreamAdvisories, cfg.Replicas),
 	}); err != nil {
-		return nil, fmt.Errorf("queue: stream %s: %w", StreamAdvisories, err)
+		return nil, fmt.Errorf("queue: stream %s: %w", wire.StreamAdvisories, err)
 	}
 	if _, err = s.Advisories.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       ConsumerDLQMover,
+		Durable:       wire.ConsumerDLQMover,
 		Description:   "fleet workers' dead-letter mover",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
 		MaxDeliver:    20,
 		MaxAckPending: 100,
 	}); err != nil {
-		return nil, fmt.Errorf("queue: consumer %s: %w", ConsumerDLQMover, err)
+		return nil, fmt.Errorf("queue: consumer %s: %w", wire.ConsumerDLQMover, err)
 	}
 	if s.Status, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      BucketJobs,
+		Bucket:      wire.BucketJobs,
 		Description: "fleet job status (fleet protocol v1)",
 		History:     1,
 		TTL:         cfg.StatusTTL,
 		Storage:     storage,
-		Replicas:    replicas(ctx, js, "KV_"+BucketJobs, cfg.Replicas),
+		Replicas:    replicas(ctx, js, "KV_"+wire.BucketJobs, cfg.Replicas),
 	}); err != nil {
-		return nil, fmt.Errorf("queue: bucket %s: %w", BucketJobs, err)
+		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketJobs, err)
 	}
-	if s.StatusStream, err = js.Stream(ctx, "KV_"+BucketJobs); err != nil {
-		return nil, fmt.Errorf("queue: bucket %s: %w", BucketJobs, err)
+	if s.StatusStream, err = js.Stream(ctx, "KV_"+wire.BucketJobs); err != nil {
+		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketJobs, err)
 	}
 	for _, op := range cfg.Operations {
 		cc := jetstream.ConsumerConfig{
 			Durable:       op,
 			Description:   "fleet workers for operation " + op,
-			FilterSubject: RunSubject(op),
+			FilterSubject: wire.RunSubject(op),
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       cfg.AckWait,
 			MaxDeliver:    cfg.MaxDeliver,
@@ -259,7 +261,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		}
 		c, err := s.Runs.CreateOrUpdateConsumer(ctx, cc)
 		if err != nil {
-			return nil, fmt.Errorf("queue: consumer %s on %s: %w", op, StreamRuns, err)
+			return nil, fmt.Errorf("queue: consumer %s on %s: %w", op, wire.StreamRuns, err)
 		}
 		s.Consumers[op] = c
 	}

@@ -48,6 +48,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/toolexec"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // File names inside a job folder.
@@ -157,7 +158,7 @@ func OverlayOperation(op string) string { return strings.ReplaceAll(op, "-", "_"
 
 // NodeID is the node id the overlay is named after: the node's id, else
 // "<file_path>::<name>", else the file path, else the job id.
-func NodeID(req *queue.RunRequest) string {
+func NodeID(req *wire.RunRequest) string {
 	n := req.Node
 	switch {
 	case n.ID != "":
@@ -186,11 +187,11 @@ func (e *requestError) Unwrap() error { return e.err }
 // error, which the queue retries. A run stopped by a worker shutdown
 // returns the shutdown cause as its error and removes its folder: the queue
 // hands the job back, it is not failed.
-func (p *Processor) Process(ctx context.Context, req *queue.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
+func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
 	log := p.cfg.Logger.With("job", req.JobID, "operation", req.Operation)
 	def, ok := p.cfg.Agents[req.Operation]
 	if !ok {
-		return failed(queue.CodeUnknownOperation, fmt.Sprintf("no agent serves operation %q", req.Operation)), nil
+		return failed(wire.CodeUnknownOperation, fmt.Sprintf("no agent serves operation %q", req.Operation)), nil
 	}
 	model := p.cfg.Model
 	if p.cfg.ModelFor != nil {
@@ -202,7 +203,7 @@ func (p *Processor) Process(ctx context.Context, req *queue.RunRequest, events l
 	}
 	runner, def, err := p.runnerFor(req, def)
 	if err != nil {
-		return failed(queue.CodeInvalidRequest, err.Error()), nil
+		return failed(wire.CodeInvalidRequest, err.Error()), nil
 	}
 
 	dir := JobDir(p.cfg.WorkspaceDir, req.JobID)
@@ -211,7 +212,7 @@ func (p *Processor) Process(ctx context.Context, req *queue.RunRequest, events l
 		var re *requestError
 		if errors.As(err, &re) {
 			log.Warn("request workspace refused", "err", err)
-			return failed(queue.CodeInvalidRequest, err.Error()), nil
+			return failed(wire.CodeInvalidRequest, err.Error()), nil
 		}
 		return nil, err
 	}
@@ -221,7 +222,7 @@ func (p *Processor) Process(ctx context.Context, req *queue.RunRequest, events l
 		Definition: def,
 		Sandbox:    p.cfg.Sandbox,
 		Workspace:  ws.overlay,
-		Node:       req.Node,
+		Node:       agents.Node(req.Node),
 		Logger:     log,
 	})
 	if err != nil {
@@ -230,7 +231,7 @@ func (p *Processor) Process(ctx context.Context, req *queue.RunRequest, events l
 	log.Debug("run starting", "workspace", ws.overlay.Path(), "files", len(req.Files))
 	res, err := runner.Run(ctx, loop.Input{
 		Agent:       def,
-		Node:        req.Node,
+		Node:        agents.Node(req.Node),
 		WorkspaceID: ws.overlay.ID(),
 		Model:       model,
 		Tools:       exec,
@@ -240,7 +241,7 @@ func (p *Processor) Process(ctx context.Context, req *queue.RunRequest, events l
 		// The input is unusable: the agent's template does not render for
 		// this node, or the definition lacks submit_result. Retrying cannot
 		// help; the job fails.
-		return failed(queue.CodeInvalidRequest, "cannot run the agent: "+err.Error()), nil
+		return failed(wire.CodeInvalidRequest, "cannot run the agent: "+err.Error()), nil
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, queue.ErrShutdown) {
 		ws.close()
@@ -275,44 +276,55 @@ func (p *Processor) Process(ctx context.Context, req *queue.RunRequest, events l
 
 // runnerFor applies the request's options: max_turns overrides the agent's
 // own limit; the timeouts override the worker's.
-func (p *Processor) runnerFor(req *queue.RunRequest, def *agents.Definition) (*loop.Runner, *agents.Definition, error) {
+func (p *Processor) runnerFor(req *wire.RunRequest, def *agents.Definition) (*loop.Runner, *agents.Definition, error) {
 	o := req.Options
-	if o == (queue.RunOptions{}) {
+	if o == (wire.RunOptions{}) {
 		return p.runner, def, nil
 	}
-	cfg := p.cfg.Loop
-	if o.StepTimeoutMS > 0 {
-		cfg.StepTimeout = o.StepTimeout()
-	}
-	if o.TotalTimeoutMS > 0 {
-		cfg.TotalTimeout = o.TotalTimeout()
-		// A total shorter than the worker's step bounds the step too.
-		if o.StepTimeoutMS == 0 && cmp.Or(cfg.StepTimeout, loop.DefaultStepTimeout) > cfg.TotalTimeout {
-			cfg.StepTimeout = cfg.TotalTimeout
-		}
-	}
-	if o.ToolTimeoutMS > 0 {
-		cfg.ToolTimeout = o.ToolTimeout()
-	}
 	if o.MaxTurns > 0 {
+		// The loop lets a definition's max_turns win over Config.MaxTurns.
 		d := *def
 		d.MaxTurns = o.MaxTurns
 		def = &d
 	}
-	r, err := loop.New(cfg)
+	r, err := loop.New(ApplyOptions(o, p.cfg.Loop))
 	if err != nil {
 		return nil, nil, fmt.Errorf("options: %w", err)
 	}
 	return r, def, nil
 }
 
-func failed(code loop.ErrorCode, msg string) *queue.Outcome {
+// ApplyOptions returns base with the request's non-zero limits applied
+// (docs/PROTOCOL.md §5: 0 means the worker's default). A total timeout
+// shorter than the step timeout in effect (or than its default) lowers the
+// step timeout to it, which the loop requires. It is the only place the
+// request's options meet the loop's configuration.
+func ApplyOptions(o wire.RunOptions, base loop.Config) loop.Config {
+	if o.MaxTurns > 0 {
+		base.MaxTurns = o.MaxTurns
+	}
+	if o.StepTimeoutMS > 0 {
+		base.StepTimeout = o.StepTimeout()
+	}
+	if o.TotalTimeoutMS > 0 {
+		base.TotalTimeout = o.TotalTimeout()
+		if o.StepTimeoutMS == 0 && cmp.Or(base.StepTimeout, loop.DefaultStepTimeout) > base.TotalTimeout {
+			base.StepTimeout = base.TotalTimeout
+		}
+	}
+	if o.ToolTimeoutMS > 0 {
+		base.ToolTimeout = o.ToolTimeout()
+	}
+	return base
+}
+
+func failed(code wire.ErrorCode, msg string) *queue.Outcome {
 	return &queue.Outcome{Result: loop.Result{
 		Status:       loop.StatusFailed,
 		ChangedFiles: []string{},
 		Details:      map[string]any{},
 		Error:        string(code) + ": " + msg,
-		ErrorCode:    code,
+		ErrorCode:    loop.ErrorCode(code),
 	}}
 }
 
@@ -333,7 +345,7 @@ func (w *workspace) close() {
 
 // prepare builds a fresh job folder: stable loaded with the request's files,
 // a new overlay and the manifest.
-func (p *Processor) prepare(ctx context.Context, dir string, req *queue.RunRequest) (*workspace, error) {
+func (p *Processor) prepare(ctx context.Context, dir string, req *wire.RunRequest) (*workspace, error) {
 	files := make(map[string][]byte, len(req.Files)+1)
 	for path, c := range req.Files {
 		files[path] = []byte(c)
@@ -373,7 +385,7 @@ func (p *Processor) prepare(ctx context.Context, dir string, req *queue.RunReque
 	if ws.overlay, err = ws.stable.NewOverlay(ctx, dir, op, nodeID, cairn.WithLogger(p.cfg.Logger)); err != nil {
 		return nil, fmt.Errorf("jobrun: overlay: %w", err)
 	}
-	m := Manifest{JobID: req.JobID, Operation: req.Operation, Node: req.Node, WorkspaceID: ws.overlay.ID(),
+	m := Manifest{JobID: req.JobID, Operation: req.Operation, Node: agents.Node(req.Node), WorkspaceID: ws.overlay.ID(),
 		Stable: StableFile, Overlay: filepath.Base(ws.overlay.Path()), CreatedAt: time.Now().UTC()}
 	for path := range files {
 		m.Files = append(m.Files, path)
@@ -417,7 +429,7 @@ func (j *Job) Close() error {
 // and overlay. Accept merges the run into the job's stable; Reject deletes
 // the overlay.
 func OpenJob(ctx context.Context, root, jobID string) (*Job, error) {
-	if !queue.ValidJobID(jobID) {
+	if !wire.ValidJobID(jobID) {
 		return nil, fmt.Errorf("jobrun: invalid job id %q", jobID)
 	}
 	dir := JobDir(root, jobID)

@@ -1,4 +1,4 @@
-package queue
+package wire
 
 import (
 	"bytes"
@@ -7,8 +7,6 @@ import (
 	"reflect"
 	"testing"
 	"time"
-
-	"github.com/agentfleet/fleet/loop"
 )
 
 var trickyStrings = []string{"", "a", "lint", "<b>&amp;</b>", "quote \" back \\ slash", "tab\tnl\nret\r\b\f\x00\x1f\x7f",
@@ -86,12 +84,12 @@ func fillRandom(t *testing.T, r *rand.Rand, v reflect.Value) {
 
 // TestFastJSONMatchesEncodingJSON: the hand-written event and status
 // encoders write exactly what json.Marshal writes, for random values of
-// every field (a new field in loop.Event, loop.Usage or StatusRecord makes
+// every field (a new field in Event, Usage or StatusRecord makes
 // this fail until the encoders know it).
 func TestFastJSONMatchesEncodingJSON(t *testing.T) {
 	if !fastJSON {
-		t.Fatalf("the fast JSON encoders are off: the structs changed. Teach appendEventJSON/appendStatusJSON/appendResultJSON the change and update the field lists in encode_fast.go:\nloop.Event %s\nloop.Usage %s\nEvent %s\nStatusRecord %s\nAgentResult %s\nResultTimings %s",
-			jsonFields(reflect.TypeFor[loop.Event]()), jsonFields(reflect.TypeFor[loop.Usage]()),
+		t.Fatalf("the fast JSON encoders are off: the structs changed. Teach appendEventJSON/appendStatusJSON/appendResultJSON the change and update the field lists in encode_fast.go:\nUsage %s\nEvent %s\nStatusRecord %s\nAgentResult %s\nResultTimings %s",
+			jsonFields(reflect.TypeFor[Usage]()),
 			jsonFields(reflect.TypeFor[Event]()), jsonFields(reflect.TypeFor[StatusRecord]()),
 			jsonFields(reflect.TypeFor[AgentResult]()), jsonFields(reflect.TypeFor[ResultTimings]()))
 	}
@@ -103,7 +101,7 @@ func TestFastJSONMatchesEncodingJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := marshalEvent(nil, JSON, &e)
+		got, err := AppendEvent(nil, JSON, &e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +116,7 @@ func TestFastJSONMatchesEncodingJSON(t *testing.T) {
 		if want, err = json.Marshal(&res); err != nil {
 			t.Fatal(err)
 		}
-		if got, err = marshalResult(JSON, &res); err != nil {
+		if got, err = MarshalResult(JSON, &res); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
@@ -129,7 +127,7 @@ func TestFastJSONMatchesEncodingJSON(t *testing.T) {
 		if want, err = json.Marshal(&s); err != nil {
 			t.Fatal(err)
 		}
-		if got, err = marshalStatus(&s); err != nil {
+		if got, err = MarshalStatus(&s); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
@@ -137,12 +135,12 @@ func TestFastJSONMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 	// Out-of-range times and invalid raw JSON take json.Marshal's path.
-	e := Event{JobID: "j", Event: loop.Event{Kind: loop.EventFinished, Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}}
-	if _, err := marshalEvent(nil, JSON, &e); err == nil {
+	e := Event{JobID: "j", Kind: EventFinished, Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	if _, err := AppendEvent(nil, JSON, &e); err == nil {
 		t.Fatal("year 10000 encoded without error")
 	}
-	e = Event{JobID: "j", Event: loop.Event{Kind: loop.EventToolCall, Arguments: json.RawMessage(`{bad`)}}
-	if _, err := marshalEvent(nil, JSON, &e); err == nil {
+	e = Event{JobID: "j", Kind: EventToolCall, Arguments: json.RawMessage(`{bad`)}
+	if _, err := AppendEvent(nil, JSON, &e); err == nil {
 		t.Fatal("invalid arguments encoded without error")
 	}
 }

@@ -1,4 +1,4 @@
-package queue
+package wire
 
 import (
 	"encoding/json"
@@ -8,9 +8,6 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/agentfleet/fleet/agents"
-	"github.com/agentfleet/fleet/loop"
 )
 
 func sampleRequest() *RunRequest {
@@ -18,7 +15,7 @@ func sampleRequest() *RunRequest {
 		Version:   1,
 		JobID:     "job-42",
 		Operation: "lint",
-		Node: agents.Node{ID: "src/app.py::load", Name: "load", Type: "function",
+		Node: Node{ID: "src/app.py::load", Name: "load", Type: "function",
 			FilePath: "src/app.py", Text: "def load():\n    return 1\n"},
 		Files:     map[string]string{"src/app.py": "def load():\n    return 1\n", "pyproject.toml": "[tool.ruff]\n"},
 		Options:   RunOptions{MaxTurns: 6, StepTimeoutMS: 30000, TotalTimeoutMS: 300000, ToolTimeoutMS: 10000},
@@ -69,7 +66,7 @@ func TestJSONFieldNames(t *testing.T) {
 	if r.Node.FilePath != "a.py" || r.Options.MaxTurns != 4 || r.Options.ToolTimeout() != 500*time.Millisecond {
 		t.Fatalf("decoded %+v", r)
 	}
-	res := AgentResult{Version: 1, JobID: "j1", State: StateSucceeded, Status: loop.StatusSuccess,
+	res := AgentResult{Version: 1, JobID: "j1", State: StateSucceeded, Status: StatusSuccess,
 		ChangedFiles: []string{"a.py"}, Timings: ResultTimings{Queued: time.Millisecond}}
 	b, _ := json.Marshal(res)
 	for _, k := range []string{`"job_id":"j1"`, `"state":"succeeded"`, `"status":"success"`, `"queued_ns":1000000`, `"changed_files":["a.py"]`} {
@@ -77,7 +74,7 @@ func TestJSONFieldNames(t *testing.T) {
 			t.Errorf("result JSON %s lacks %s", b, k)
 		}
 	}
-	ev := Event{JobID: "j1", Attempt: 2, Event: loop.Event{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1}}
+	ev := Event{JobID: "j1", Attempt: 2, Kind: EventTurnStarted, Seq: 1, Turn: 1}
 	b, _ = json.Marshal(ev)
 	for _, k := range []string{`"job_id":"j1"`, `"attempt":2`, `"kind":"turn_started"`, `"seq":1`} {
 		if !strings.Contains(string(b), k) {
@@ -88,11 +85,11 @@ func TestJSONFieldNames(t *testing.T) {
 
 func TestResultAndEventBothEncodings(t *testing.T) {
 	t.Parallel()
-	res := &AgentResult{Version: 1, JobID: "j1", Operation: "lint", State: StateFailed, Status: loop.StatusFailed,
-		Error: "AGENT_003: Turn limit (6) exceeded", ErrorCode: loop.ErrCodeTurnLimit, Turns: 6, Worker: "w1", Attempts: 2,
-		Usage: loop.Usage{PromptTokens: 10, CompletionTokens: 3}, Diff: "--- a/x\n+++ b/x\n"}
-	ev := &Event{JobID: "j1", Attempt: 1, Event: loop.Event{Kind: loop.EventToolCall, Seq: 3, Turn: 1, Tool: "ruff",
-		Arguments: json.RawMessage(`{"fix":true}`)}}
+	res := &AgentResult{Version: 1, JobID: "j1", Operation: "lint", State: StateFailed, Status: StatusFailed,
+		Error: "AGENT_003: Turn limit (6) exceeded", ErrorCode: ErrorCode("AGENT_003"), Turns: 6, Worker: "w1", Attempts: 2,
+		Usage: Usage{PromptTokens: 10, CompletionTokens: 3}, Diff: "--- a/x\n+++ b/x\n"}
+	ev := &Event{JobID: "j1", Attempt: 1, Kind: EventToolCall, Seq: 3, Turn: 1, Tool: "ruff",
+		Arguments: json.RawMessage(`{"fix":true}`)}
 	for _, enc := range []Encoding{JSON, Msgpack} {
 		b, err := enc.Marshal(res)
 		if err != nil {
@@ -113,7 +110,7 @@ func TestResultAndEventBothEncodings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ge.JobID != "j1" || ge.Kind != loop.EventToolCall || ge.Tool != "ruff" || string(ge.Arguments) != `{"fix":true}` {
+		if ge.JobID != "j1" || ge.Kind != EventToolCall || ge.Tool != "ruff" || string(ge.Arguments) != `{"fix":true}` {
 			t.Fatalf("%s: event %+v", enc, ge)
 		}
 	}
@@ -270,23 +267,4 @@ func FuzzDecodeRunRequest(f *testing.F) {
 			t.Fatalf("re-decode differs: %+v vs %+v", again, req)
 		}
 	})
-}
-
-func TestRunOptionsApply(t *testing.T) {
-	t.Parallel()
-	base := loop.Config{MaxTurns: 10, StepTimeout: time.Minute, ToolTimeout: time.Second}
-	got := RunOptions{MaxTurns: 3, TotalTimeoutMS: 5000}.Apply(base)
-	if got.MaxTurns != 3 || got.StepTimeout != 5*time.Second || got.TotalTimeout != 5*time.Second || got.ToolTimeout != time.Second {
-		t.Fatalf("%+v", got)
-	}
-	if _, err := loop.New(got); err != nil {
-		t.Fatal(err)
-	}
-	got = RunOptions{StepTimeoutMS: 2000}.Apply(loop.Config{})
-	if got.StepTimeout != 2*time.Second || got.TotalTimeout != 0 {
-		t.Fatalf("%+v", got)
-	}
-	if _, err := loop.New(RunOptions{TotalTimeoutMS: 1000}.Apply(loop.Config{})); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -1,4 +1,4 @@
-package queue
+package client
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // ErrDeadLetterNotFound: no dead letter matches the job id (or sequence).
@@ -20,49 +21,32 @@ var ErrDeadLetterNotFound = errors.New("queue: dead letter not found")
 // ListOptions filters List. Zero fields match everything.
 type ListOptions struct {
 	// State keeps only jobs in this state.
-	State JobState
+	State wire.JobState
 	// Operation keeps only jobs of this operation.
 	Operation string
 }
 
-// List returns the status records of the fleet_jobs bucket (every job whose
-// record has not expired), oldest update first, filtered by opts. It reads
-// the bucket once through a watcher, so it costs one round of messages, not
-// one request per key.
-func (c *Client) List(ctx context.Context, opts ListOptions) ([]StatusRecord, error) {
+// List returns the status of every job the stores know (docs/PROTOCOL.md
+// §8: results and leases retained in FLEET_RESULTS, records in fleet_jobs),
+// oldest update first, filtered by opts. It costs one round of messages per
+// store, not one request per job.
+func (c *Client) List(ctx context.Context, opts ListOptions) ([]wire.StatusRecord, error) {
 	kv, err := c.bucket(ctx)
 	if err != nil {
 		return nil, err
 	}
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	all, err := ledger.ListStatus(ctx, c.js, kv)
 	if err != nil {
-		return nil, fmt.Errorf("queue: list %s: %w", BucketJobs, err)
+		return nil, err
 	}
-	defer func() { _ = w.Stop() }()
-	var out []StatusRecord
-	for {
-		var e jetstream.KeyValueEntry
-		select {
-		case e = <-w.Updates():
-		case <-ctx.Done():
-			return nil, fmt.Errorf("queue: list %s: %w", BucketJobs, context.Cause(ctx))
-		}
-		if e == nil {
-			break // the initial values are all delivered
-		}
-		var rec StatusRecord
-		if JSON.Unmarshal(e.Value(), &rec) != nil {
-			continue // not a status record: skip it rather than fail the listing
-		}
-		if rec.JobID == "" {
-			rec.JobID = e.Key()
-		}
+	out := all[:0]
+	for _, rec := range all {
 		if (opts.State != "" && rec.State != opts.State) || (opts.Operation != "" && rec.Operation != opts.Operation) {
 			continue
 		}
 		out = append(out, rec)
 	}
-	slices.SortStableFunc(out, func(a, b StatusRecord) int {
+	slices.SortStableFunc(out, func(a, b wire.StatusRecord) int {
 		if c := a.UpdatedAt.Compare(b.UpdatedAt); c != 0 {
 			return c
 		}
@@ -84,7 +68,7 @@ type DeadLetter struct {
 	Operation string `json:"operation"`
 	// JobID is the request's job id ("" when it could not be read).
 	JobID  string         `json:"job_id,omitempty"`
-	Code   loop.ErrorCode `json:"code"`
+	Code   wire.ErrorCode `json:"code"`
 	Reason string         `json:"reason"`
 	// OriginalSubject and OriginalSeq locate the request in FLEET_RUNS.
 	OriginalSubject string `json:"original_subject,omitempty"`
@@ -101,8 +85,8 @@ type DeadLetter struct {
 }
 
 // Request decodes the dead letter's original request.
-func (d *DeadLetter) Request() (*RunRequest, error) {
-	return DecodeRunRequest(d.Data, d.Header.Get(HeaderContentType))
+func (d *DeadLetter) Request() (*wire.RunRequest, error) {
+	return wire.DecodeRunRequest(d.Data, d.Header.Get(wire.HeaderContentType))
 }
 
 func newDeadLetter(m *jetstream.RawStreamMsg) *DeadLetter {
@@ -110,13 +94,13 @@ func newDeadLetter(m *jetstream.RawStreamMsg) *DeadLetter {
 	if h == nil {
 		h = nats.Header{}
 	}
-	d := &DeadLetter{Seq: m.Sequence, Subject: m.Subject, Operation: trimPrefix(m.Subject, SubjectDLQPrefix),
-		JobID: h.Get(HeaderJobID), Code: loop.ErrorCode(h.Get(HeaderDLQCode)), Reason: h.Get(HeaderDLQReason),
-		OriginalSubject: h.Get(HeaderOrigSubject), Time: m.Time, Header: h, Data: m.Data}
-	d.OriginalSeq, _ = strconv.ParseUint(h.Get(HeaderOrigSeq), 10, 64)
-	d.Deliveries, _ = strconv.Atoi(h.Get(HeaderDeliveries))
+	d := &DeadLetter{Seq: m.Sequence, Subject: m.Subject, Operation: trimPrefix(m.Subject, wire.SubjectDLQPrefix),
+		JobID: h.Get(wire.HeaderJobID), Code: wire.ErrorCode(h.Get(wire.HeaderDLQCode)), Reason: h.Get(wire.HeaderDLQReason),
+		OriginalSubject: h.Get(wire.HeaderOrigSubject), Time: m.Time, Header: h, Data: m.Data}
+	d.OriginalSeq, _ = strconv.ParseUint(h.Get(wire.HeaderOrigSeq), 10, 64)
+	d.Deliveries, _ = strconv.Atoi(h.Get(wire.HeaderDeliveries))
 	if d.JobID == "" {
-		if req, err := d.Request(); err == nil && ValidJobID(req.JobID) {
+		if req, err := d.Request(); err == nil && wire.ValidJobID(req.JobID) {
 			d.JobID = req.JobID
 		}
 	}
@@ -131,7 +115,7 @@ func trimPrefix(s, p string) string {
 }
 
 func (c *Client) dlqStream(ctx context.Context) (jetstream.Stream, error) {
-	s, err := c.js.Stream(ctx, StreamDLQ)
+	s, err := c.js.Stream(ctx, wire.StreamDLQ)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, ErrNoStreams
 	}
@@ -151,7 +135,7 @@ func (c *Client) DeadLetters(ctx context.Context) ([]*DeadLetter, error) {
 	}
 	var out []*DeadLetter
 	for seq := uint64(1); ; {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(SubjectDLQPrefix+">"))
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(wire.SubjectDLQPrefix+">"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return out, nil
 		}
@@ -183,7 +167,7 @@ func (c *Client) DeadLetter(ctx context.Context, ref string) (*DeadLetter, error
 			}
 		}
 	}
-	return nil, fmt.Errorf("%w: %s", ErrDeadLetterNotFound, clip(ref))
+	return nil, fmt.Errorf("%w: %s", ErrDeadLetterNotFound, wire.Clip(ref))
 }
 
 // ReplayOptions tunes Replay.
@@ -200,8 +184,8 @@ type ReplayOptions struct {
 // with jobID shortened so the result stays a valid job id.
 func ReplayJobID(jobID string, n int) string {
 	suffix := "-r" + strconv.Itoa(n)
-	if len(jobID)+len(suffix) > MaxIDLength {
-		jobID = jobID[:MaxIDLength-len(suffix)]
+	if len(jobID)+len(suffix) > wire.MaxIDLength {
+		jobID = jobID[:wire.MaxIDLength-len(suffix)]
 	}
 	return jobID + suffix
 }
@@ -214,22 +198,22 @@ func ReplayJobID(jobID string, n int) string {
 // is gone). Unless opts.Keep, the dead letter is then deleted from
 // FLEET_DLQ. A request that cannot be decoded cannot be replayed
 // (ErrInvalidRequest / ErrUndecodable).
-func (c *Client) Replay(ctx context.Context, d *DeadLetter, opts ReplayOptions) (*Enqueued, *RunRequest, error) {
+func (c *Client) Replay(ctx context.Context, d *DeadLetter, opts ReplayOptions) (*Enqueued, *wire.RunRequest, error) {
 	req, err := d.Request()
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: replay of dead letter %d: %w", d.Seq, err)
 	}
-	if !ValidOperation(req.Operation) {
-		return nil, nil, invalid("operation", "the dead letter's operation %q is not valid", clip(req.Operation))
+	if !wire.ValidOperation(req.Operation) {
+		return nil, nil, wire.Invalid("operation", "the dead letter's operation %q is not valid", wire.Clip(req.Operation))
 	}
-	enc, err := EncodingFor(d.Header.Get(HeaderContentType))
+	enc, err := wire.EncodingFor(d.Header.Get(wire.HeaderContentType))
 	if err != nil {
-		enc = JSON
+		enc = wire.JSON
 	}
 	id := opts.JobID
 	if id == "" {
 		orig := req.JobID
-		if !ValidJobID(orig) {
+		if !wire.ValidJobID(orig) {
 			orig = "replay-" + strconv.FormatUint(d.Seq, 10)
 		}
 		for n := 1; ; n++ {
@@ -237,7 +221,7 @@ func (c *Client) Replay(ctx context.Context, d *DeadLetter, opts ReplayOptions) 
 				return nil, nil, fmt.Errorf("queue: replay of %s: no free replay job id", orig)
 			}
 			cand := ReplayJobID(orig, n)
-			if _, _, err := c.Status(ctx, cand); errors.Is(err, ErrJobNotFound) {
+			if _, err := c.Status(ctx, cand); errors.Is(err, ErrJobNotFound) {
 				if _, err := c.Result(ctx, cand); errors.Is(err, ErrNoResult) {
 					id = cand
 					break
@@ -247,8 +231,8 @@ func (c *Client) Replay(ctx context.Context, d *DeadLetter, opts ReplayOptions) 
 			}
 		}
 	}
-	if !ValidJobID(id) {
-		return nil, nil, invalid("job_id", "%q is not a valid job id", clip(id))
+	if !wire.ValidJobID(id) {
+		return nil, nil, wire.Invalid("job_id", "%q is not a valid job id", wire.Clip(id))
 	}
 	req.JobID = id
 	req.CreatedAt = time.Now().UTC()
@@ -277,21 +261,21 @@ func (c *Client) PurgeDLQ(ctx context.Context, operation string) (uint64, error)
 	}
 	var opts []jetstream.StreamPurgeOpt
 	if operation != "" {
-		if !ValidOperation(operation) {
-			return 0, invalid("operation", "%q is not a valid operation", clip(operation))
+		if !wire.ValidOperation(operation) {
+			return 0, wire.Invalid("operation", "%q is not a valid operation", wire.Clip(operation))
 		}
-		opts = append(opts, jetstream.WithPurgeSubject(DLQSubject(operation)))
+		opts = append(opts, jetstream.WithPurgeSubject(wire.DLQSubject(operation)))
 	}
 	before, err := s.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("queue: purge %s: %w", StreamDLQ, err)
+		return 0, fmt.Errorf("queue: purge %s: %w", wire.StreamDLQ, err)
 	}
 	if err := s.Purge(ctx, opts...); err != nil {
-		return 0, fmt.Errorf("queue: purge %s: %w", StreamDLQ, err)
+		return 0, fmt.Errorf("queue: purge %s: %w", wire.StreamDLQ, err)
 	}
 	after, err := s.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("queue: purge %s: %w", StreamDLQ, err)
+		return 0, fmt.Errorf("queue: purge %s: %w", wire.StreamDLQ, err)
 	}
 	return before.State.Msgs - after.State.Msgs, nil
 }

@@ -1,4 +1,4 @@
-package queue
+package wire
 
 import (
 	"fmt"
@@ -40,21 +40,21 @@ func validToken(s string, maxLen int, upper bool) bool {
 // there already).
 func ValidateReplyTo(r string) error {
 	if r == "" || len(r) > MaxReplyToLength {
-		return invalid(HeaderReplyTo, "must be 1-%d bytes, got %d", MaxReplyToLength, len(r))
+		return Invalid(HeaderReplyTo, "must be 1-%d bytes, got %d", MaxReplyToLength, len(r))
 	}
 	for i := 0; i < len(r); i++ {
 		c := r[i]
 		if c <= ' ' || c >= 0x7f || c == '*' || c == '>' {
-			return invalid(HeaderReplyTo, "%q is not a literal subject (no spaces, control bytes or wildcards)", r)
+			return Invalid(HeaderReplyTo, "%q is not a literal subject (no spaces, control bytes or wildcards)", r)
 		}
 	}
 	for _, tok := range strings.Split(r, ".") {
 		if tok == "" {
-			return invalid(HeaderReplyTo, "%q has an empty subject token", r)
+			return Invalid(HeaderReplyTo, "%q has an empty subject token", r)
 		}
 	}
 	if r == "agents" || strings.HasPrefix(r, "agents.") {
-		return invalid(HeaderReplyTo, "%q is inside agents.>, which fleet reserves", r)
+		return Invalid(HeaderReplyTo, "%q is inside agents.>, which fleet reserves", r)
 	}
 	return nil
 }
@@ -98,38 +98,38 @@ var nodeTypes = map[string]bool{"function": true, "class": true, "method": true,
 // checked in sorted path order, so the error is deterministic.
 func (r *RunRequest) Validate() error {
 	if r.Version != 0 && r.Version != ProtocolVersion {
-		return invalid("version", "unsupported protocol version %d (this worker speaks %d)", r.Version, ProtocolVersion)
+		return Invalid("version", "unsupported protocol version %d (this worker speaks %d)", r.Version, ProtocolVersion)
 	}
 	if !ValidJobID(r.JobID) {
-		return invalid("job_id", "%q must be 1-%d characters of [A-Za-z0-9_-]", clip(r.JobID), MaxIDLength)
+		return Invalid("job_id", "%q must be 1-%d characters of [A-Za-z0-9_-]", Clip(r.JobID), MaxIDLength)
 	}
 	if !ValidOperation(r.Operation) {
-		return invalid("operation", "%q must be 1-%d characters of [a-z0-9_-]", clip(r.Operation), MaxOperationLength)
+		return Invalid("operation", "%q must be 1-%d characters of [a-z0-9_-]", Clip(r.Operation), MaxOperationLength)
 	}
 	n := &r.Node
 	for _, f := range []struct{ name, v string }{
 		{"node.id", n.ID}, {"node.name", n.Name}, {"node.type", n.Type}, {"node.file_path", n.FilePath}, {"node.text", n.Text},
 	} {
 		if !utf8.ValidString(f.v) {
-			return invalid(f.name, "not valid UTF-8")
+			return Invalid(f.name, "not valid UTF-8")
 		}
 	}
 	if len(n.ID) > MaxIDLength*8 {
-		return invalid("node.id", "is %d bytes, more than %d", len(n.ID), MaxIDLength*8)
+		return Invalid("node.id", "is %d bytes, more than %d", len(n.ID), MaxIDLength*8)
 	}
 	if len(n.Name) > MaxPathLength {
-		return invalid("node.name", "is %d bytes, more than %d", len(n.Name), MaxPathLength)
+		return Invalid("node.name", "is %d bytes, more than %d", len(n.Name), MaxPathLength)
 	}
 	if n.Type != "" && !nodeTypes[n.Type] {
-		return invalid("node.type", "%q is not one of function, class, method, file", clip(n.Type))
+		return Invalid("node.type", "%q is not one of function, class, method, file", Clip(n.Type))
 	}
 	if n.FilePath != "" {
 		if err := ValidatePath(n.FilePath); err != nil {
-			return invalid("node.file_path", "%v", err)
+			return Invalid("node.file_path", "%v", err)
 		}
 	}
 	if len(r.Files) > MaxFiles {
-		return invalid("files", "%d files, more than %d", len(r.Files), MaxFiles)
+		return Invalid("files", "%d files, more than %d", len(r.Files), MaxFiles)
 	}
 	if len(r.Files) > 0 {
 		paths := make([]string, 0, len(r.Files))
@@ -139,36 +139,43 @@ func (r *RunRequest) Validate() error {
 		sort.Strings(paths)
 		for _, p := range paths {
 			if err := ValidatePath(p); err != nil {
-				return invalid("files", "%v", err)
+				return Invalid("files", "%v", err)
 			}
 			if !utf8.ValidString(r.Files[p]) {
-				return invalid(fmt.Sprintf("files[%q]", p), "content is not valid UTF-8 text")
+				return Invalid(fmt.Sprintf("files[%q]", p), "content is not valid UTF-8 text")
 			}
 		}
 	}
 	o := r.Options
 	if o.MaxTurns < 0 || o.MaxTurns > MaxTurnsLimit {
-		return invalid("options.max_turns", "%d is outside 0..%d", o.MaxTurns, MaxTurnsLimit)
+		return Invalid("options.max_turns", "%d is outside 0..%d", o.MaxTurns, MaxTurnsLimit)
 	}
 	for _, t := range []struct {
 		name string
 		v    int64
 	}{{"options.step_timeout_ms", o.StepTimeoutMS}, {"options.total_timeout_ms", o.TotalTimeoutMS}, {"options.tool_timeout_ms", o.ToolTimeoutMS}} {
 		if t.v < 0 || t.v > MaxTimeoutMS {
-			return invalid(t.name, "%d is outside 0..%d", t.v, MaxTimeoutMS)
+			return Invalid(t.name, "%d is outside 0..%d", t.v, MaxTimeoutMS)
 		}
 	}
 	if o.StepTimeoutMS > 0 && o.TotalTimeoutMS > 0 && o.TotalTimeoutMS < o.StepTimeoutMS {
-		return invalid("options.total_timeout_ms", "%d is less than step_timeout_ms %d", o.TotalTimeoutMS, o.StepTimeoutMS)
+		return Invalid("options.total_timeout_ms", "%d is less than step_timeout_ms %d", o.TotalTimeoutMS, o.StepTimeoutMS)
 	}
 	return nil
 }
 
 // clip shortens s for an error message and makes it printable.
-func clip(s string) string {
+// Clip shortens s for an error message: at most 64 bytes, cut on a
+// character boundary, invalid UTF-8 replaced.
+func Clip(s string) string {
 	const max = 64
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) > max {
-		s = s[:max] + "..."
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
 	}
-	return strings.ToValidUTF8(s, "\uFFFD")
+	return s
 }

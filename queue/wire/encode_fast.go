@@ -1,4 +1,4 @@
-package queue
+package wire
 
 import (
 	"encoding/json"
@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/agentfleet/fleet/loop"
 )
 
 // Hand-written JSON encoders for the messages a worker writes for every
@@ -16,7 +14,7 @@ import (
 // in reflection for these small structs (about a tenth of a no-op job's CPU
 // in BenchmarkNoopJobs). The output is byte for byte what json.Marshal
 // writes (TestFastJSONMatchesEncodingJSON checks every field, so a field
-// added to loop.Event or StatusRecord without updating these fails it);
+// added to Event or StatusRecord without updating these fails it);
 // anything unusual (a time outside years 0-9999, invalid raw JSON, details
 // json.Marshal refuses) falls back to json.Marshal.
 
@@ -91,7 +89,6 @@ func appendEventJSON(dst []byte, e *Event) (_ []byte, ok bool) {
 		dst = append(dst, `,"size":`...)
 		dst = strconv.AppendInt(dst, int64(e.Size), 10)
 	}
-	// loop.Event's own "attempt" is shadowed by Event.Attempt.
 	if e.Duration != 0 {
 		dst = append(dst, `,"duration_ns":`...)
 		dst = strconv.AppendInt(dst, int64(e.Duration), 10)
@@ -126,20 +123,19 @@ func appendEventJSON(dst []byte, e *Event) (_ []byte, ok bool) {
 }
 
 // The fast encoders know these fields, in this order. If the structs
-// change (a field added to loop.Event by the loop's owners), fastJSON is
+// change (a field added to Event), fastJSON is
 // false and every event and status record goes through json.Marshal until
 // the encoders are taught the change (TestFastJSONMatchesEncodingJSON
 // fails meanwhile).
 var (
-	fastEventFields = "kind/EventKind seq/int turn/int time/Time max_turns,omitempty/int text,omitempty/string " +
+	fastEventFields = "job_id/string attempt/int kind/EventKind seq/int turn/int time/Time max_turns,omitempty/int text,omitempty/string " +
 		"calls,omitempty/[]string usage,omitempty/*Usage tool,omitempty/string call_id,omitempty/string " +
 		"arguments,omitempty/RawMessage ok,omitempty/bool code,omitempty/string provider,omitempty/string " +
-		"size,omitempty/int attempt,omitempty/int duration_ns,omitempty/Duration status,omitempty/Status " +
+		"size,omitempty/int duration_ns,omitempty/Duration status,omitempty/Status " +
 		"error,omitempty/string trimmed_turns,omitempty/[]int prompt_tokens,omitempty/int context_tokens,omitempty/int"
 	fastUsageFields = "prompt_tokens/int cached_tokens/int completion_tokens/int forced_tokens,omitempty/int " +
 		"prompt_ns/Duration completion_ns/Duration"
-	fastWrapperFields = "job_id/string attempt/int /Event"
-	fastStatusFields  = "job_id/string operation,omitempty/string state/JobState worker,omitempty/string " +
+	fastStatusFields = "job_id/string operation,omitempty/string state/JobState worker,omitempty/string " +
 		"attempt,omitempty/int code,omitempty/ErrorCode reason,omitempty/string seq,omitempty/uint64 updated_at/Time"
 	fastResultFields = "version/int job_id/string operation/string state/JobState status/Status " +
 		"workspace_id/string changed_files/[]string summary/string details,omitempty/ " +
@@ -147,11 +143,10 @@ var (
 		"diff,omitempty/string worker/string attempts/int events_dropped,omitempty/int64 timings/ResultTimings"
 	fastTimingsFields = "enqueued_at/Time started_at/Time finished_at/Time queued_ns/Duration run_ns/Duration " +
 		"model_ns/Duration tools_ns/Duration"
-	fastJSON = jsonFields(reflect.TypeFor[loop.Event]()) == fastEventFields &&
+	fastJSON = jsonFields(reflect.TypeFor[Event]()) == fastEventFields &&
 		jsonFields(reflect.TypeFor[AgentResult]()) == fastResultFields &&
 		jsonFields(reflect.TypeFor[ResultTimings]()) == fastTimingsFields &&
-		jsonFields(reflect.TypeFor[loop.Usage]()) == fastUsageFields &&
-		jsonFields(reflect.TypeFor[Event]()) == fastWrapperFields &&
+		jsonFields(reflect.TypeFor[Usage]()) == fastUsageFields &&
 		jsonFields(reflect.TypeFor[StatusRecord]()) == fastStatusFields
 )
 
@@ -177,8 +172,8 @@ func jsonFields(t reflect.Type) string {
 	return b.String()
 }
 
-// marshalEvent encodes an event in enc.
-func marshalEvent(dst []byte, enc Encoding, e *Event) ([]byte, error) {
+// AppendEvent encodes an event in enc, appending to dst when it can.
+func AppendEvent(dst []byte, enc Encoding, e *Event) ([]byte, error) {
 	if enc == JSON && fastJSON {
 		if out, ok := appendEventJSON(dst, e); ok {
 			return out, nil
@@ -225,8 +220,8 @@ func appendStatusJSON(dst []byte, r *StatusRecord) (_ []byte, ok bool) {
 	return append(dst, '}'), true
 }
 
-// marshalStatus encodes a status record (always JSON).
-func marshalStatus(r *StatusRecord) ([]byte, error) {
+// MarshalStatus encodes a status record (always JSON).
+func MarshalStatus(r *StatusRecord) ([]byte, error) {
 	if !fastJSON {
 		return JSON.Marshal(r)
 	}
@@ -324,8 +319,8 @@ func appendResultJSON(dst []byte, r *AgentResult) (_ []byte, ok bool) {
 	return append(dst, "}}"...), true
 }
 
-// marshalResult encodes a result in enc.
-func marshalResult(enc Encoding, r *AgentResult) ([]byte, error) {
+// MarshalResult encodes a result in enc.
+func MarshalResult(enc Encoding, r *AgentResult) ([]byte, error) {
 	if enc == JSON && fastJSON {
 		if out, ok := appendResultJSON(make([]byte, 0, 512+len(r.Diff)+len(r.Summary)), r); ok {
 			return out, nil
@@ -334,8 +329,8 @@ func marshalResult(enc Encoding, r *AgentResult) ([]byte, error) {
 	return enc.Marshal(r)
 }
 
-// appendUsageJSON appends a loop.Usage.
-func appendUsageJSON(dst []byte, u *loop.Usage) []byte {
+// appendUsageJSON appends a Usage.
+func appendUsageJSON(dst []byte, u *Usage) []byte {
 	dst = append(dst, `{"prompt_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(u.PromptTokens), 10)
 	dst = append(dst, `,"cached_tokens":`...)

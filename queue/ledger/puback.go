@@ -1,4 +1,4 @@
-package queue
+package ledger
 
 import (
 	"bytes"
@@ -7,20 +7,20 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentfleet/fleet/queue/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // errPubAckTimeout: the server did not confirm a write within
 // Config.PublishTimeout (a lost stream leader, a reconnect).
-var errPubAckTimeout = errors.New("queue: no PubAck within the publish timeout")
+var errPubAckTimeout = errors.New("ledger: no PubAck within the publish timeout")
 
-// pubAcks publishes one slot's JetStream writes on the hot path (the
-// claim, the result, the terminal status) with reply subjects of the
-// slot's own and receives their PubAcks on a channel subscription: no
+// pubAcks publishes one caller's JetStream writes on the hot path (the
+// lease, the result) with reply subjects of its own and receives their PubAcks on a channel subscription: no
 // shared reply-token map and no hop through the client's PubAck callback
-// goroutine, which jetstream's PublishMsgAsync costs per write. Only the
-// slot's goroutine uses it. A PubAck that arrives after its wait gave up is
+// goroutine, which jetstream's PublishMsgAsync costs per write. One goroutine
+// at a time uses it (the ledger keeps a free list). A PubAck that arrives after its wait gave up is
 // recognized by its number and ignored.
 type pubAcks struct {
 	nc      *nats.Conn
@@ -111,7 +111,7 @@ func parsePubAck(m *nats.Msg) pubAck {
 		if m.Header.Get("Status") == "503" {
 			return pubAck{err: jetstream.ErrNoStreamResponse}
 		}
-		return pubAck{err: errors.New("queue: empty PubAck")}
+		return pubAck{err: errors.New("ledger: empty PubAck")}
 	}
 	if !bytes.Contains(d, []byte(`"error"`)) {
 		if i := bytes.Index(d, []byte(`"seq":`)); i >= 0 {
@@ -131,7 +131,7 @@ func parsePubAck(m *nats.Msg) pubAck {
 		Duplicate bool                `json:"duplicate"`
 	}
 	if err := json.Unmarshal(d, &r); err != nil {
-		return pubAck{err: errors.New("queue: unreadable PubAck: " + clip(string(d)))}
+		return pubAck{err: errors.New("ledger: unreadable PubAck: " + wire.Clip(string(d)))}
 	}
 	if r.Error != nil {
 		return pubAck{err: r.Error}

@@ -1,4 +1,4 @@
-package queue
+package embedded
 
 import (
 	"cmp"
@@ -267,3 +267,6 @@ func (l *serverLogger) fatalSuffix() string {
 	}
 	return ": " + l.fatal
 }
+
+// ErrInvalidConfig is wrapped by every configuration error of this package.
+var ErrInvalidConfig = errors.New("embedded: invalid config")

@@ -1,4 +1,4 @@
-package queue
+package wire
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 // validate.
 func TestProtocolDocExamples(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile("../docs/PROTOCOL.md")
+	doc, err := os.ReadFile("../../docs/PROTOCOL.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package queue
+package client
 
 import (
 	"cmp"
@@ -15,7 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // Client errors, matched with errors.Is.
@@ -36,7 +37,7 @@ var (
 type ClientOptions struct {
 	// Encoding of the requests Enqueue publishes (results and events then
 	// come back in the same encoding). Default JSON.
-	Encoding Encoding
+	Encoding wire.Encoding
 	// EventBuffer is the capacity of a Watch's event channel. 0 = 256.
 	EventBuffer int
 	// NoStatus turns off the queued status record Enqueue creates before
@@ -63,7 +64,7 @@ func NewClient(nc *nats.Conn, opts ClientOptions) (*Client, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: NewClient needs a connection", ErrInvalidConfig)
 	}
-	if opts.Encoding != JSON && opts.Encoding != Msgpack {
+	if opts.Encoding != wire.JSON && opts.Encoding != wire.Msgpack {
 		return nil, fmt.Errorf("%w: unknown encoding %d", ErrInvalidConfig, opts.Encoding)
 	}
 	if opts.EventBuffer < 0 {
@@ -81,7 +82,7 @@ func NewClient(nc *nats.Conn, opts ClientOptions) (*Client, error) {
 type EnqueueOption func(*enqueueOptions)
 
 type enqueueOptions struct {
-	enc     Encoding
+	enc     wire.Encoding
 	replyTo string
 	events  string // Fleet-Events value; "" = all
 }
@@ -91,7 +92,7 @@ type enqueueOptions struct {
 // event is a JetStream write, so a coordinator that only wants results
 // saves most of a short job's cost (docs/PERFORMANCE.md). Attach and the
 // Reply-To copies then see only these events; the result is unaffected.
-func WithEvents(kinds ...loop.EventKind) EnqueueOption {
+func WithEvents(kinds ...wire.EventKind) EnqueueOption {
 	v := "none"
 	if len(kinds) > 0 {
 		parts := make([]string, len(kinds))
@@ -105,7 +106,7 @@ func WithEvents(kinds ...loop.EventKind) EnqueueOption {
 
 // WithEncoding publishes this request in enc instead of the client's
 // encoding.
-func WithEncoding(enc Encoding) EnqueueOption {
+func WithEncoding(enc wire.Encoding) EnqueueOption {
 	return func(o *enqueueOptions) { o.enc = enc }
 }
 
@@ -132,7 +133,7 @@ func NewJobID(operation string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	op := operation
-	if !ValidOperation(op) {
+	if !wire.ValidOperation(op) {
 		op = "job"
 	}
 	return op + "-" + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
@@ -150,7 +151,7 @@ func NewJobID(operation string) string {
 // read and a write (docs/PROTOCOL.md §8). When the record already exists
 // (the job id was used before) the request goes without the header and the
 // worker reads the record. A failed publish removes the record it created.
-func (c *Client) Enqueue(ctx context.Context, req *RunRequest, opts ...EnqueueOption) (*Enqueued, error) {
+func (c *Client) Enqueue(ctx context.Context, req *wire.RunRequest, opts ...EnqueueOption) (*Enqueued, error) {
 	o := enqueueOptions{enc: c.opts.Encoding}
 	for _, f := range opts {
 		f(&o)
@@ -161,18 +162,18 @@ func (c *Client) Enqueue(ctx context.Context, req *RunRequest, opts ...EnqueueOp
 	if req.CreatedAt.IsZero() {
 		req.CreatedAt = time.Now().UTC()
 	}
-	m, err := NewRequestMsg(req, o.enc, o.replyTo)
+	m, err := wire.NewRequestMsg(req, o.enc, o.replyTo)
 	if err != nil {
 		return nil, err
 	}
 	if o.events != "" {
-		m.Header.Set(HeaderEvents, o.events)
+		m.Header.Set(wire.HeaderEvents, o.events)
 	}
 	var rev uint64
 	if !c.opts.NoStatus {
 		rev = c.createQueued(ctx, req)
 		if rev > 0 {
-			m.Header.Set(HeaderStatusRev, strconv.FormatUint(rev, 10))
+			m.Header.Set(wire.HeaderStatusRev, strconv.FormatUint(rev, 10))
 		}
 	}
 	ack, err := c.js.PublishMsg(ctx, m)
@@ -191,13 +192,13 @@ func (c *Client) Enqueue(ctx context.Context, req *RunRequest, opts ...EnqueueOp
 // createQueued creates the job's queued status record and returns its
 // revision, or 0 when it exists already or cannot be written (the request
 // then goes without Fleet-Status-Rev).
-func (c *Client) createQueued(ctx context.Context, req *RunRequest) uint64 {
+func (c *Client) createQueued(ctx context.Context, req *wire.RunRequest) uint64 {
 	kv, err := c.bucket(ctx)
 	if err != nil {
 		return 0
 	}
-	rec := StatusRecord{JobID: req.JobID, Operation: req.Operation, State: StateQueued, UpdatedAt: time.Now().UTC()}
-	data, err := JSON.Marshal(&rec)
+	rec := wire.StatusRecord{JobID: req.JobID, Operation: req.Operation, State: wire.StateQueued, UpdatedAt: time.Now().UTC()}
+	data, err := wire.JSON.Marshal(&rec)
 	if err != nil {
 		return 0
 	}
@@ -216,7 +217,7 @@ func (c *Client) createQueued(ctx context.Context, req *RunRequest) uint64 {
 func (c *Client) removeQueued(rev uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if s, err := c.js.Stream(ctx, "KV_"+BucketJobs); err == nil {
+	if s, err := c.js.Stream(ctx, "KV_"+wire.BucketJobs); err == nil {
 		_ = s.DeleteMsg(ctx, rev)
 	}
 }
@@ -227,12 +228,12 @@ func (c *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if c.kv != nil {
 		return c.kv, nil
 	}
-	kv, err := c.js.KeyValue(ctx, BucketJobs)
+	kv, err := c.js.KeyValue(ctx, wire.BucketJobs)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, ErrNoStreams
 	}
 	if err != nil {
-		return nil, fmt.Errorf("queue: bucket %s: %w", BucketJobs, err)
+		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketJobs, err)
 	}
 	c.kv = kv
 	return kv, nil
@@ -242,10 +243,10 @@ func (c *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 // durable consumer exists on FLEET_RUNS. A request for an operation nobody
 // serves waits in the queue until a worker for it starts.
 func (c *Client) Served(ctx context.Context, operation string) (bool, error) {
-	if !ValidOperation(operation) {
-		return false, invalid("operation", "%q is not a valid operation", clip(operation))
+	if !wire.ValidOperation(operation) {
+		return false, wire.Invalid("operation", "%q is not a valid operation", wire.Clip(operation))
 	}
-	_, err := c.js.Consumer(ctx, StreamRuns, operation)
+	_, err := c.js.Consumer(ctx, wire.StreamRuns, operation)
 	switch {
 	case err == nil:
 		return true, nil
@@ -257,50 +258,47 @@ func (c *Client) Served(ctx context.Context, operation string) (bool, error) {
 	return false, fmt.Errorf("queue: consumer %s: %w", operation, err)
 }
 
-// Status returns the job's status record and its KV revision.
-func (c *Client) Status(ctx context.Context, jobID string) (*StatusRecord, uint64, error) {
-	if !ValidJobID(jobID) {
-		return nil, 0, invalid("job_id", "%q is not a valid job id", clip(jobID))
+// Status returns the job's status (docs/PROTOCOL.md §8): its stored
+// result's state, else a cancel, else its lease, else the client's record.
+func (c *Client) Status(ctx context.Context, jobID string) (*wire.StatusRecord, error) {
+	if !wire.ValidJobID(jobID) {
+		return nil, wire.Invalid("job_id", "%q is not a valid job id", wire.Clip(jobID))
 	}
 	kv, err := c.bucket(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	e, err := kv.Get(ctx, jobID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, fmt.Errorf("%w: %s", ErrJobNotFound, jobID)
+	rec, err := ledger.ReadStatus(ctx, c.nc, kv, jobID)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrJobNotFound, jobID)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("queue: status of %s: %w", jobID, err)
+		return nil, fmt.Errorf("queue: status of %s: %w", jobID, err)
 	}
-	var rec StatusRecord
-	if err := JSON.Unmarshal(e.Value(), &rec); err != nil {
-		return nil, 0, fmt.Errorf("queue: status of %s: %w", jobID, err)
-	}
-	return &rec, e.Revision(), nil
+	return rec, nil
 }
 
 // Result returns the job's stored result without waiting: ErrNoResult when
 // there is none (yet).
-func (c *Client) Result(ctx context.Context, jobID string) (*AgentResult, error) {
-	if !ValidJobID(jobID) {
-		return nil, invalid("job_id", "%q is not a valid job id", clip(jobID))
+func (c *Client) Result(ctx context.Context, jobID string) (*wire.AgentResult, error) {
+	if !wire.ValidJobID(jobID) {
+		return nil, wire.Invalid("job_id", "%q is not a valid job id", wire.Clip(jobID))
 	}
-	s, err := c.js.Stream(ctx, StreamResults)
+	s, err := c.js.Stream(ctx, wire.StreamResults)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, ErrNoStreams
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, ResultSubject(jobID))
+	m, err := s.GetLastMsgForSubject(ctx, wire.ResultSubject(jobID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNoResult, jobID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: result of %s: %w", jobID, err)
 	}
-	return DecodeAgentResult(m.Data, m.Header.Get(HeaderContentType))
+	return wire.DecodeAgentResult(m.Data, m.Header.Get(wire.HeaderContentType))
 }
 
 // Watch follows one job's events and result. Both channels are closed when
@@ -308,8 +306,8 @@ func (c *Client) Result(ctx context.Context, jobID string) (*AgentResult, error)
 // ends, or after an error (see Err).
 type Watch struct {
 	jobID  string
-	events chan *Event
-	result chan *AgentResult
+	events chan *wire.Event
+	result chan *wire.AgentResult
 	done   chan struct{}
 	stop   context.CancelFunc
 
@@ -321,10 +319,10 @@ type Watch struct {
 // job that was run more than once (a worker died mid-run) shows the events
 // of every attempt; Event.Attempt tells them apart and the newest attempt's
 // are the ones that led to the result.
-func (w *Watch) Events() <-chan *Event { return w.events }
+func (w *Watch) Events() <-chan *wire.Event { return w.events }
 
 // Result delivers the job's result once, then is closed.
-func (w *Watch) Result() <-chan *AgentResult { return w.result }
+func (w *Watch) Result() <-chan *wire.AgentResult { return w.result }
 
 // Done is closed when the watch has ended.
 func (w *Watch) Done() <-chan struct{} { return w.done }
@@ -355,14 +353,14 @@ func (c *Client) Attach(ctx context.Context, jobID string) (*Watch, error) {
 }
 
 func (c *Client) attach(ctx context.Context, jobID string, withEvents bool) (*Watch, error) {
-	if !ValidJobID(jobID) {
-		return nil, invalid("job_id", "%q is not a valid job id", clip(jobID))
+	if !wire.ValidJobID(jobID) {
+		return nil, wire.Invalid("job_id", "%q is not a valid job id", wire.Clip(jobID))
 	}
-	subjects := []string{ResultSubject(jobID)}
+	subjects := []string{wire.ResultSubject(jobID)}
 	if withEvents {
-		subjects = append(subjects, EventSubject(jobID))
+		subjects = append(subjects, wire.EventSubject(jobID))
 	}
-	cons, err := c.js.OrderedConsumer(ctx, StreamResults, jetstream.OrderedConsumerConfig{
+	cons, err := c.js.OrderedConsumer(ctx, wire.StreamResults, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    subjects,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: time.Minute,
@@ -378,7 +376,7 @@ func (c *Client) attach(ctx context.Context, jobID string, withEvents bool) (*Wa
 		return nil, fmt.Errorf("queue: attach %s: %w", jobID, err)
 	}
 	wctx, stop := context.WithCancel(ctx)
-	w := &Watch{jobID: jobID, events: make(chan *Event, c.opts.EventBuffer), result: make(chan *AgentResult, 1),
+	w := &Watch{jobID: jobID, events: make(chan *wire.Event, c.opts.EventBuffer), result: make(chan *wire.AgentResult, 1),
 		done: make(chan struct{}), stop: stop}
 	go w.run(wctx, it)
 	return w, nil
@@ -398,7 +396,7 @@ func (w *Watch) run(ctx context.Context, it jetstream.MessagesContext) {
 	defer close(w.result)
 	defer w.stop()
 	defer it.Stop()
-	resultSubj := ResultSubject(w.jobID)
+	resultSubj := wire.ResultSubject(w.jobID)
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
@@ -409,9 +407,9 @@ func (w *Watch) run(ctx context.Context, it jetstream.MessagesContext) {
 			}
 			return
 		}
-		ct := m.Headers().Get(HeaderContentType)
+		ct := m.Headers().Get(wire.HeaderContentType)
 		if m.Subject() == resultSubj {
-			r, err := DecodeAgentResult(m.Data(), ct)
+			r, err := wire.DecodeAgentResult(m.Data(), ct)
 			if err != nil {
 				w.fail(err)
 				return
@@ -419,7 +417,7 @@ func (w *Watch) run(ctx context.Context, it jetstream.MessagesContext) {
 			w.result <- r
 			return
 		}
-		e, err := DecodeEvent(m.Data(), ct)
+		e, err := wire.DecodeEvent(m.Data(), ct)
 		if err != nil {
 			// One unreadable event does not end the watch.
 			continue
@@ -436,7 +434,7 @@ func (w *Watch) run(ctx context.Context, it jetstream.MessagesContext) {
 // Wait returns the job's result, waiting for it as long as ctx allows (give
 // ctx a deadline for a timeout). A job that already finished returns at
 // once.
-func (c *Client) Wait(ctx context.Context, jobID string) (*AgentResult, error) {
+func (c *Client) Wait(ctx context.Context, jobID string) (*wire.AgentResult, error) {
 	w, err := c.attach(ctx, jobID, false)
 	if err != nil {
 		return nil, err
@@ -463,8 +461,8 @@ func (c *Client) Wait(ctx context.Context, jobID string) (*AgentResult, error) {
 // Cancel returns ErrJobFinished, with the final state, when the job already
 // ended. It does not wait for the canceled result (use Wait).
 func (c *Client) Cancel(ctx context.Context, jobID, reason string) error {
-	if !ValidJobID(jobID) {
-		return invalid("job_id", "%q is not a valid job id", clip(jobID))
+	if !wire.ValidJobID(jobID) {
+		return wire.Invalid("job_id", "%q is not a valid job id", wire.Clip(jobID))
 	}
 	kv, err := c.bucket(ctx)
 	if err != nil {
@@ -475,11 +473,11 @@ func (c *Client) Cancel(ctx context.Context, jobID, reason string) error {
 			return fmt.Errorf("queue: cancel %s: its status kept changing", jobID)
 		}
 		e, err := kv.Get(ctx, jobID)
-		var rec StatusRecord
+		var rec wire.StatusRecord
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			rec = StatusRecord{JobID: jobID, State: StateCanceled, Code: CodeCanceled, Reason: reason, UpdatedAt: time.Now().UTC()}
-			data, _ := JSON.Marshal(&rec)
+			rec = wire.StatusRecord{JobID: jobID, State: wire.StateCanceled, Code: wire.CodeCanceled, Reason: reason, UpdatedAt: time.Now().UTC()}
+			data, _ := wire.JSON.Marshal(&rec)
 			if _, err := kv.Create(ctx, jobID, data); err != nil {
 				if errors.Is(err, jetstream.ErrKeyExists) {
 					continue
@@ -489,17 +487,17 @@ func (c *Client) Cancel(ctx context.Context, jobID, reason string) error {
 		case err != nil:
 			return fmt.Errorf("queue: cancel %s: %w", jobID, err)
 		default:
-			if err := JSON.Unmarshal(e.Value(), &rec); err != nil {
+			if err := wire.JSON.Unmarshal(e.Value(), &rec); err != nil {
 				return fmt.Errorf("queue: cancel %s: status: %w", jobID, err)
 			}
 			if rec.State.Terminal() {
 				return fmt.Errorf("%w: %s is %s", ErrJobFinished, jobID, rec.State)
 			}
-			if rec.State == StateQueued {
-				rec.State, rec.Code, rec.Reason, rec.UpdatedAt = StateCanceled, CodeCanceled, reason, time.Now().UTC()
-				data, _ := JSON.Marshal(&rec)
+			if rec.State == wire.StateQueued {
+				rec.State, rec.Code, rec.Reason, rec.UpdatedAt = wire.StateCanceled, wire.CodeCanceled, reason, time.Now().UTC()
+				data, _ := wire.JSON.Marshal(&rec)
 				if _, err := kv.Update(ctx, jobID, data, e.Revision()); err != nil {
-					if isWrongSeq(err) || errors.Is(err, jetstream.ErrKeyExists) {
+					if ledger.IsConflict(err) {
 						continue
 					}
 					return fmt.Errorf("queue: cancel %s: %w", jobID, err)
@@ -510,8 +508,8 @@ func (c *Client) Cancel(ctx context.Context, jobID, reason string) error {
 	}
 	// The running slot (if any) obeys the cancel subject; a slot that has
 	// the job but not yet its status sees the canceled record instead.
-	body, _ := JSON.Marshal(map[string]string{"reason": reason})
-	if err := c.nc.Publish(CancelSubject(jobID), body); err != nil {
+	body, _ := wire.JSON.Marshal(map[string]string{"reason": reason})
+	if err := c.nc.Publish(wire.CancelSubject(jobID), body); err != nil {
 		return fmt.Errorf("queue: cancel %s: %w", jobID, err)
 	}
 	if err := c.nc.FlushTimeout(5 * time.Second); err != nil {
@@ -519,3 +517,6 @@ func (c *Client) Cancel(ctx context.Context, jobID, reason string) error {
 	}
 	return nil
 }
+
+// ErrInvalidConfig is wrapped by every configuration error of this package.
+var ErrInvalidConfig = errors.New("client: invalid config")

@@ -20,10 +20,11 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
-	"github.com/agentfleet/fleet/internal/jobrun"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/jobrun"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -53,7 +54,7 @@ func realAgents(t *testing.T) map[string]*agents.Definition {
 const stockPath = "src/inventory/stock.py"
 
 // demoRequest is a lint job on the demo project's stock.py.
-func demoRequest(t *testing.T, jobID string) *queue.RunRequest {
+func demoRequest(t *testing.T, jobID string) *wire.RunRequest {
 	t.Helper()
 	files := map[string]string{}
 	for _, p := range []string{stockPath, "pyproject.toml"} {
@@ -63,9 +64,9 @@ func demoRequest(t *testing.T, jobID string) *queue.RunRequest {
 		}
 		files[p] = string(b)
 	}
-	return &queue.RunRequest{
+	return &wire.RunRequest{
 		Version: 1, JobID: jobID, Operation: "lint",
-		Node:  agents.Node{ID: stockPath, Name: "stock.py", Type: "file", FilePath: stockPath, Text: files[stockPath]},
+		Node:  wire.Node{ID: stockPath, Name: "stock.py", Type: "file", FilePath: stockPath, Text: files[stockPath]},
 		Files: files,
 	}
 }
@@ -196,7 +197,7 @@ func TestOptionsOverrideLimits(t *testing.T) {
 	model.RepeatLast = true
 	p, _ := newProcessor(t, model, loop.Config{})
 	req := demoRequest(t, "job-turns")
-	req.Options = queue.RunOptions{MaxTurns: 1, TotalTimeoutMS: 60_000, ToolTimeoutMS: 20_000}
+	req.Options = wire.RunOptions{MaxTurns: 1, TotalTimeoutMS: 60_000, ToolTimeoutMS: 20_000}
 	rec := &recorder{}
 	out, err := p.Process(context.Background(), req, rec)
 	if err != nil {
@@ -218,7 +219,7 @@ func TestOptionsOverrideLimits(t *testing.T) {
 	slow := looptest.NewScripted(looptest.Block())
 	p2, _ := newProcessor(t, slow, loop.Config{StepTimeout: time.Minute, TotalTimeout: 5 * time.Minute})
 	req2 := demoRequest(t, "job-total")
-	req2.Options = queue.RunOptions{TotalTimeoutMS: 200}
+	req2.Options = wire.RunOptions{TotalTimeoutMS: 200}
 	start := time.Now()
 	out, err = p2.Process(context.Background(), req2, nil)
 	if err != nil {
@@ -286,7 +287,7 @@ func TestBadRequestsFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Result.ErrorCode != queue.CodeInvalidRequest || !strings.Contains(out.Result.Error, "src") {
+	if out.Result.ErrorCode != loop.ErrorCode(wire.CodeInvalidRequest) || !strings.Contains(out.Result.Error, "src") {
 		t.Fatalf("error %q", out.Result.Error)
 	}
 	if _, err := os.Stat(jobrun.JobDir(root, "job-clash")); !errors.Is(err, os.ErrNotExist) {
@@ -299,7 +300,7 @@ func TestBadRequestsFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Result.ErrorCode != queue.CodeUnknownOperation {
+	if out.Result.ErrorCode != loop.ErrorCode(wire.CodeUnknownOperation) {
 		t.Fatalf("error %q", out.Result.Error)
 	}
 }
@@ -409,12 +410,31 @@ func BenchmarkProcessNoop(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		req := &queue.RunRequest{Version: 1, JobID: fmt.Sprintf("bench-%d", i), Operation: "lint",
-			Node:  agents.Node{ID: stockPath, Name: "stock.py", Type: "file", FilePath: stockPath, Text: files[stockPath]},
+		req := &wire.RunRequest{Version: 1, JobID: fmt.Sprintf("bench-%d", i), Operation: "lint",
+			Node:  wire.Node{ID: stockPath, Name: "stock.py", Type: "file", FilePath: stockPath, Text: files[stockPath]},
 			Files: files}
 		out, err := p.Process(context.Background(), req, nil)
 		if err != nil || out.Result.Status != loop.StatusSuccess {
 			b.Fatalf("%+v %v", out, err)
 		}
+	}
+}
+
+func TestApplyOptions(t *testing.T) {
+	t.Parallel()
+	base := loop.Config{MaxTurns: 10, StepTimeout: time.Minute, ToolTimeout: time.Second}
+	got := jobrun.ApplyOptions(wire.RunOptions{MaxTurns: 3, TotalTimeoutMS: 5000}, base)
+	if got.MaxTurns != 3 || got.StepTimeout != 5*time.Second || got.TotalTimeout != 5*time.Second || got.ToolTimeout != time.Second {
+		t.Fatalf("%+v", got)
+	}
+	if _, err := loop.New(got); err != nil {
+		t.Fatal(err)
+	}
+	got = jobrun.ApplyOptions(wire.RunOptions{StepTimeoutMS: 2000}, loop.Config{})
+	if got.StepTimeout != 2*time.Second || got.TotalTimeout != 0 {
+		t.Fatalf("%+v", got)
+	}
+	if _, err := loop.New(jobrun.ApplyOptions(wire.RunOptions{TotalTimeoutMS: 1000}, loop.Config{})); err != nil {
+		t.Fatal(err)
 	}
 }

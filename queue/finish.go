@@ -1,0 +1,144 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
+)
+
+// How a job ends: every path writes through the ledger, which fences it on
+// the attempt's lease.
+
+func (w *Worker) newResult(j *job, state wire.JobState) *wire.AgentResult {
+	now := time.Now()
+	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: j.id, Operation: j.op, State: state, Worker: w.cfg.Name,
+		Attempts: j.attempt, ChangedFiles: []string{}}
+	r.Timings.EnqueuedAt = j.enqueued.UTC()
+	r.Timings.StartedAt = j.started.UTC()
+	r.Timings.FinishedAt = now.UTC()
+	r.Timings.Queued = j.started.Sub(j.enqueued)
+	r.Timings.Run = now.Sub(j.started)
+	return r
+}
+
+// store flushes the job's events and stores its result under its lease.
+// The write is retried until it is stored or fenced, never the run: only a
+// worker shutdown gives up on it (the job is then handed back).
+func (s *slot) store(j *job, res *wire.AgentResult) error {
+	s.flushEvents()
+	res.EventsDropped = j.dropped.Load()
+	s.w.st.eventsDropped.Add(j.dropped.Load())
+	err := s.w.ledger.Complete(s.w.runCtx, j.lease, res)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ledger.ErrFenced):
+		s.fenced(j)
+	default:
+		s.log.Warn("result not stored before shutdown; handing the job back", "job", j.id, "err", err)
+		s.requeue(j, 0, "worker shutdown before the result was stored")
+	}
+	return err
+}
+
+// complete publishes the outcome of a job that ran.
+func (s *slot) complete(j *job, out *Outcome) {
+	state := wire.StateSucceeded
+	if out.Result.Status == loop.StatusFailed {
+		state = wire.StateFailed
+	}
+	res := s.w.newResult(j, state)
+	setLoopResult(res, &out.Result)
+	if res.ChangedFiles == nil {
+		res.ChangedFiles = []string{}
+	}
+	res.Diff = out.Diff
+	if s.store(j, res) != nil {
+		return
+	}
+	if state == wire.StateSucceeded {
+		s.w.st.succeeded.Add(1)
+	} else {
+		s.w.st.failed.Add(1)
+	}
+}
+
+// fenced drops an attempt whose lease another attempt took over: it writes
+// nothing and leaves the delivery to the new holder.
+func (s *slot) fenced(j *job) {
+	s.flushEvents()
+	s.w.st.fenced.Add(1)
+	s.log.Warn("lease taken over; this attempt's outcome is dropped", "job", j.id, "attempt", j.attempt)
+}
+
+// cancelled stores a canceled result.
+func (s *slot) cancelled(j *job, ce *CanceledError) {
+	res := s.w.newResult(j, wire.StateCanceled)
+	res.Status = wire.StatusSkipped
+	res.ErrorCode = wire.CodeCanceled
+	res.Error = string(wire.CodeCanceled) + ": " + ce.Error()
+	if s.store(j, res) == nil {
+		s.w.st.canceled.Add(1)
+	}
+}
+
+// requeue hands a job back after delay (0: at once; a worker shutdown).
+func (s *slot) requeue(j *job, delay time.Duration, why string) {
+	s.flushEvents()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if delay == 0 {
+		s.w.st.requeued.Add(1)
+		// A handed-back job must be redelivered soon even if the server
+		// restarts meanwhile (handBack's Nak carries a delay).
+		if err := s.w.ledger.Requeue(ctx, j.lease, 0, why); errors.Is(err, ledger.ErrFenced) {
+			return
+		}
+		if err := s.w.handBack(j.msg); err != nil {
+			s.log.Warn("nak failed", "job", j.id, "err", err)
+		}
+		return
+	}
+	s.w.st.retried.Add(1)
+	if err := s.w.ledger.Requeue(ctx, j.lease, delay, why); err != nil && !errors.Is(err, ledger.ErrFenced) {
+		s.log.Warn("nak failed", "job", j.id, "err", err)
+	}
+}
+
+// transient retries a job after a processor error, or dead-letters it when
+// its deliveries are exhausted.
+func (s *slot) transient(j *job, perr error) {
+	md := s.w.cfg.Streams.MaxDeliver
+	if md > 0 && j.attempt >= md {
+		s.deadLetter(j, wire.CodeMaxDeliveries, fmt.Sprintf("%s: max deliveries (%d) reached; last error: %v", wire.CodeMaxDeliveries, md, perr))
+		return
+	}
+	s.log.Warn("transient failure; retrying later", "job", j.id, "attempt", j.attempt, "err", perr)
+	s.requeue(j, s.w.backoff(j.attempt), perr.Error())
+}
+
+// poison dead-letters a request that can never succeed.
+func (s *slot) poison(j *job, code wire.ErrorCode, reason string) {
+	s.log.Warn("poison request terminated", "job", j.id, "subject", j.msg.Subject, "reason", reason)
+	s.deadLetter(j, code, reason)
+}
+
+// deadLetter copies the request to the DLQ, stores a dead result when the
+// job id is usable, and removes the request from the queue.
+func (s *slot) deadLetter(j *job, code wire.ErrorCode, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s.flushEvents()
+	if err := s.w.ledger.DeadLetter(ctx, j.d, code, reason); err != nil {
+		// Without the copy, terminating would lose the request: retry later.
+		s.log.Error("cannot dead-letter; retrying later", "job", j.id, "err", err)
+		_ = j.msg.NakWithDelay(s.w.backoff(j.attempt))
+		return
+	}
+	s.w.st.dead.Add(1)
+}

@@ -1,0 +1,366 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/queue/wire"
+)
+
+// JetStreamConfig configures the JetStream ledger.
+type JetStreamConfig struct {
+	// Conn is the connection every write and read goes through. Required.
+	Conn *nats.Conn
+	// Status is the fleet_jobs bucket (EnsureStreams' Streams.Status), read
+	// for a client's cancel of a queued job. Required.
+	Status jetstream.KeyValue
+	// Worker names the writer in lease records.
+	Worker string
+	// PublishTimeout bounds the wait for one write's PubAck. 0 = 5s.
+	PublishTimeout time.Duration
+	// Logger receives warnings. nil = slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *JetStreamConfig) validate() error {
+	if c.Conn == nil || c.Status == nil {
+		return fmt.Errorf("%w: JetStreamConfig needs Conn and Status", ErrInvalidConfig)
+	}
+	if c.PublishTimeout < 0 {
+		return fmt.Errorf("%w: PublishTimeout must not be negative", ErrInvalidConfig)
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// JetStream is the ledger on the streams of docs/PROTOCOL.md §3: leases and
+// results in FLEET_RESULTS (a result is a compare-and-set on its lease's
+// subject, checked by the server in the same stream), client records in the
+// fleet_jobs bucket, requests in FLEET_RUNS, dead letters in FLEET_DLQ.
+type JetStream struct {
+	reader
+	cfg  JetStreamConfig
+	js   jetstream.JetStream
+	free chan *pubAcks
+}
+
+// NewJetStream returns the JetStream ledger. Close releases its
+// subscriptions.
+func NewJetStream(cfg JetStreamConfig) (*JetStream, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, err
+	}
+	return &JetStream{reader: reader{nc: cfg.Conn, kv: cfg.Status}, cfg: cfg, js: js, free: make(chan *pubAcks, 256)}, nil
+}
+
+// Close releases the ledger's PubAck subscriptions.
+func (j *JetStream) Close() {
+	for {
+		select {
+		case a := <-j.free:
+			a.close()
+		default:
+			return
+		}
+	}
+}
+
+// acks takes a PubAck channel from the free list (or makes one); put it
+// back with release.
+func (j *JetStream) acks() (*pubAcks, error) {
+	select {
+	case a := <-j.free:
+		return a, nil
+	default:
+		return newPubAcks(j.cfg.Conn, j.cfg.PublishTimeout)
+	}
+}
+
+func (j *JetStream) release(a *pubAcks) {
+	select {
+	case j.free <- a:
+	default:
+		a.close()
+	}
+}
+
+// write publishes m and waits for its PubAck.
+func (j *JetStream) write(m *nats.Msg) pubAck {
+	a, err := j.acks()
+	if err != nil {
+		return pubAck{err: err}
+	}
+	defer j.release(a)
+	id, err := a.publish(m)
+	if err != nil {
+		return pubAck{err: err}
+	}
+	r, _ := a.wait(id, 0)
+	return r
+}
+
+func msgOf(d *Delivery) (*nats.Msg, bool) {
+	m, ok := d.handle.(*nats.Msg)
+	return m, ok && m != nil && m.Reply != ""
+}
+
+// leaseMsg is the lease record write for d with compare-and-set on expect
+// (0: the job has no lease record yet).
+func (j *JetStream) leaseMsg(d *Delivery, state wire.JobState, reason string, expect uint64) (*nats.Msg, error) {
+	rec := wire.StatusRecord{JobID: d.JobID, Operation: d.Operation, State: state, Worker: j.cfg.Worker,
+		Attempt: d.Attempt, Reason: reason, Seq: d.Seq, UpdatedAt: time.Now().UTC()}
+	data, err := wire.MarshalStatus(&rec)
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Subject: wire.LeaseSubject(d.JobID), Data: data,
+		Header: nats.Header{wire.HeaderExpectedLastSubjSeq: {strconv.FormatUint(expect, 10)}}}, nil
+}
+
+// maxClaimTries bounds the compare-and-set rounds of one claim (each lost
+// round means another writer moved the lease in between).
+const maxClaimTries = 5
+
+// Claim implements Ledger.
+func (j *JetStream) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
+	if !wire.ValidJobID(d.JobID) {
+		return nil, fmt.Errorf("ledger: claim: invalid job id %q", wire.Clip(d.JobID))
+	}
+	if d.Attempt <= 1 {
+		// First delivery: create the lease record (revision 0). When that
+		// stands no attempt ever held the job, so it has no result; the
+		// client's record is read meanwhile for a cancel.
+		l, err := j.tryLease(ctx, d, 0)
+		if err == nil {
+			return j.checkCanceled(ctx, l)
+		}
+		if !IsConflict(err) {
+			return nil, err
+		}
+	}
+	for try := 0; try < maxClaimTries; try++ {
+		if res, err := j.storedResult(ctx, d.JobID); err != nil {
+			return nil, err
+		} else if res != nil {
+			return nil, &DoneError{Result: res}
+		}
+		cur, rev, err := j.lastLease(ctx, d.JobID)
+		if err != nil {
+			return nil, err
+		}
+		if cur != nil && cur.Seq != 0 && cur.Seq != d.Seq {
+			// Another request message of this job id holds (or held) it.
+			// While that message is still queued it will produce the
+			// job's result: this copy is a duplicate.
+			other, err := getSeq(ctx, j.cfg.Conn, wire.StreamRuns, cur.Seq)
+			if err != nil {
+				return nil, err
+			}
+			if other != nil {
+				return nil, ErrDuplicate
+			}
+		}
+		l, err := j.tryLease(ctx, d, rev)
+		if IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		l.TookOver = rev != 0
+		if l.TookOver {
+			// The attempt this lease replaced may have stored its result
+			// between the read above and the write: results are fenced on
+			// the lease revision, so any such result is before ours.
+			if res, err := j.storedResult(ctx, d.JobID); err != nil {
+				return nil, err
+			} else if res != nil {
+				return nil, &DoneError{Result: res}
+			}
+		}
+		return j.checkCanceled(ctx, l)
+	}
+	return nil, fmt.Errorf("ledger: claim of %s lost %d compare-and-sets in a row", d.JobID, maxClaimTries)
+}
+
+// tryLease writes the running lease record for d on revision expect.
+func (j *JetStream) tryLease(ctx context.Context, d *Delivery, expect uint64) (*Lease, error) {
+	m, err := j.leaseMsg(d, wire.StateRunning, "", expect)
+	if err != nil {
+		return nil, err
+	}
+	a := j.write(m)
+	if a.err != nil {
+		return nil, fmt.Errorf("ledger: lease %s: %w", d.JobID, a.err)
+	}
+	return &Lease{Delivery: d, Rev: a.seq}, nil
+}
+
+// checkCanceled returns the lease, or a *CanceledError carrying it when the
+// client's record says the job was canceled while queued.
+func (j *JetStream) checkCanceled(ctx context.Context, l *Lease) (*Lease, error) {
+	rec, err := j.clientRecord(ctx, l.JobID())
+	if err != nil {
+		// The lease stands; a cancel the read missed still reaches the
+		// running job on its cancel subject.
+		j.cfg.Logger.Warn("cannot read the job's client record", "job", l.JobID(), "err", err)
+		return l, nil
+	}
+	if rec != nil && rec.State == wire.StateCanceled {
+		return nil, &CanceledError{Lease: l, Reason: rec.Reason}
+	}
+	return l, nil
+}
+
+// Heartbeat implements Ledger: +WPI on the delivery, then the lease check
+// (a direct read: a takeover is seen within a heartbeat or two).
+func (j *JetStream) Heartbeat(ctx context.Context, l *Lease) error {
+	if m, ok := msgOf(l.Delivery); ok {
+		if err := m.InProgress(); err != nil {
+			return fmt.Errorf("ledger: heartbeat: %w", err)
+		}
+	}
+	st, err := j.js.Stream(ctx, wire.StreamResults)
+	if err != nil {
+		return fmt.Errorf("ledger: heartbeat: %w", err)
+	}
+	last, err := st.GetLastMsgForSubject(ctx, wire.LeaseSubject(l.JobID()))
+	if err != nil {
+		return fmt.Errorf("ledger: heartbeat: %w", err)
+	}
+	if last.Sequence > l.Rev {
+		return ErrFenced
+	}
+	return nil
+}
+
+// resultMsg is the fenced write of r under l.
+func resultMsg(l *Lease, r *wire.AgentResult) (*nats.Msg, []byte, error) {
+	d := l.Delivery
+	data, err := wire.MarshalResult(d.Encoding, r)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ledger: encode result: %w", err)
+	}
+	h := nats.Header{
+		wire.HeaderContentType:             {d.Encoding.ContentType()},
+		wire.HeaderProtocol:                {"1"},
+		wire.HeaderJobID:                   {d.JobID},
+		wire.HeaderAttempt:                 {strconv.Itoa(d.Attempt)},
+		wire.HeaderMsgID:                   {wire.ResultMsgID(d.JobID, l.Rev)},
+		wire.HeaderExpectedLastSubjSeq:     {strconv.FormatUint(l.Rev, 10)},
+		wire.HeaderExpectedLastSubjSeqSubj: {wire.LeaseSubject(d.JobID)},
+	}
+	return &nats.Msg{Subject: wire.ResultSubject(d.JobID), Data: data, Header: h}, data, nil
+}
+
+// Complete implements Ledger. A write that fails for any other reason than
+// a lost compare-and-set is tried again, with backoff, until it is stored,
+// fenced, or ctx ends: a finished run is never computed again because its
+// result could not be written once.
+func (j *JetStream) Complete(ctx context.Context, l *Lease, r *wire.AgentResult) error {
+	if err := j.storeResult(ctx, l, r, true); err != nil {
+		return err
+	}
+	if m, ok := msgOf(l.Delivery); ok {
+		// Not waited for: a lost ack means a redelivery, which finds the
+		// stored result and is settled without running.
+		if err := m.Ack(); err != nil && !errors.Is(err, nats.ErrMsgAlreadyAckd) {
+			j.cfg.Logger.Warn("ack failed", "job", l.JobID(), "err", err)
+		}
+	}
+	return nil
+}
+
+func (j *JetStream) storeResult(ctx context.Context, l *Lease, r *wire.AgentResult, live bool) error {
+	m, data, err := resultMsg(l, r)
+	if err != nil {
+		return err
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		msg := *m // a publish sets Reply
+		a := j.write(&msg)
+		switch {
+		case a.err == nil:
+			if live && l.Delivery.ReplyTo != "" {
+				// Sent for the stored result only (a duplicate here is
+				// this lease's own earlier write whose PubAck was lost).
+				_ = j.cfg.Conn.PublishMsg(&nats.Msg{Subject: l.Delivery.ReplyTo + ".result", Data: data, Header: m.Header})
+			}
+			return nil
+		case IsConflict(a.err):
+			// Another lease record is the last one, or (on a replicated
+			// stream) a write to it is in flight: read which.
+			_, rev, rerr := j.lastLease(ctx, l.JobID())
+			if rerr == nil && rev != l.Rev {
+				return ErrFenced
+			}
+		default:
+			j.cfg.Logger.Warn("cannot store the result; writing it again", "job", l.JobID(), "err", a.err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("ledger: store result of %s: %w (last error: %v)", l.JobID(), context.Cause(ctx), a.err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// Requeue implements Ledger.
+func (j *JetStream) Requeue(ctx context.Context, l *Lease, delay time.Duration, reason string) error {
+	m, err := j.leaseMsg(l.Delivery, wire.StateQueued, reason, l.Rev)
+	if err != nil {
+		return err
+	}
+	a := j.write(m)
+	if IsConflict(a.err) {
+		return ErrFenced
+	}
+	if a.err != nil {
+		// The status stays running until the next claim replaces it; the
+		// job goes back all the same.
+		j.cfg.Logger.Warn("cannot record the job as queued", "job", l.JobID(), "err", a.err)
+	}
+	msg, ok := msgOf(l.Delivery)
+	if !ok {
+		return nil
+	}
+	if delay > 0 {
+		err = msg.NakWithDelay(delay)
+	} else {
+		err = msg.Nak()
+	}
+	if err != nil {
+		return fmt.Errorf("ledger: nak %s: %w", l.JobID(), err)
+	}
+	return nil
+}
+
+// Settle implements Ledger.
+func (j *JetStream) Settle(_ context.Context, d *Delivery) error {
+	if m, ok := msgOf(d); ok {
+		if err := m.Ack(); err != nil && !errors.Is(err, nats.ErrMsgAlreadyAckd) {
+			return fmt.Errorf("ledger: ack %s: %w", d.JobID, err)
+		}
+	}
+	return nil
+}
