@@ -128,6 +128,11 @@ type Queue struct {
 	// HeartbeatEvery is how often a running job tells JetStream it is in
 	// progress. 0 = AckWait/3 (Validate fills it in); must be below AckWait.
 	HeartbeatEvery time.Duration `yaml:"heartbeat_every"`
+	// UnservedAfter is how long a request for an operation no worker
+	// serves (no consumer on the runs stream) waits before this worker
+	// dead-letters it with QUEUE_002. 0 = this worker never sweeps.
+	// Default 2m.
+	UnservedAfter time.Duration `yaml:"unserved_after"`
 }
 
 // StreamNames are the JetStream names a Queue configuration implies.
@@ -314,6 +319,7 @@ const (
 	DefaultResultsMaxAge   = 24 * time.Hour
 	DefaultDLQMaxAge       = 30 * 24 * time.Hour
 	DefaultDrainGrace      = 30 * time.Second
+	DefaultUnservedAfter   = 2 * time.Minute
 	DefaultAgentsDir       = "./agents"
 	DefaultWorkspaceDir    = "./data/workspaces"
 	DefaultModelPath       = "./models/functiongemma-270m-random-q8_0.gguf"
@@ -364,6 +370,7 @@ func Default() *Config {
 			DLQMaxAge:     DefaultDLQMaxAge,
 			Backoff:       DefaultBackoff(),
 			DrainGrace:    DefaultDrainGrace,
+			UnservedAfter: DefaultUnservedAfter,
 		},
 		Worker: Worker{
 			Slots:        runtime.NumCPU(),

@@ -256,6 +256,7 @@ func TestValidationErrors(t *testing.T) {
 			"monty.memory_limit must be > 0, got 0 (line 3)",
 			"monty.timeout must be > 0, got 0s (line 4)",
 		}},
+		{"negative unserved_after", "queue:\n  unserved_after: -1s\n", nil, []string{"queue.unserved_after must be >= 0 (0 = never), got -1s (line 2)"}},
 		{"empty stream prefix", "queue:\n  stream_prefix: \"a b\"\n", nil, []string{`queue.stream_prefix must be 1-64 of A-Z a-z 0-9 _ -, got "a b" (line 2)`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

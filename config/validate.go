@@ -190,6 +190,9 @@ func (q *Queue) validate(k *checker) {
 	if q.DrainGrace < 0 {
 		k.add("queue.drain_grace", "must be >= 0, got %s", q.DrainGrace)
 	}
+	if q.UnservedAfter < 0 {
+		k.add("queue.unserved_after", "must be >= 0 (0 = never), got %s", q.UnservedAfter)
+	}
 	switch {
 	case q.HeartbeatEvery < 0:
 		k.add("queue.heartbeat_every", "must be >= 0 (0 = ack_wait/3), got %s", q.HeartbeatEvery)

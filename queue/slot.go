@@ -235,7 +235,9 @@ func (s *slot) runJob(j *job) {
 	w.st.started.Add(1)
 	actx := context.WithValue(ctx, attemptKey{}, Attempt{Number: j.attempt, Lease: j.lease.Rev})
 	out, perr, panicked := s.process(actx, j)
-	s.setHeartbeat(nil)
+	// The lease is kept alive until the outcome is written: a result
+	// write retried for a while must not let the job be redelivered.
+	defer s.setHeartbeat(nil)
 
 	cause := context.Cause(ctx)
 	var ce *CanceledError

@@ -90,6 +90,8 @@ const (
 	// leader never answers; past this the result is retried (under the
 	// same Nats-Msg-Id, so a stored copy is not duplicated).
 	DefaultPublishTimeout = 5 * time.Second
+	// DefaultUnservedAfter is Config.UnservedAfter's default.
+	DefaultUnservedAfter = 2 * time.Minute
 )
 
 // Config configures a Worker. The zero value of a field means its default.
@@ -148,6 +150,10 @@ type Config struct {
 	NoAdvisoryMover bool
 	// Logger receives the worker's logs; nil = discard.
 	Logger *slog.Logger
+	// UnservedAfter is how long a request for an operation no consumer
+	// serves waits before any worker dead-letters it with QUEUE_002
+	// (sweeper.go). 0 = DefaultUnservedAfter; -1 = never.
+	UnservedAfter time.Duration
 	// Ledger keeps the jobs' leases, results and status; nil = the
 	// JetStream ledger on Conn (tests of the engine pass ledger.Memory).
 	Ledger ledger.Ledger
@@ -212,6 +218,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: MaxRetryBackoff (%s) < RetryBackoff (%s)", ledger.ErrInvalidConfig, c.MaxRetryBackoff, c.RetryBackoff)
 	}
 	c.EventBuffer = cmp.Or(c.EventBuffer, DefaultEventBuffer)
+	if c.UnservedAfter < -1 {
+		return fmt.Errorf("%w: UnservedAfter must be -1 (never), 0 (default) or positive, got %s", ledger.ErrInvalidConfig, c.UnservedAfter)
+	}
+	c.UnservedAfter = cmp.Or(c.UnservedAfter, DefaultUnservedAfter)
 	if c.NoEvents && len(c.EventKinds) > 0 {
 		return fmt.Errorf("%w: NoEvents and EventKinds are exclusive", ledger.ErrInvalidConfig)
 	}
@@ -238,6 +248,9 @@ type Stats struct {
 	Requeued int64
 	// EventsDropped counts events not published.
 	EventsDropped int64
+	// ResultRetries counts result writes that failed and were tried again
+	// (the run is never computed again for it).
+	ResultRetries int64
 	// Fenced counts attempts whose lease another attempt took over (this
 	// worker paused or was cut off past the ack wait): they wrote nothing.
 	Fenced int64
@@ -248,7 +261,7 @@ type Stats struct {
 }
 
 type stats struct {
-	started, succeeded, failed, canceled, dead, duplicates, retried, requeued, eventsDropped, overdelivered, fenced atomic.Int64
+	started, succeeded, failed, canceled, dead, duplicates, retried, requeued, eventsDropped, overdelivered, fenced, resultRetries atomic.Int64
 }
 
 // Worker pulls run requests for its operations, one job per slot at a time,
@@ -284,8 +297,10 @@ type Worker struct {
 	ledger ledger.Ledger
 	jsl    *ledger.JetStream // the ledger the worker made (closed by Stop)
 
-	// testHookHeartbeat, set by tests only, sees every heartbeat's answer.
+	// testHookHeartbeat, set by tests only, sees every heartbeat's answer;
+	// testHookSwept runs after every unserved-operation sweep.
 	testHookHeartbeat func(jobID string, err error)
+	testHookSwept     func()
 }
 
 // NewWorker validates cfg and returns a Worker; nothing happens until Start.
@@ -327,7 +342,7 @@ func (w *Worker) Stats() Stats {
 		Started: w.st.started.Load(), Succeeded: w.st.succeeded.Load(), Failed: w.st.failed.Load(),
 		Canceled: w.st.canceled.Load(), Dead: w.st.dead.Load(), Duplicates: w.st.duplicates.Load(),
 		Retried: w.st.retried.Load(), Requeued: w.st.requeued.Load(), EventsDropped: w.st.eventsDropped.Load(),
-		Overdelivered: w.st.overdelivered.Load(), Fenced: w.st.fenced.Load(),
+		Overdelivered: w.st.overdelivered.Load(), Fenced: w.st.fenced.Load(), ResultRetries: w.st.resultRetries.Load(),
 	}
 }
 
@@ -358,7 +373,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if w.ledger = w.cfg.Ledger; w.ledger == nil {
 		jsl, err := ledger.NewJetStream(ledger.JetStreamConfig{Conn: w.cfg.Conn, Status: streams.Status,
-			Worker: w.cfg.Name, PublishTimeout: w.cfg.PublishTimeout, Logger: w.log})
+			Worker: w.cfg.Name, PublishTimeout: w.cfg.PublishTimeout, Logger: w.log,
+			OnRetry: func(string, error) { w.st.resultRetries.Add(1) }})
 		if err != nil {
 			return err
 		}
@@ -404,6 +420,13 @@ func (w *Worker) Start(ctx context.Context) error {
 		go func() {
 			defer w.bgWG.Done()
 			w.moveDeadLetters(bgCtx)
+		}()
+	}
+	if w.cfg.UnservedAfter > 0 {
+		w.bgWG.Add(1)
+		go func() {
+			defer w.bgWG.Done()
+			w.sweepUnserved(bgCtx)
 		}()
 	}
 	w.started = true

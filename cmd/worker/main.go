@@ -282,6 +282,9 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	if wcfg.DrainGrace == 0 {
 		wcfg.DrainGrace = -1 // config: 0 = hand running jobs back at once
 	}
+	if wcfg.UnservedAfter = cfg.Queue.UnservedAfter; wcfg.UnservedAfter == 0 {
+		wcfg.UnservedAfter = -1 // config: 0 = this worker never sweeps
+	}
 	if b := cfg.Queue.Backoff; len(b) > 0 {
 		wcfg.RetryBackoff, wcfg.MaxRetryBackoff = b[0], slices.Max(b)
 	}

@@ -846,7 +846,9 @@ func runsLeft(t *testing.T, js jetstream.JetStream) uint64 {
 	}
 }
 
-// statusWatch keeps the latest fleet_jobs record of every job.
+// statusWatch keeps the latest status of every job as the workers write
+// it: lease records (running, queued) and results (terminal), seen live on
+// agents.leases.> and agents.results.>.
 type statusWatch struct {
 	mu      sync.Mutex
 	recs    map[string]wire.StatusRecord
@@ -855,36 +857,39 @@ type statusWatch struct {
 
 func watchStatus(t *testing.T, js jetstream.JetStream) *statusWatch {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := js.KeyValue(ctx, wire.BucketJobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := kv.WatchAll(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 	sw := &statusWatch{recs: map[string]wire.StatusRecord{}, changed: make(chan struct{})}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for e := range w.Updates() {
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
+	sub, err := js.Conn().Subscribe("agents.*.*", func(m *nats.Msg) {
+		var rec wire.StatusRecord
+		switch {
+		case strings.HasPrefix(m.Subject, wire.SubjectLeasesPrefix):
+			if wire.JSON.Unmarshal(m.Data, &rec) != nil {
+				return
 			}
-			var rec wire.StatusRecord
-			if wire.JSON.Unmarshal(e.Value(), &rec) != nil {
-				continue
+		case strings.HasPrefix(m.Subject, wire.SubjectResultsPrefix):
+			r, err := wire.DecodeAgentResult(m.Data, m.Header.Get(wire.HeaderContentType))
+			if err != nil {
+				return
 			}
-			sw.mu.Lock()
-			sw.recs[e.Key()] = rec
-			close(sw.changed)
-			sw.changed = make(chan struct{})
-			sw.mu.Unlock()
+			rec = *ledger.ResultStatus(r)
+		default:
+			return
 		}
-	}()
-	t.Cleanup(func() { _ = w.Stop(); <-done })
+		id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		sw.mu.Lock()
+		if old, ok := sw.recs[id]; !ok || !old.State.Terminal() {
+			sw.recs[id] = rec
+		}
+		close(sw.changed)
+		sw.changed = make(chan struct{})
+		sw.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return sw
 }
 

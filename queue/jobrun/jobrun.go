@@ -6,8 +6,11 @@
 //
 // # Workspaces on disk
 //
-// Each job gets its own folder, JobDir(root, jobID) =
-// <root>/jobs/<job_id>/, holding:
+// Each attempt of a job gets its own folder, AttemptDir(root, jobID, key) =
+// <root>/jobs/<job_id>/<attempt key>/ (the key names the attempt's lease,
+// queue.AttemptOf, so two attempts of one job never share a workspace, even
+// when a stale attempt still runs beside the one that took its lease over),
+// holding:
 //
 //   - stable.db: a Cairn stable workspace loaded with the request's files
 //     (and the node's file when the request does not carry it). A stable per
@@ -25,8 +28,9 @@
 // changes into the job's stable (then Stable.ExportDir or the diff applies
 // them to real files), Overlay.Reject discards them. Cleanup removes job
 // folders older than a retention. A redelivered job (a new attempt) starts
-// from a fresh folder; a job handed back because the worker shut down
-// removes its folder, since it will run again.
+// from a fresh folder of its own; a job handed back because the worker
+// shut down removes its folder, since it will run again. OpenJob opens the
+// newest attempt's.
 package jobrun
 
 import (
@@ -40,6 +44,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -149,8 +154,20 @@ type Manifest struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// JobDir is the folder of job jobID under the workspace root.
+// JobDir is the folder of job jobID's attempts under the workspace root.
 func JobDir(root, jobID string) string { return filepath.Join(root, jobsDir, jobID) }
+
+// AttemptDir is the folder of one attempt of job jobID.
+func AttemptDir(root, jobID, key string) string { return filepath.Join(JobDir(root, jobID), key) }
+
+// attemptKey names the attempt ctx belongs to: its lease (queue.AttemptOf),
+// or a unique key when the processor runs outside a worker.
+func attemptKey(ctx context.Context) string {
+	if a, ok := queue.AttemptOf(ctx); ok {
+		return a.Key()
+	}
+	return "r" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
 
 // OverlayOperation maps a queue operation to a Cairn overlay operation
 // ([A-Za-z0-9_]): "-" becomes "_".
@@ -206,7 +223,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 		return failed(wire.CodeInvalidRequest, err.Error()), nil
 	}
 
-	dir := JobDir(p.cfg.WorkspaceDir, req.JobID)
+	dir := AttemptDir(p.cfg.WorkspaceDir, req.JobID, attemptKey(ctx))
 	ws, err := p.prepare(ctx, dir, req)
 	if err != nil {
 		var re *requestError
@@ -248,6 +265,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 		if rerr := os.RemoveAll(dir); rerr != nil {
 			log.Warn("cannot remove the workspace of a requeued job", "dir", dir, "err", rerr)
 		}
+		_ = os.Remove(filepath.Dir(dir)) // the job's folder, when no other attempt has one
 		return nil, cause
 	}
 
@@ -355,7 +373,8 @@ func (p *Processor) prepare(ctx context.Context, dir string, req *wire.RunReques
 			files[fp] = []byte(req.Node.Text)
 		}
 	}
-	// A previous attempt's folder is stale: start again.
+	// The attempt's folder is its own; a leftover (the same attempt run
+	// again in a test) starts from scratch.
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("jobrun: clear job folder: %w", err)
 	}
@@ -368,6 +387,7 @@ func (p *Processor) prepare(ctx context.Context, dir string, req *wire.RunReques
 		if !ok {
 			ws.close()
 			_ = os.RemoveAll(dir)
+			_ = os.Remove(filepath.Dir(dir))
 		}
 	}()
 	var err error
@@ -432,8 +452,7 @@ func OpenJob(ctx context.Context, root, jobID string) (*Job, error) {
 	if !wire.ValidJobID(jobID) {
 		return nil, fmt.Errorf("jobrun: invalid job id %q", jobID)
 	}
-	dir := JobDir(root, jobID)
-	data, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	dir, data, err := newestAttempt(JobDir(root, jobID))
 	if err != nil {
 		return nil, fmt.Errorf("jobrun: job %s: %w", jobID, err)
 	}
@@ -456,6 +475,31 @@ func OpenJob(ctx context.Context, root, jobID string) (*Job, error) {
 	return &Job{Manifest: m, Stable: st, Overlay: ov}, nil
 }
 
+// newestAttempt finds the attempt folder of a job folder whose manifest was
+// written last, and returns it with the manifest's bytes.
+func newestAttempt(jobDir string) (string, []byte, error) {
+	entries, err := os.ReadDir(jobDir)
+	if err != nil {
+		return "", nil, err
+	}
+	var best string
+	var bestTime time.Time
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		st, err := os.Stat(filepath.Join(jobDir, e.Name(), ManifestFile))
+		if err == nil && (best == "" || st.ModTime().After(bestTime)) {
+			best, bestTime = filepath.Join(jobDir, e.Name()), st.ModTime()
+		}
+	}
+	if best == "" {
+		return "", nil, fmt.Errorf("no attempt with a %s: %w", ManifestFile, fs.ErrNotExist)
+	}
+	data, err := os.ReadFile(filepath.Join(best, ManifestFile))
+	return best, data, err
+}
+
 // Cleanup removes the job folders under root whose manifest (or folder,
 // when it has none) is older than olderThan, and returns how many it
 // removed. A missing root removes nothing.
@@ -476,8 +520,11 @@ func Cleanup(root string, olderThan time.Duration) (int, error) {
 			continue
 		}
 		dir := filepath.Join(base, e.Name())
-		st, err := os.Stat(filepath.Join(dir, ManifestFile))
-		if err != nil {
+		var st fs.FileInfo
+		if best, _, err := newestAttempt(dir); err == nil {
+			st, err = os.Stat(filepath.Join(best, ManifestFile))
+		}
+		if st == nil {
 			st, err = os.Stat(dir)
 		}
 		if err != nil || !st.ModTime().Before(cutoff) {

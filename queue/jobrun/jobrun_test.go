@@ -2,7 +2,6 @@ package jobrun_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -331,25 +330,23 @@ func TestRedeliveryStartsFresh(t *testing.T) {
 	if err != nil || string(got) != req.Node.Text {
 		t.Fatalf("node file in stable: %q, %v", got, err)
 	}
-	var m jobrun.Manifest
-	data, _ := os.ReadFile(filepath.Join(jobrun.JobDir(root, req.JobID), jobrun.ManifestFile))
-	if err := json.Unmarshal(data, &m); err != nil || m.JobID != req.JobID {
-		t.Fatalf("manifest %s: %v", data, err)
+	if m := job.Manifest; m.JobID != req.JobID {
+		t.Fatalf("manifest %+v", m)
 	}
 }
 
 func TestCleanupRemovesOldJobs(t *testing.T) {
 	root := t.TempDir()
 	for _, id := range []string{"old", "new"} {
-		if err := os.MkdirAll(jobrun.JobDir(root, id), 0o750); err != nil {
+		if err := os.MkdirAll(jobrun.AttemptDir(root, id, "a1"), 0o750); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(jobrun.JobDir(root, id), jobrun.ManifestFile), []byte("{}"), 0o640); err != nil {
+		if err := os.WriteFile(filepath.Join(jobrun.AttemptDir(root, id, "a1"), jobrun.ManifestFile), []byte("{}"), 0o640); err != nil {
 			t.Fatal(err)
 		}
 	}
 	old := time.Now().Add(-2 * time.Hour)
-	if err := os.Chtimes(filepath.Join(jobrun.JobDir(root, "old"), jobrun.ManifestFile), old, old); err != nil {
+	if err := os.Chtimes(filepath.Join(jobrun.AttemptDir(root, "old", "a1"), jobrun.ManifestFile), old, old); err != nil {
 		t.Fatal(err)
 	}
 	n, err := jobrun.Cleanup(root, time.Hour)

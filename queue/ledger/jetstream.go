@@ -27,6 +27,9 @@ type JetStreamConfig struct {
 	PublishTimeout time.Duration
 	// Logger receives warnings. nil = slog.Default().
 	Logger *slog.Logger
+	// OnRetry, when set, is called each time a result write failed and
+	// will be tried again (for the worker's counters).
+	OnRetry func(jobID string, err error)
 }
 
 func (c *JetStreamConfig) validate() error {
@@ -313,6 +316,9 @@ func (j *JetStream) storeResult(ctx context.Context, l *Lease, r *wire.AgentResu
 			}
 		default:
 			j.cfg.Logger.Warn("cannot store the result; writing it again", "job", l.JobID(), "err", a.err)
+			if j.cfg.OnRetry != nil {
+				j.cfg.OnRetry(l.JobID(), a.err)
+			}
 		}
 		t := time.NewTimer(backoff)
 		select {

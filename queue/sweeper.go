@@ -1,0 +1,123 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/queue/wire"
+)
+
+// sweepUnserved dead-letters requests nobody can serve: a request whose
+// operation has no consumer on FLEET_RUNS (no worker ever served it, or its
+// consumer was removed) would otherwise wait for ever with no status, no
+// result and no dead letter. Every UnservedAfter/4 the worker lists the
+// stream's subjects with messages and the consumers' filters; the requests
+// of a subject no consumer's filter matches that are older than
+// UnservedAfter get a QUEUE_002 dead letter and a dead result. Any running
+// worker sweeps; the ledger makes a request dead-lettered twice at once
+// still get one dead letter and one result.
+func (w *Worker) sweepUnserved(ctx context.Context) {
+	every := max(w.cfg.UnservedAfter/4, 10*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := w.sweepOnce(ctx); err != nil && ctx.Err() == nil {
+			w.log.Warn("unserved-operation sweep failed", "err", err)
+		}
+		if h := w.testHookSwept; h != nil {
+			h()
+		}
+	}
+}
+
+// sweepOnce runs one sweep.
+func (w *Worker) sweepOnce(ctx context.Context) error {
+	st := w.streams.Runs
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(wire.SubjectRunPrefix+">"))
+	if err != nil {
+		return fmt.Errorf("stream info: %w", err)
+	}
+	if len(info.State.Subjects) == 0 {
+		return nil
+	}
+	var filters []string
+	lister := st.ListConsumers(ctx)
+	for ci := range lister.Info() {
+		filters = append(filters, ci.Config.FilterSubject)
+		filters = append(filters, ci.Config.FilterSubjects...)
+	}
+	if err := lister.Err(); err != nil {
+		return fmt.Errorf("list consumers: %w", err)
+	}
+	cutoff := time.Now().Add(-w.cfg.UnservedAfter)
+	for subj := range info.State.Subjects {
+		if servedBy(subj, filters) {
+			continue
+		}
+		if err := w.sweepSubject(ctx, subj, cutoff); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sweepSubject dead-letters subj's requests stored before cutoff, oldest
+// first.
+func (w *Worker) sweepSubject(ctx context.Context, subj string, cutoff time.Time) error {
+	op := strings.TrimPrefix(subj, wire.SubjectRunPrefix)
+	for seq := uint64(1); ; {
+		raw, err := w.streams.Runs.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", subj, err)
+		}
+		if !raw.Time.Before(cutoff) {
+			return nil
+		}
+		d := storedDelivery(raw, 0)
+		reason := fmt.Sprintf("%s: no worker serves operation %q (no consumer on %s for %s after %s)",
+			wire.CodeUnknownOperation, wire.Clip(op), wire.StreamRuns, subj, w.cfg.UnservedAfter)
+		if err := w.ledger.DeadLetter(ctx, d, wire.CodeUnknownOperation, reason); err != nil {
+			return err
+		}
+		w.st.dead.Add(1)
+		w.log.Warn("request for an unserved operation dead-lettered", "job", d.JobID, "operation", op, "seq", raw.Sequence)
+		seq = raw.Sequence + 1
+	}
+}
+
+// servedBy reports whether a consumer filter matches subject (NATS subject
+// matching: "*" one token, ">" the rest).
+func servedBy(subject string, filters []string) bool {
+	for _, f := range filters {
+		if f != "" && subjectMatch(f, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+func subjectMatch(filter, subject string) bool {
+	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, t := range ft {
+		if t == ">" {
+			return len(st) > i
+		}
+		if i >= len(st) || (t != "*" && t != st[i]) {
+			return false
+		}
+	}
+	return len(ft) == len(st)
+}
