@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -149,9 +150,12 @@ func (j *JetStream) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
 		// First delivery: create the lease record (revision 0). When that
 		// stands no attempt ever held the job, so it has no result; the
 		// client's record is read meanwhile for a cancel.
-		l, err := j.tryLease(ctx, d, 0)
+		l, rec, err := j.firstLease(d)
 		if err == nil {
-			return j.checkCanceled(ctx, l)
+			if rec != nil && rec.State == wire.StateCanceled {
+				return nil, &CanceledError{Lease: l, Reason: rec.Reason}
+			}
+			return l, nil
 		}
 		if !IsConflict(err) {
 			return nil, err
@@ -200,6 +204,41 @@ func (j *JetStream) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
 		return j.checkCanceled(ctx, l)
 	}
 	return nil, fmt.Errorf("ledger: claim of %s lost %d compare-and-sets in a row", d.JobID, maxClaimTries)
+}
+
+// firstLease writes d's lease record on revision 0 and, at the same time,
+// reads the client's record (a direct get on the bucket's stream: one
+// round trip for both). A record that cannot be read is reported as none:
+// the lease stands, and a cancel the read missed still reaches the running
+// job on its cancel subject.
+func (j *JetStream) firstLease(d *Delivery) (*Lease, *wire.StatusRecord, error) {
+	m, err := j.leaseMsg(d, wire.StateRunning, "", 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := j.acks()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer j.release(a)
+	lid, err := a.publish(m)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ledger: lease %s: %w", d.JobID, err)
+	}
+	gid, _ := a.request("$JS.API.DIRECT.GET.KV_"+wire.BucketJobs+".$KV."+wire.BucketJobs+"."+d.JobID, nil)
+	lm, gm := a.waitMsgs(lid, gid)
+	la := answer(lm)
+	if la.err != nil {
+		return nil, nil, fmt.Errorf("ledger: lease %s: %w", d.JobID, la.err)
+	}
+	var rec *wire.StatusRecord
+	if gm != nil && len(gm.Data) > 0 && gm.Header.Get("Status") == "" {
+		var r wire.StatusRecord
+		if json.Unmarshal(gm.Data, &r) == nil {
+			rec = &r
+		}
+	}
+	return &Lease{Delivery: d, Rev: la.seq}, rec, nil
 }
 
 // tryLease writes the running lease record for d on revision expect.

@@ -95,14 +95,17 @@ func lastRecords(ctx context.Context, js jetstream.JetStream) (leases, results m
 	if info.NumPending == 0 {
 		return leases, results, nil
 	}
-	for {
-		batch, err := cons.Fetch(500, jetstream.FetchContext(ctx))
+	// The records there now: fetch exactly that many (Fetch waits for a
+	// full batch otherwise).
+	for remaining := info.NumPending; remaining > 0; {
+		batch, err := cons.Fetch(int(min(remaining, 500)), jetstream.FetchContext(ctx))
 		if err != nil {
 			return nil, nil, fmt.Errorf("ledger: list %s: %w", wire.StreamResults, err)
 		}
 		var last jetstream.Msg
 		for m := range batch.Messages() {
 			last = m
+			remaining--
 			subj := m.Subject()
 			switch {
 			case strings.HasPrefix(subj, wire.SubjectLeasesPrefix):
@@ -129,4 +132,5 @@ func lastRecords(ctx context.Context, js jetstream.JetStream) (leases, results m
 			return leases, results, nil
 		}
 	}
+	return leases, results, nil
 }

@@ -65,12 +65,42 @@ func (a *pubAcks) publish(m *nats.Msg) (uint64, error) {
 	return a.next, nil
 }
 
+// request sends a request (a direct get) whose answer comes back on the
+// same subscription, and returns the number to wait for.
+func (a *pubAcks) request(subject string, data []byte) (uint64, error) {
+	a.next++
+	if err := a.nc.PublishRequest(subject, a.prefix+strconv.FormatUint(a.next, 10), data); err != nil {
+		return 0, err
+	}
+	return a.next, nil
+}
+
 // wait returns the answers to writes x and y (0 = none) once both have
 // arrived, or errPubAckTimeout for those that did not within the timeout.
 func (a *pubAcks) wait(x, y uint64) (ax, ay pubAck) {
+	mx, my := a.waitMsgs(x, y)
+	if x != 0 {
+		ax = answer(mx)
+	}
+	if y != 0 {
+		ay = answer(my)
+	}
+	return ax, ay
+}
+
+func answer(m *nats.Msg) pubAck {
+	if m == nil {
+		return pubAck{err: errPubAckTimeout}
+	}
+	return parsePubAck(m)
+}
+
+// waitMsgs returns the raw answers to x and y (0 = none); nil for one that
+// did not arrive within the timeout.
+func (a *pubAcks) waitMsgs(x, y uint64) (mx, my *nats.Msg) {
 	gotX, gotY := x == 0, y == 0
 	if gotX && gotY {
-		return ax, ay
+		return nil, nil
 	}
 	if a.timer == nil {
 		a.timer = time.NewTimer(a.timeout)
@@ -85,21 +115,15 @@ func (a *pubAcks) wait(x, y uint64) (ax, ay pubAck) {
 			switch {
 			case err != nil:
 			case n == x && !gotX:
-				ax, gotX = parsePubAck(m), true
+				mx, gotX = m, true
 			case n == y && !gotY:
-				ay, gotY = parsePubAck(m), true
+				my, gotY = m, true
 			}
 		case <-a.timer.C:
-			if !gotX {
-				ax.err = errPubAckTimeout
-			}
-			if !gotY {
-				ay.err = errPubAckTimeout
-			}
-			return ax, ay
+			return mx, my
 		}
 	}
-	return ax, ay
+	return mx, my
 }
 
 // parsePubAck reads a PubAck: {"stream":"S","seq":N[,"duplicate":true]},
