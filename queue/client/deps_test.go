@@ -1,0 +1,35 @@
+package client_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestDependencies keeps the package boundaries of docs/ARCHITECTURE.md: a
+// coordinator (cmd/enqueue, anything importing queue/client) does not link
+// nats-server, and the wire package imports neither the loop nor the
+// agents.
+func TestDependencies(t *testing.T) {
+	t.Parallel()
+	deps := func(pkg string) []string {
+		t.Helper()
+		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	for _, pkg := range []string{"github.com/agentfleet/fleet/cmd/enqueue", "github.com/agentfleet/fleet/queue/client"} {
+		for _, d := range deps(pkg) {
+			if strings.HasPrefix(d, "github.com/nats-io/nats-server") {
+				t.Errorf("%s links %s", pkg, d)
+			}
+		}
+	}
+	for _, d := range deps("github.com/agentfleet/fleet/queue/wire") {
+		if d == "github.com/agentfleet/fleet/loop" || d == "github.com/agentfleet/fleet/agents" {
+			t.Errorf("queue/wire imports %s", d)
+		}
+	}
+}
