@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
@@ -197,17 +199,18 @@ func TestClientEnqueueAttachLiveAndLate(t *testing.T) {
 
 func waitState(t *testing.T, c *client.Client, id string, want wire.JobState) *wire.StatusRecord {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		rec, err := c.Status(context.Background(), id)
-		if err == nil && rec.State == want {
-			return rec
+	var rec *wire.StatusRecord
+	testutil.Eventually(t, 10*time.Second, "status of "+id, func() error {
+		r, err := c.Status(context.Background(), id)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status of %s: %+v, %v; want %s", id, rec, err, want)
+		if rec = r; r.State != want {
+			return fmt.Errorf("%+v, want %s", r, want)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return rec
 }
 
 func TestClientDuplicateRunsOnce(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -346,17 +347,7 @@ func TestEnqueueNoWaitAndCancel(t *testing.T) {
 		t.Fatalf("no-wait exit %d: %q %s", code, out, stderr)
 	}
 	// Cancel once the job runs: its status says so.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		out, _, _ = enqueue(t, w.url, "status", "e2e-cancel-1", "--json")
-		if strings.Contains(out, `"state":"running"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job never ran: %s\n%s", out, w.Logs())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitRunning(t, w, "e2e-cancel-1")
 	if out, stderr, code = enqueue(t, w.url, "cancel", "e2e-cancel-1", "--reason", "e2e"); code != 0 {
 		t.Fatalf("cancel exit %d: %s %s", code, out, stderr)
 	}
@@ -426,17 +417,12 @@ func slowScript(t *testing.T) string {
 // waitRunning polls the job's status until a worker runs it.
 func waitRunning(t *testing.T, w *worker, jobID string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		out, _, _ := enqueue(t, w.url, "status", jobID, "--json")
-		if strings.Contains(out, `"state":"running"`) {
-			return
+	testutil.Eventually(t, time.Minute, "job "+jobID+" running", func() error {
+		if out, _, _ := enqueue(t, w.url, "status", jobID, "--json"); !strings.Contains(out, `"state":"running"`) {
+			return fmt.Errorf("status %s\n%s", out, w.Logs())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job never ran: %s\n%s", out, w.Logs())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A worker stopped while a job runs hands it back after its grace period
@@ -478,13 +464,12 @@ func TestSecondSignalExits(t *testing.T) {
 	}
 	waitRunning(t, w, "e2e-sig-1")
 	_ = w.cmd.Process.Signal(syscall.SIGTERM)
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(w.Logs(), "signal received") {
-		if time.Now().After(deadline) {
-			t.Fatalf("first signal not logged:\n%s", w.Logs())
+	testutil.Eventually(t, time.Minute, "first signal logged", func() error {
+		if logs := w.Logs(); !strings.Contains(logs, "signal received") {
+			return fmt.Errorf("not in the log:\n%s", logs)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	start := time.Now()
 	_ = w.cmd.Process.Signal(syscall.SIGINT)
 	select {

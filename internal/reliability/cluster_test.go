@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/wire"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
@@ -278,25 +279,17 @@ var clusterLog = os.Getenv("FLEET_RELIABILITY_CLUSTER_LOG") != ""
 // leader (the first election waits for the routes, about 10 s).
 func waitMetaLeader(t *testing.T, nodes []*clusterNode) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ok := true
+	testutil.Eventually(t, 60*time.Second, "JetStream meta leader known to every node", func() error {
 		for _, n := range nodes {
 			n.mu.Lock()
 			srv := n.srv
 			n.mu.Unlock()
 			if srv != nil && !srv.JetStreamIsCurrent() {
-				ok = false
+				return fmt.Errorf("%s is not current", n.name)
 			}
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no JetStream meta leader after 60s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 type tlog struct {

@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -272,11 +274,12 @@ func lastResult(t *testing.T, js jetstream.JetStream, id string) *wire.AgentResu
 // waitResult polls for a job's stored result.
 func waitResult(t *testing.T, js jetstream.JetStream, id string, d time.Duration) *wire.AgentResult {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		if r := lastResult(t, js, id); r != nil || time.Now().After(deadline) {
-			return r
+	var r *wire.AgentResult
+	_ = testutil.Poll(d, func() error {
+		if r = lastResult(t, js, id); r == nil {
+			return errors.New("no result yet")
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return r
 }
