@@ -73,6 +73,7 @@ func (s *slot) complete(j *job, out *Outcome) {
 func (s *slot) fenced(j *job) {
 	s.flushEvents()
 	s.w.st.fenced.Add(1)
+	send(s.w.signals.fenced, j.id)
 	s.log.Warn("lease taken over; this attempt's outcome is dropped", "job", j.id, "attempt", j.attempt)
 }
 

@@ -67,9 +67,7 @@ func (s *slot) beat(j *job, now time.Time, lastOK *time.Time) {
 			j.stop(errFenced)
 		}
 	}
-	if h := s.w.testHookHeartbeat; h != nil {
-		h(j.id, err)
-	}
+	send(s.w.signals.heartbeat, heartbeatSignal{jobID: j.id, err: err})
 }
 
 func (s *slot) setHeartbeat(j *job) {

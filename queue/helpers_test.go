@@ -82,6 +82,7 @@ func (b *testBundle) worker(proc func(slot int) Processor, mut func(*Config)) *W
 		nc.Close()
 		b.t.Fatal(err)
 	}
+	w.signals.init(64)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := w.Start(ctx); err != nil {

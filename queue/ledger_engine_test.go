@@ -153,12 +153,14 @@ func TestTakenOverAttemptWritesNothing(t *testing.T) {
 		t.Fatalf("stored result from attempt %d, want 2", res.Attempts)
 	}
 	close(release)
-	testutil.Eventually(t, 10*time.Second, "attempt 1 fenced", func() error {
-		if st := w.Stats(); st.Fenced != 1 {
-			return fmt.Errorf("stats %+v", st)
+	select {
+	case id := <-w.signals.fenced:
+		if id != "frozen-1" {
+			t.Fatalf("fenced %s", id)
 		}
-		return nil
-	})
+	case <-time.After(10 * time.Second):
+		t.Fatalf("attempt 1 not fenced; stats %+v", w.Stats())
+	}
 	if err := w.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -181,14 +183,8 @@ func TestUnservedOperationIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	p := &countingProcessor{runs: map[string]int{}}
-	swept := make(chan struct{}, 1)
 	w := b.worker(func(int) Processor { return p }, func(c *Config) { c.UnservedAfter = 300 * time.Millisecond })
-	w.testHookSwept = func() {
-		select {
-		case swept <- struct{}{}:
-		default:
-		}
-	}
+	swept := w.signals.swept
 	sub := b.subscribe(wire.ResultSubject("nosuch-1"))
 	req := newReq("nosuch-1")
 	req.Operation = "nosuchop"

@@ -34,9 +34,7 @@ func (w *Worker) sweepUnserved(ctx context.Context) {
 		if err := w.sweepOnce(ctx); err != nil && ctx.Err() == nil {
 			w.log.Warn("unserved-operation sweep failed", "err", err)
 		}
-		if h := w.testHookSwept; h != nil {
-			h()
-		}
+		send(w.signals.swept, struct{}{})
 	}
 }
 

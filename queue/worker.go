@@ -107,10 +107,8 @@ type Worker struct {
 	ledger ledger.Ledger
 	jsl    *ledger.JetStream // the ledger the worker made (closed by Stop)
 
-	// testHookHeartbeat, set by tests only, sees every heartbeat's answer;
-	// testHookSwept runs after every unserved-operation sweep.
-	testHookHeartbeat func(jobID string, err error)
-	testHookSwept     func()
+	// signals reports states to tests (signals.go).
+	signals testSignals
 }
 
 // NewWorker validates cfg and returns a Worker; nothing happens until Start.
