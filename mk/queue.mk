@@ -4,7 +4,9 @@
 # protocol floor (the durable operations a job needs, written directly with
 # nats.go, without and with a one-turn run's five events: fleet÷floor), then
 # the single-job dispatch latency p50/p99 (split into pickup, run and out)
-# next to a raw JetStream round trip.
+# next to a raw JetStream round trip; then a real agent job through the whole
+# worker path (BenchmarkRealAgentJobs: Cairn, Monty, the lint agent, a
+# scripted model): p50/p99 one at a time and jobs/s with 2 slots.
 # FLEET_BENCH_SLOTS sets the worker's slots in the throughput run (default 8);
 # FLEET_BENCH_OPS=n serves n operations (the multi-operation pull path);
 # FLEET_BENCH_EVENTS=none|finished (worker config) or header-none|header-finished
@@ -22,7 +24,9 @@ bench-queue: ## queue figures: no-op jobs/s vs raw JetStream and the protocol fl
 	$(GO) test -run '^$$' -bench 'BenchmarkNoopJobs' -benchtime 20000x -count 1 -timeout 20m ./queue/
 	@echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)"
 	$(GO) test -run '^$$' -bench 'BenchmarkDispatchLatency' -benchtime 3000x -count 1 -timeout 20m ./queue/
+	@echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)"
+	$(GO) test -run '^$$' -bench 'BenchmarkRealAgentJobs' -benchtime 300x -count 1 -timeout 20m ./queue/jobrun/
 	@echo "queue: machine load after the run: $$(cut -d' ' -f1-3 /proc/loadavg)"
 
 fuzz-queue: ## fuzz the run-request decoders (JSON and msgpack) for FUZZTIME (default 60s)
-	$(GO) test -run '^$$' -fuzz FuzzDecodeRunRequest -fuzztime $${FUZZTIME:-60s} ./queue/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRunRequest -fuzztime $${FUZZTIME:-60s} ./queue/wire/

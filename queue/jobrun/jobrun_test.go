@@ -53,7 +53,7 @@ func realAgents(t *testing.T) map[string]*agents.Definition {
 const stockPath = "src/inventory/stock.py"
 
 // demoRequest is a lint job on the demo project's stock.py.
-func demoRequest(t *testing.T, jobID string) *wire.RunRequest {
+func demoRequest(t testing.TB, jobID string) *wire.RunRequest {
 	t.Helper()
 	files := map[string]string{}
 	for _, p := range []string{stockPath, "pyproject.toml"} {
