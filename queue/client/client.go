@@ -338,6 +338,11 @@ func (c *Client) Cancel(ctx context.Context, jobID, reason string) error {
 	if err != nil {
 		return err
 	}
+	// The stored result is the job's terminal record (the bucket holds only
+	// what clients wrote).
+	if st, err := ledger.ReadStatus(ctx, c.nc, kv, jobID); err == nil && st.State.Terminal() && st.State != wire.StateCanceled {
+		return fmt.Errorf("%w: %s is %s", ErrJobFinished, jobID, st.State)
+	}
 	for try := 0; ; try++ {
 		if try == 10 {
 			return fmt.Errorf("queue: cancel %s: its status kept changing", jobID)
@@ -349,7 +354,7 @@ func (c *Client) Cancel(ctx context.Context, jobID, reason string) error {
 			rec = wire.StatusRecord{JobID: jobID, State: wire.StateCanceled, Code: wire.CodeCanceled, Reason: reason, UpdatedAt: time.Now().UTC()}
 			data, _ := wire.JSON.Marshal(&rec)
 			if _, err := kv.Create(ctx, jobID, data); err != nil {
-				if errors.Is(err, jetstream.ErrKeyExists) {
+				if ledger.IsConflict(err) {
 					continue
 				}
 				return fmt.Errorf("queue: cancel %s: %w", jobID, err)

@@ -270,23 +270,19 @@ func (j *JetStream) checkCanceled(ctx context.Context, l *Lease) (*Lease, error)
 	return l, nil
 }
 
-// Heartbeat implements Ledger: +WPI on the delivery, then the lease check
-// (a direct read: a takeover is seen within a heartbeat or two).
+// Heartbeat implements Ledger: +WPI on the delivery, then a read of the
+// job's last lease record (a takeover is seen at the next heartbeat).
 func (j *JetStream) Heartbeat(ctx context.Context, l *Lease) error {
 	if m, ok := msgOf(l.Delivery); ok {
 		if err := m.InProgress(); err != nil {
 			return fmt.Errorf("ledger: heartbeat: %w", err)
 		}
 	}
-	st, err := j.js.Stream(ctx, wire.StreamResults)
+	last, err := getLast(ctx, j.cfg.Conn, wire.StreamResults, wire.LeaseSubject(l.JobID()))
 	if err != nil {
 		return fmt.Errorf("ledger: heartbeat: %w", err)
 	}
-	last, err := st.GetLastMsgForSubject(ctx, wire.LeaseSubject(l.JobID()))
-	if err != nil {
-		return fmt.Errorf("ledger: heartbeat: %w", err)
-	}
-	if last.Sequence > l.Rev {
+	if last != nil && last.Seq > l.Rev {
 		return ErrFenced
 	}
 	return nil
