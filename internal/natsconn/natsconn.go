@@ -115,8 +115,8 @@ type Events struct {
 	Retrying func(attempt int, err error, next time.Duration)
 	// Connected: the first connection is up, to url (passwords redacted).
 	Connected func(url string)
-	// Disconnected: the connection to url dropped with err (nil when it was
-	// closed on purpose); nats.go reconnects unless it is being closed.
+	// Disconnected: the connection to url dropped with err; nats.go
+	// reconnects. Not called when the connection is closed on purpose.
 	Disconnected func(url string, err error)
 	// Reconnected: the connection is back, to url.
 	Reconnected func(url string)
@@ -151,7 +151,9 @@ func (e Events) NATSOptions() []nats.Option {
 			}
 		}),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			if e.Disconnected != nil {
+			// Closing a connection reports a disconnect too; Closed
+			// covers that one.
+			if e.Disconnected != nil && !nc.IsClosed() {
 				e.Disconnected(lastURL(), err)
 			}
 		}),

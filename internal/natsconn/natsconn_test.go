@@ -154,6 +154,11 @@ func TestDialWaitsForServerThenFollowsRestarts(t *testing.T) {
 	if err := wait(t, ev.closed, "closed event"); err != nil {
 		t.Errorf("closed on purpose, last error %v", err)
 	}
+	// Events arrive in order: a disconnect reported for the Close would
+	// be queued before the closed event.
+	if len(ev.disconnected) != 0 {
+		t.Error("closing on purpose was reported as a disconnect")
+	}
 }
 
 // With nothing listening, Dial gives up after Retry.For with ErrUnreachable
