@@ -30,7 +30,6 @@
 package jobrun
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -274,36 +273,44 @@ func (p *Processor) Process(ctx context.Context, req *queue.RunRequest, events l
 }
 
 // runnerFor applies the request's options: max_turns overrides the agent's
-// own limit; the timeouts override the worker's.
+// own limit (the definition's max_turns wins over the loop's); the timeouts
+// override the worker's (runLimits).
 func (p *Processor) runnerFor(req *queue.RunRequest, def *agents.Definition) (*loop.Runner, *agents.Definition, error) {
 	o := req.Options
 	if o == (queue.RunOptions{}) {
 		return p.runner, def, nil
-	}
-	cfg := p.cfg.Loop
-	if o.StepTimeoutMS > 0 {
-		cfg.StepTimeout = o.StepTimeout()
-	}
-	if o.TotalTimeoutMS > 0 {
-		cfg.TotalTimeout = o.TotalTimeout()
-		// A total shorter than the worker's step bounds the step too.
-		if o.StepTimeoutMS == 0 && cmp.Or(cfg.StepTimeout, loop.DefaultStepTimeout) > cfg.TotalTimeout {
-			cfg.StepTimeout = cfg.TotalTimeout
-		}
-	}
-	if o.ToolTimeoutMS > 0 {
-		cfg.ToolTimeout = o.ToolTimeout()
 	}
 	if o.MaxTurns > 0 {
 		d := *def
 		d.MaxTurns = o.MaxTurns
 		def = &d
 	}
-	r, err := loop.New(cfg)
+	r, err := loop.New(runLimits(p.runner.Config(), o))
 	if err != nil {
 		return nil, nil, fmt.Errorf("options: %w", err)
 	}
 	return r, def, nil
+}
+
+// runLimits is the one place a request's time limits meet the worker's:
+// base (a loop configuration with its defaults filled in, as
+// Runner.Config returns it) with o's non-zero timeouts applied. A total
+// timeout below the step timeout lowers the step timeout to it, since the
+// loop requires step <= total. Turns are not set here: runnerFor puts
+// options.max_turns on the agent definition, whose max_turns wins over
+// loop.Config.MaxTurns.
+func runLimits(base loop.Config, o queue.RunOptions) loop.Config {
+	if o.StepTimeoutMS > 0 {
+		base.StepTimeout = o.StepTimeout()
+	}
+	if o.TotalTimeoutMS > 0 {
+		base.TotalTimeout = o.TotalTimeout()
+		base.StepTimeout = min(base.StepTimeout, base.TotalTimeout)
+	}
+	if o.ToolTimeoutMS > 0 {
+		base.ToolTimeout = o.ToolTimeout()
+	}
+	return base
 }
 
 func failed(code loop.ErrorCode, msg string) *queue.Outcome {
