@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue"
 )
 
@@ -65,30 +65,6 @@ func workerBinary(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return binPath
-}
-
-// freePort returns a loopback port nothing listens on (for now).
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// startNATS starts nats-server with JetStream on port, storing in dir.
-func startNATS(t *testing.T, port int, dir string, cfg queue.EmbeddedConfig) *queue.Embedded {
-	t.Helper()
-	cfg.Listen = fmt.Sprintf("127.0.0.1:%d", port)
-	cfg.StoreDir = dir
-	srv, err := queue.StartEmbedded(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv
 }
 
 // proc is a running worker whose JSON log records the test waits on.
@@ -331,8 +307,8 @@ func httpStatus(t *testing.T, url string) int {
 // disconnect, one reconnect, and it serves again.
 func TestWorkerWaitsForNATSAndFollowsRestarts(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	port := natstest.FreePort(t)
+	url := natstest.URL(port)
 	store := t.TempDir()
 	w := startWorker(t, baseConfig(t, fmt.Sprintf("nats:\n  url: %s\n  connect_retry_for: 5m\n", url)))
 
@@ -353,7 +329,7 @@ func TestWorkerWaitsForNATSAndFollowsRestarts(t *testing.T) {
 		t.Errorf("metrics while waiting: %v", m)
 	}
 
-	srv := startNATS(t, port, store, queue.EmbeddedConfig{})
+	srv := natstest.Start(t, port, store, queue.EmbeddedConfig{})
 	w.waitLog("worker serving", 1)
 	if r := runJob(t, url, "connect-1"); r.State != queue.StateSucceeded {
 		t.Fatalf("first job: %+v", r)
@@ -368,7 +344,7 @@ func TestWorkerWaitsForNATSAndFollowsRestarts(t *testing.T) {
 	if lost["url"] != url {
 		t.Errorf("lost record: %v", lost)
 	}
-	startNATS(t, port, store, queue.EmbeddedConfig{})
+	natstest.Start(t, port, store, queue.EmbeddedConfig{})
 	if back := w.waitLog("NATS connection restored", 1); back["url"] != url {
 		t.Errorf("restored record: %v", back)
 	}
@@ -397,7 +373,7 @@ func TestWorkerNATSWaitEnds(t *testing.T) {
 	t.Parallel()
 	t.Run("gives up after connect_retry_for", func(t *testing.T) {
 		t.Parallel()
-		url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+		url := natstest.URL(natstest.FreePort(t))
 		w := startWorker(t, baseConfig(t, fmt.Sprintf("nats:\n  url: %s\n  connect_retry_for: 1s\n", url)))
 		if code := w.exitCode(); code != exitRuntime {
 			t.Fatalf("exit %d, want %d:\n%s", code, exitRuntime, w.logs())
@@ -410,7 +386,7 @@ func TestWorkerNATSWaitEnds(t *testing.T) {
 	})
 	t.Run("a signal ends the wait", func(t *testing.T) {
 		t.Parallel()
-		url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+		url := natstest.URL(natstest.FreePort(t))
 		w := startWorker(t, baseConfig(t, fmt.Sprintf("nats:\n  url: %s\n  connect_retry_for: 10m\n", url)))
 		w.waitLog("NATS not reachable; retrying", 1)
 		if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -423,8 +399,8 @@ func TestWorkerNATSWaitEnds(t *testing.T) {
 	})
 	t.Run("a refused login is a configuration error", func(t *testing.T) {
 		t.Parallel()
-		port := freePort(t)
-		startNATS(t, port, t.TempDir(), queue.EmbeddedConfig{User: "fleet", Password: "right"})
+		port := natstest.FreePort(t)
+		natstest.Start(t, port, t.TempDir(), queue.EmbeddedConfig{User: "fleet", Password: "right"})
 		w := startWorker(t, baseConfig(t, fmt.Sprintf("nats:\n  url: nats://127.0.0.1:%d\n  user: fleet\n  password: wrong\n", port)))
 		if code := w.exitCode(); code != exitUsage {
 			t.Fatalf("exit %d, want %d:\n%s", code, exitUsage, w.logs())

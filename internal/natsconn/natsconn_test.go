@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,35 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/config"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue"
 )
-
-// freePort returns a loopback port nothing listens on (for now).
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
-
-// startServer starts nats-server with JetStream on port, storing in dir.
-func startServer(t *testing.T, port int, dir string, cfg queue.EmbeddedConfig) *queue.Embedded {
-	t.Helper()
-	cfg.Listen = fmt.Sprintf("127.0.0.1:%d", port)
-	cfg.StoreDir = dir
-	srv, err := queue.StartEmbedded(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv
-}
 
 // events records a connection's life on channels, so tests wait on signals.
 type events struct {
@@ -83,9 +56,9 @@ func wait[T any](t *testing.T, ch <-chan T, what string) T {
 // one reconnect, to the same URL.
 func TestDialWaitsForServerThenFollowsRestarts(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
+	port := natstest.FreePort(t)
 	dir := t.TempDir()
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	url := natstest.URL(port)
 	ev := newEvents()
 	type dialed struct {
 		nc  *nats.Conn
@@ -108,7 +81,7 @@ func TestDialWaitsForServerThenFollowsRestarts(t *testing.T) {
 		t.Fatalf("Dial returned before the server started: %v", d.err)
 	default:
 	}
-	srv := startServer(t, port, dir, queue.EmbeddedConfig{})
+	srv := natstest.Start(t, port, dir, queue.EmbeddedConfig{})
 	d := wait(t, done, "connection")
 	if d.err != nil {
 		t.Fatal(d.err)
@@ -138,7 +111,7 @@ func TestDialWaitsForServerThenFollowsRestarts(t *testing.T) {
 	if got := wait(t, ev.disconnected, "disconnect"); got != url {
 		t.Errorf("disconnected from %q, want %q", got, url)
 	}
-	startServer(t, port, dir, queue.EmbeddedConfig{})
+	natstest.Start(t, port, dir, queue.EmbeddedConfig{})
 	if got := wait(t, ev.reconnected, "reconnect"); got != url {
 		t.Errorf("reconnected to %q, want %q", got, url)
 	}
@@ -165,7 +138,7 @@ func TestDialWaitsForServerThenFollowsRestarts(t *testing.T) {
 // and the last try's error, having said before each wait how long it waits.
 func TestDialGivesUp(t *testing.T) {
 	t.Parallel()
-	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	url := natstest.URL(natstest.FreePort(t))
 	ev := newEvents()
 	start := time.Now()
 	nc, err := Dial(context.Background(), queue.ConnectOptions{URL: url},
@@ -202,10 +175,10 @@ func TestDialGivesUp(t *testing.T) {
 // A server that refuses the credentials is not retried.
 func TestDialRejectedIsNotRetried(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
-	startServer(t, port, t.TempDir(), queue.EmbeddedConfig{User: "fleet", Password: "right"})
+	port := natstest.FreePort(t)
+	natstest.Start(t, port, t.TempDir(), queue.EmbeddedConfig{User: "fleet", Password: "right"})
 	ev := newEvents()
-	_, err := Dial(context.Background(), queue.ConnectOptions{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), User: "fleet", Password: "wrong"},
+	_, err := Dial(context.Background(), queue.ConnectOptions{URL: natstest.URL(port), User: "fleet", Password: "wrong"},
 		Retry{For: time.Minute}, ev.Events())
 	if !errors.Is(err, ErrRejected) || !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("Dial with a wrong password = %v, want ErrRejected wrapping nats.ErrAuthorization", err)
@@ -213,7 +186,7 @@ func TestDialRejectedIsNotRetried(t *testing.T) {
 	if len(ev.retrying) != 0 {
 		t.Errorf("retried %d times", len(ev.retrying))
 	}
-	nc, err := Dial(context.Background(), queue.ConnectOptions{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), User: "fleet", Password: "right"},
+	nc, err := Dial(context.Background(), queue.ConnectOptions{URL: natstest.URL(port), User: "fleet", Password: "right"},
 		Retry{}, Events{})
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +197,7 @@ func TestDialRejectedIsNotRetried(t *testing.T) {
 // Canceling the context ends the wait between tries.
 func TestDialCanceled(t *testing.T) {
 	t.Parallel()
-	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	url := natstest.URL(natstest.FreePort(t))
 	ctx, cancel := context.WithCancelCause(context.Background())
 	stop := errors.New("signal")
 	ev := newEvents()
