@@ -1,5 +1,6 @@
-// Package agents holds fleet's agent definitions: the YAML files (seed 001's
-// form) that name an agent's model, turn limit, initial context and tool
+// Package agents holds fleet's agent definitions: the YAML files (the
+// FunctionGemma subagent format of remora, the project fleet's agents come
+// from; Definition documents every key) that name an agent's model, turn limit, initial context and tool
 // catalog, plus the .pym tools and context providers they reference.
 //
 // The package is data and validation only: it has no dependency on NATS,
@@ -34,7 +35,8 @@ type Node struct {
 	Text string `json:"text" msgpack:"text"`
 }
 
-// Definition is one agent: what seed 001 calls a subagent definition.
+// Definition is one agent: what remora's FunctionGemma design calls a
+// subagent definition.
 type Definition struct {
 	// Name is the agent's name (for example "lint_agent").
 	Name string `yaml:"name"`

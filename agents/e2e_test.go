@@ -235,8 +235,8 @@ func TestSharedBlocksIdentical(t *testing.T) {
 	}
 }
 
-// forbidden lists constructs Monty 0.0.23 rejects (docs/pym-runtime.md
-// §14.5) or that the .pym check refuses.
+// forbidden lists constructs Monty 0.0.23 rejects (docs/TOOLS.md §6) or
+// that the .pym check refuses.
 var forbidden = []struct {
 	re   *regexp.Regexp
 	what string

@@ -73,8 +73,8 @@ func TestLoadFileGood(t *testing.T) {
 	}
 }
 
-// Seed 001's paths are relative to the repository, the parent of the agents
-// root.
+// Definitions written in remora's path form name .pym files relative to the
+// repository, the parent of the agents root.
 func TestLoadSeedRepoRelativePaths(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join("testdata", "repo", "agents")

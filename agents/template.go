@@ -59,7 +59,7 @@ func CheckTemplate(tmpl string) error {
 
 // RenderTemplate renders a node_context template for n.
 //
-// The syntax is the subset of Jinja that seed 001's templates use:
+// The syntax is the subset of Jinja that remora's agent templates use:
 // "{{ name }}" (spaces inside the braces optional) is replaced by the node
 // field named by one of TemplateVars. Substituted values are not scanned
 // again. Every other byte is copied unchanged, including single braces.

@@ -16,9 +16,9 @@ import (
 var ErrInvalidDefinition = errors.New("invalid agent definition")
 
 // HostInputs are the inputs the host merges into every tool call: the
-// node's fields, the target file and the workspace id (pym-runtime.md
-// §16.6, which names node_text, target_file and workspace_id; fleet also
-// passes the other node fields). They are hidden from the schema the model
+// node's fields, the target file and the workspace id (docs/TOOLS.md §3;
+// remora's tools read node_text, target_file and workspace_id, and fleet
+// also passes the other node fields). They are hidden from the schema the model
 // sees, so a schema derived from a .pym file leaves them out. The list
 // equals cairn/pym.HostInputs (a test checks it).
 var HostInputs = []string{"node_text", "node_name", "node_type", "file_path", "target_file", "workspace_id"}
@@ -100,7 +100,7 @@ func (d *Definition) Validate() error {
 // ResolvePath returns the absolute path of p, a .pym (or model) path as
 // written in the definition. Relative paths are tried against d.Dir, then its parent (the
 // agents root), then its grandparent (the folder holding the agents root, so
-// seed 001's repository-relative "agents/lint/tools/run_linter.pym" works);
+// remora's repository-relative "agents/lint/tools/run_linter.pym" works);
 // the first existing file wins. When none exists, or d.Dir is empty, the
 // result is p joined to d.Dir (made absolute).
 func (d *Definition) ResolvePath(p string) string {

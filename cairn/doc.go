@@ -1,7 +1,7 @@
-// Package cairn implements fleet's copy-on-write workspaces
-// (pym-runtime.md §15 and §17.8): a Stable workspace, the source of truth,
-// and one Overlay per agent run, both SQLite files (pure-Go
-// modernc.org/sqlite, WAL mode).
+// Package cairn implements fleet's copy-on-write workspaces (docs/MONTY.md
+// §6, docs/TOOLS.md §4): a Stable workspace, the source of truth, and one
+// Overlay per agent run, both SQLite files (pure-Go modernc.org/sqlite, WAL
+// mode).
 //
 // # Files
 //
@@ -30,10 +30,10 @@
 //
 // # Scripts
 //
-// Overlay.CallExternal serves the external functions of §15.2 (see
-// ExternalNames) to the Monty runner with the safety rules of §15.3: paths
-// pass CleanPath (relative only, no "..", no NUL, control characters or
-// backslashes, length caps), content is capped at MaxContentBytes, regexes
-// at MaxRegexBytes and MaxMatches. Every failure is an *Error whose
+// Overlay.CallExternal serves the workspace functions of docs/TOOLS.md §4
+// (see ExternalNames) to the Monty runner with the safety rules of its
+// §4.1: paths pass CleanPath (relative only, no "..", no NUL, control
+// characters or backslashes, length caps), content is capped at
+// MaxContentBytes, regexes at MaxRegexBytes and MaxMatches. Every failure is an *Error whose
 // PythonException method names the builtin exception to raise.
 package cairn

@@ -22,7 +22,7 @@ func (k *Kind) Error() string { return k.text }
 func (k *Kind) Code() string { return k.code }
 
 // PythonException returns the builtin exception name a script sees for this
-// kind of failure. Every name is one Monty 0.0.23 accepts (pym-runtime.md §7.5).
+// kind of failure. Every name is one Monty 0.0.23 accepts (docs/MONTY.md §5).
 func (k *Kind) PythonException() string { return k.python }
 
 // Sentinel kinds. Errors returned by this package wrap one of them; match

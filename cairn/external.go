@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// Limits of the script-facing external functions (pym-runtime.md §15.3).
+// Limits of the script-facing external functions (docs/TOOLS.md §4.1).
 const (
 	// MaxRegexBytes caps a search_content pattern.
 	MaxRegexBytes = 1000
@@ -37,8 +37,8 @@ type external struct {
 	call   func(o *Overlay, ctx context.Context, name string, a []any) (any, error)
 }
 
-// externals are the functions of pym-runtime.md §15.2 that the workspace
-// serves. Every parameter is a str.
+// externals are the workspace functions of docs/TOOLS.md §4 that the
+// workspace serves. Every parameter is a str.
 var externals = map[string]external{
 	"read_file":      {[]param{{name: "path"}}, extReadFile},
 	"write_file":     {[]param{{name: "path"}, {name: "content"}}, extWriteFile},

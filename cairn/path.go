@@ -15,7 +15,7 @@ const (
 )
 
 // CleanPath normalises a workspace path and enforces the safety rules of
-// pym-runtime.md §15.3. It returns the canonical form used as the storage
+// docs/TOOLS.md §4.1 and docs/MONTY.md §6. It returns the canonical form used as the storage
 // key: segments joined by "/", no leading "./", no empty or "." segments,
 // no trailing slash. The workspace root is returned as ".".
 //

@@ -66,6 +66,12 @@ type NATS struct {
 	Token string `yaml:"token"`
 	// TLS configures TLS to the server.
 	TLS TLS `yaml:"tls"`
+	// ConnectRetryFor is how long a worker keeps trying to reach the server
+	// at URL when it starts and the server is not reachable yet (capped
+	// exponential backoff with jitter, each failed try logged); then it
+	// exits with code 1. 0 = a single try. A refused login is not retried.
+	// Not used with the embedded server. Default 2m.
+	ConnectRetryFor time.Duration `yaml:"connect_retry_for"`
 	// Embedded configures the in-process server used when URL is empty.
 	Embedded Embedded `yaml:"embedded"`
 }
@@ -98,10 +104,6 @@ type Embedded struct {
 
 // Queue tunes the JetStream streams, the consumers and the job lifecycle.
 type Queue struct {
-	// StreamPrefix names the streams <prefix>_RUNS, <prefix>_RESULTS,
-	// <prefix>_DLQ and <prefix>_ADVISORIES and the KV bucket
-	// <lowercase prefix>_jobs. Default FLEET.
-	StreamPrefix string `yaml:"stream_prefix"`
 	// AckWait is how long a delivered job may go unacknowledged (and without
 	// a heartbeat) before JetStream redelivers it. Default 30s.
 	AckWait time.Duration `yaml:"ack_wait"`
@@ -133,23 +135,6 @@ type Queue struct {
 	// dead-letters it with QUEUE_002. 0 = this worker never sweeps.
 	// Default 2m.
 	UnservedAfter time.Duration `yaml:"unserved_after"`
-}
-
-// StreamNames are the JetStream names a Queue configuration implies.
-type StreamNames struct {
-	Runs, Results, DLQ, Advisories, JobsBucket string
-}
-
-// Names returns the stream and bucket names derived from StreamPrefix.
-func (q Queue) Names() StreamNames {
-	p := q.StreamPrefix
-	return StreamNames{
-		Runs:       p + "_RUNS",
-		Results:    p + "_RESULTS",
-		DLQ:        p + "_DLQ",
-		Advisories: p + "_ADVISORIES",
-		JobsBucket: lower(p) + "_jobs",
-	}
 }
 
 // Worker sizes the worker process.
@@ -190,8 +175,6 @@ type Model struct {
 	// FastForward appends the tokens the grammar allows exactly one way
 	// without sampling them (strict mode only). Default true.
 	FastForward bool `yaml:"fast_forward"`
-	// Threads is llama.cpp threads per slot. Default 1.
-	Threads int `yaml:"threads"`
 	// BatchSize is the prefill chunk in tokens. Default 128.
 	BatchSize int `yaml:"batch_size"`
 	// ContextSize is each slot's context window in tokens. Default 4096.
@@ -313,7 +296,7 @@ const (
 	DefaultNATSStoreDir    = "./data/nats"
 	DefaultNATSMaxMemory   = 256 * MiB
 	DefaultNATSMaxStore    = 4 * GiB
-	DefaultStreamPrefix    = "FLEET"
+	DefaultConnectRetryFor = 2 * time.Minute
 	DefaultAckWait         = 30 * time.Second
 	DefaultMaxDeliver      = 5
 	DefaultResultsMaxAge   = 24 * time.Hour
@@ -323,7 +306,6 @@ const (
 	DefaultAgentsDir       = "./agents"
 	DefaultWorkspaceDir    = "./data/workspaces"
 	DefaultModelPath       = "./models/functiongemma-270m-random-q8_0.gguf"
-	DefaultThreads         = 1
 	DefaultBatchSize       = 128
 	DefaultContextSize     = 4096
 	DefaultMaxTokens       = 256
@@ -355,6 +337,7 @@ func Default() *Config {
 	}
 	return &Config{
 		NATS: NATS{
+			ConnectRetryFor: DefaultConnectRetryFor,
 			Embedded: Embedded{
 				Listen:    DefaultNATSListen,
 				StoreDir:  DefaultNATSStoreDir,
@@ -363,7 +346,6 @@ func Default() *Config {
 			},
 		},
 		Queue: Queue{
-			StreamPrefix:  DefaultStreamPrefix,
 			AckWait:       DefaultAckWait,
 			MaxDeliver:    DefaultMaxDeliver,
 			ResultsMaxAge: DefaultResultsMaxAge,
@@ -383,7 +365,6 @@ func Default() *Config {
 			Path:        DefaultModelPath,
 			Strict:      true,
 			FastForward: true,
-			Threads:     DefaultThreads,
 			BatchSize:   DefaultBatchSize,
 			ContextSize: DefaultContextSize,
 			MaxTokens:   DefaultMaxTokens,
@@ -411,14 +392,4 @@ func Default() *Config {
 			Timeout:        DefaultMontyTimeout,
 		},
 	}
-}
-
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'A' && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }

@@ -64,7 +64,6 @@ func TestDefaults(t *testing.T) {
 		{"model.backend", c.Model.Backend, "llama"},
 		{"model.path", c.Model.Path, "./models/functiongemma-270m-random-q8_0.gguf"},
 		{"model.strict", c.Model.Strict, true},
-		{"model.threads", c.Model.Threads, 1},
 		{"model.batch_size", c.Model.BatchSize, 128},
 		{"model.context_size", c.Model.ContextSize, 4096},
 		{"model.temperature", c.Model.Temperature, 0.0},
@@ -78,9 +77,6 @@ func TestDefaults(t *testing.T) {
 		if !reflect.DeepEqual(ch.got, ch.want) {
 			t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
 		}
-	}
-	if n := c.Queue.Names(); n != (StreamNames{"FLEET_RUNS", "FLEET_RESULTS", "FLEET_DLQ", "FLEET_ADVISORIES", "fleet_jobs"}) {
-		t.Errorf("Names = %+v", n)
 	}
 	lc := c.Loop.LoopConfig()
 	if lc.MaxTurns != loop.DefaultMaxTurns || lc.StepTimeout != loop.DefaultStepTimeout || lc.TotalTimeout != loop.DefaultTotalTimeout ||
@@ -141,8 +137,10 @@ monty:
 		t.Errorf("monty = %+v", c.Monty)
 	}
 	// Untouched keys keep their defaults.
-	if c.Model.Threads != 1 || c.Loop.MaxTurns != loop.DefaultMaxTurns || c.NATS.Embedded.Listen != DefaultNATSListen {
-		t.Errorf("defaults lost: threads %d max_turns %d listen %s", c.Model.Threads, c.Loop.MaxTurns, c.NATS.Embedded.Listen)
+	if c.Model.BatchSize != DefaultBatchSize || c.Loop.MaxTurns != loop.DefaultMaxTurns || c.NATS.Embedded.Listen != DefaultNATSListen ||
+		c.NATS.ConnectRetryFor != DefaultConnectRetryFor {
+		t.Errorf("defaults lost: batch_size %d max_turns %d listen %s connect_retry_for %s", c.Model.BatchSize, c.Loop.MaxTurns,
+			c.NATS.Embedded.Listen, c.NATS.ConnectRetryFor)
 	}
 }
 
@@ -217,7 +215,7 @@ func TestValidationErrors(t *testing.T) {
 		{"remote key env unset", "model:\n  backend: remote\n  remote:\n    base_url: http://h/v1\n    api_key_env: FLEET_TEST_SURELY_UNSET_KEY\n", nil, []string{"model.remote.api_key_env names FLEET_TEST_SURELY_UNSET_KEY, which is not set (line 5)"}},
 		{"unknown backend", "model:\n  backend: onnx\n", nil, []string{`model.backend must be llama, remote or scripted, got "onnx" (line 2)`}},
 		{"scripted without script", "model:\n  backend: scripted\n", nil, []string{"model.scripted.script is required with model.backend: scripted"}},
-		{"unknown key", "nats:\n  tsl:\n    ca: x\n", nil, []string{`unknown key "tsl" in nats (known: creds, embedded, nkey_seed, password, tls, token, url, user) (line 2)`}},
+		{"unknown key", "nats:\n  tsl:\n    ca: x\n", nil, []string{`unknown key "tsl" in nats (known: connect_retry_for, creds, embedded, nkey_seed, password, tls, token, url, user) (line 2)`}},
 		{"unknown section", "workers:\n  slots: 2\n", nil, []string{`unknown key "workers" in top level`}},
 		{"duration not a string", "queue:\n  ack_wait: 30\n", nil, []string{`queue.ack_wait must be a duration such as "30s" or "1m30s", got "30" (line 2)`}},
 		{"bad bool", "model:\n  strict: maybe\n", nil, []string{`model.strict must be true or false, got "maybe" (line 2)`}},
@@ -257,7 +255,14 @@ func TestValidationErrors(t *testing.T) {
 			"monty.timeout must be > 0, got 0s (line 4)",
 		}},
 		{"negative unserved_after", "queue:\n  unserved_after: -1s\n", nil, []string{"queue.unserved_after must be >= 0 (0 = never), got -1s (line 2)"}},
-		{"empty stream prefix", "queue:\n  stream_prefix: \"a b\"\n", nil, []string{`queue.stream_prefix must be 1-64 of A-Z a-z 0-9 _ -, got "a b" (line 2)`}},
+		{"negative connect retry", "nats:\n  url: nats://h:4222\n  connect_retry_for: -1s\n", nil, []string{
+			"nats.connect_retry_for must be >= 0 (0 = a single try), got -1s (line 3)"}},
+		{"removed keys in the file", "queue:\n  stream_prefix: FLEET\nmodel:\n  threads: 1\n", nil, []string{
+			"queue.stream_prefix was removed: the stream and bucket names are fixed by the protocol (FLEET_RUNS, FLEET_RESULTS, " +
+				"FLEET_DLQ, FLEET_ADVISORIES and fleet_jobs, docs/PROTOCOL.md §3), and only the default FLEET was ever accepted; delete the key (line 2)",
+			"model.threads was removed: llama.cpp computes each slot on one thread, and a worker runs one slot per core (worker.slots); delete the key (line 4)"}},
+		{"removed keys in the environment", "", []string{"FLEET_MODEL_THREADS", "4", "FLEET_QUEUE_STREAM_PREFIX", " "}, []string{
+			"model.threads was removed: llama.cpp computes each slot on one thread, and a worker runs one slot per core (worker.slots); delete the key (set by FLEET_MODEL_THREADS)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -192,6 +192,10 @@ func (l *loader) decodeStruct(n *yaml.Node, sv reflect.Value, path string) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := yamlnode.Deref(n.Content[i]), n.Content[i+1]
 		fv, ok := fields[k.Value]
+		if msg, removed := removedKeys[joinPath(path, k.Value)]; !ok && removed {
+			l.add(joinPath(path, k.Value), l.at(k.Line), "%s", msg)
+			continue
+		}
 		if !ok || k.Kind != yaml.ScalarNode {
 			sorted := append([]string(nil), known...)
 			sort.Strings(sorted)
@@ -264,6 +268,7 @@ func (l *loader) decodeLeaf(n *yaml.Node, fv reflect.Value, path string) {
 
 // applyEnv applies the FLEET_* overrides. Lists are comma-separated.
 func (l *loader) applyEnv(c *Config, lookup func(string) (string, bool)) {
+	l.checkRemovedEnv(lookup)
 	for _, f := range leaves(reflect.ValueOf(c).Elem(), "") {
 		name := EnvVar(f.path)
 		s, ok := lookup(name)

@@ -151,6 +151,9 @@ func (n *NATS) validate(k *checker) {
 		k.file("nats.tls.cert", n.TLS.Cert)
 		k.file("nats.tls.key", n.TLS.Key)
 	}
+	if n.ConnectRetryFor < 0 {
+		k.add("nats.connect_retry_for", "must be >= 0 (0 = a single try), got %s", n.ConnectRetryFor)
+	}
 	e := n.Embedded
 	k.hostPort("nats.embedded.listen", e.Listen)
 	k.nonEmpty("nats.embedded.store_dir", e.StoreDir)
@@ -170,9 +173,6 @@ func fieldIf(field, v string) string {
 }
 
 func (q *Queue) validate(k *checker) {
-	if !tokenRE.MatchString(q.StreamPrefix) {
-		k.add("queue.stream_prefix", "must be 1-64 of A-Z a-z 0-9 _ -, got %q", q.StreamPrefix)
-	}
 	if q.AckWait < time.Second {
 		k.add("queue.ack_wait", "must be >= 1s, got %s", q.AckWait)
 	}
@@ -247,7 +247,6 @@ func (m *Model) validate(k *checker) {
 	default:
 		k.add("model.backend", "must be %s, %s or %s, got %q", BackendLlama, BackendRemote, BackendScripted, m.Backend)
 	}
-	k.minInt("model.threads", m.Threads, 1)
 	k.minInt("model.batch_size", m.BatchSize, 1)
 	k.minInt("model.context_size", m.ContextSize, 256)
 	if m.BatchSize > m.ContextSize && m.ContextSize >= 256 {

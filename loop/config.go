@@ -6,8 +6,7 @@ import (
 	"time"
 )
 
-// Defaults for Config's zero values (seed 004 for turns, calls per turn and
-// tool timeout).
+// Defaults for Config's zero values (docs/CONFIG.md lists the worker's).
 const (
 	DefaultMaxTurns            = 25
 	DefaultMaxToolCallsPerTurn = 10
@@ -22,7 +21,7 @@ const (
 	// DefaultEventTextCap caps the model text carried in events.
 	DefaultEventTextCap = 2048
 	// DefaultArgErrorsPerTool and DefaultArgErrors are the tool-argument
-	// error budgets (agent-loop.md §4.2, §4.4).
+	// error budgets (AGENT_009 in the package doc).
 	DefaultArgErrorsPerTool = 3
 	DefaultArgErrors        = 6
 )

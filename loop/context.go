@@ -10,7 +10,8 @@ import (
 // TokenCounter is implemented by models that can measure a request in their
 // own tokens (the llama.cpp backend). The loop uses it to keep every request
 // inside the model's context window, trimming whole old turns when needed
-// (agent-loop.md §4.7), instead of relying on a server to truncate silently.
+// ("Context window" in the package doc), instead of relying on a server to
+// truncate silently.
 //
 // Models that do not implement it are measured with a conservative estimate
 // (one token per 3 bytes) against Config.ContextTokens, when that is set.

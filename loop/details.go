@@ -51,7 +51,8 @@ const (
 	// (names the model invented included), on an AGENT_009 result.
 	DetailArgErrors = "arg_errors"
 	// DetailTrimmedTurns ([]int): the turns trimmed from the conversation to
-	// fit the context window (agent-loop.md §4.7); set, on any result, only
+	// fit the context window ("Context window" in the package doc); set, on
+	// any result, only
 	// when trimming happened.
 	DetailTrimmedTurns = "trimmed_turns"
 )

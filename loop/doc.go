@@ -11,7 +11,8 @@
 //
 // # Outcomes and error codes
 //
-// Every run ends in a Result (seed 000's AgentResult plus accounting). The
+// Every run ends in a Result (the AgentResult of docs/PROTOCOL.md §6 plus
+// accounting). The
 // codes of failed runs, in Result.ErrorCode and as the prefix of
 // Result.Error:
 //

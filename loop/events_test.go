@@ -50,7 +50,7 @@ func TestRunWithSlowSink(t *testing.T) {
 	if len(out) != 2 || out[0].Text != "a long e…" || !strings.HasPrefix(out[1].Text, "done ") || len(out[1].Text) > 8+len("…") {
 		t.Errorf("model_output texts not capped at 8 bytes on a rune boundary: %q %q", out[0].Text, out[1].Text)
 	}
-	// A plain-text answer keeps changed_files empty (seed 000) but records
+	// A plain-text answer keeps changed_files empty (it submitted none) but records
 	// what the workspace really changed.
 	if len(res.ChangedFiles) != 0 || res.Details[loop.DetailChangedFilesActual] == nil {
 		t.Errorf("ChangedFiles %v details %v", res.ChangedFiles, res.Details)

@@ -21,7 +21,8 @@ func TestMain(m *testing.M) {
 const (
 	readFileSchema = `{"type":"object","properties":{"path":{"type":"string"}},"required":["path"],"additionalProperties":false}`
 	applyFixSchema = `{"type":"object","properties":{"line":{"type":"integer","minimum":1},"text":{"type":"string"}},"required":["line","text"],"additionalProperties":false}`
-	// submit_result as seed 001 declares it, plus status (permissive).
+	// submit_result with the properties of agents/lint/agent.yaml's, plus
+	// issues_fixed, none required (permissive).
 	submitSchema = `{"type":"object","properties":{"status":{"type":"string"},"summary":{"type":"string"},"changed_files":{"type":"array","items":{"type":"string"}},"details":{"type":"object"},"error":{"type":"string"},"issues_fixed":{"type":"integer"}}}`
 )
 

@@ -2,7 +2,8 @@ package loop
 
 import "time"
 
-// Status is the outcome of a run, as seed 000's AgentResult has it.
+// Status is the outcome of a run, the status of docs/PROTOCOL.md §6's
+// AgentResult.
 type Status string
 
 // Run statuses.
@@ -46,8 +47,8 @@ const (
 	ErrCodeArgErrors ErrorCode = "AGENT_009"
 )
 
-// Result is the outcome of one run: seed 000's AgentResult plus the run's
-// accounting.
+// Result is the outcome of one run: the AgentResult of docs/PROTOCOL.md §6
+// plus the run's accounting.
 type Result struct {
 	Status       Status         `json:"status" msgpack:"status"`
 	WorkspaceID  string         `json:"workspace_id" msgpack:"workspace_id"`

@@ -50,11 +50,11 @@ type run struct {
 	repeatN        int
 
 	// argErrs counts tool-argument errors per tool name, argErrTotal over
-	// all names (agent-loop.md §4.2, §4.4).
+	// all names (AGENT_009 in the package doc).
 	argErrs     map[string]int
 	argErrTotal int
 
-	// Context trimming (agent-loop.md §4.7, context.go).
+	// Context trimming ("Context window" in the package doc, context.go).
 	win window
 }
 
@@ -446,7 +446,7 @@ type argBudget struct {
 
 // argError counts one tool-argument error (unknown tool or invalid
 // arguments) of name against the per-name and the global budget. Tool
-// execution errors are never counted (agent-loop.md §4.4).
+// execution errors are never counted: the model decides what to do about them.
 func (s *run) argError(name string) argBudget {
 	if s.argErrs == nil {
 		s.argErrs = make(map[string]int, 2)
@@ -628,8 +628,8 @@ func parseSubmit(obj map[string]any, canon []byte) (*Result, []string) {
 	return res, problems
 }
 
-// textResult is the outcome of a plain-text answer (seed 000: success, the
-// text as summary, no changed files).
+// textResult is the outcome of a plain-text answer: success, the text as
+// summary, no changed files.
 func (s *run) textResult(ctx context.Context, text string) *Result {
 	res := &Result{Status: StatusSuccess, ChangedFiles: []string{}, Summary: text, Details: map[string]any{}}
 	if actual, ok, err := s.changes(ctx); ok && err == nil && len(actual) > 0 {
@@ -682,7 +682,7 @@ func (s *run) changes(ctx context.Context) (files []string, ok bool, err error) 
 }
 
 // lastChance offers the model one more turn in which only submit_result is
-// available (agent-loop.md §4.1).
+// available (AGENT_003 in the package doc).
 func (s *run) lastChance(ctx context.Context) *Result {
 	s.turn++
 	s.beginTurn()

@@ -12,7 +12,7 @@ import (
 	"github.com/agentfleet/fleet/loop/looptest"
 )
 
-// Seed 000, test 1: submit_result on the first turn ends the run with its
+// submit_result on the first turn ends the run with its
 // arguments after one turn.
 func TestSeed000SubmitFirstTurn(t *testing.T) {
 	t.Parallel()
@@ -58,13 +58,13 @@ func TestSeed000SubmitFirstTurn(t *testing.T) {
 	if req.CacheKey != "lint_agent" {
 		t.Errorf("CacheKey = %q", req.CacheKey)
 	}
-	// submit_result's own .pym ran (seed 000 dispatches it like any tool).
+	// submit_result's own .pym ran (it is dispatched like any tool).
 	if log := b.tools.Log(); len(log) != 2 || !strings.HasPrefix(log[1], "execute submit_result") {
 		t.Errorf("tool log = %v", log)
 	}
 }
 
-// Seed 000, test 2: three non-terminal tools, then submit_result: four turns.
+// Three non-terminal tools, then submit_result: four turns.
 func TestSeed000ThreeToolsThenSubmit(t *testing.T) {
 	t.Parallel()
 	b := setup(t, loop.Config{}, 6,
@@ -89,7 +89,7 @@ func TestSeed000ThreeToolsThenSubmit(t *testing.T) {
 	}
 }
 
-// Seed 000, test 3: a model that never calls submit_result fails with
+// A model that never calls submit_result fails with
 // AGENT_003 at max_turns=3 (after the last chance, which it also ignores).
 func TestSeed000NeverSubmits(t *testing.T) {
 	t.Parallel()
@@ -119,7 +119,7 @@ func TestSeed000NeverSubmits(t *testing.T) {
 	}
 }
 
-// Seed 000, test 4: plain text with finish_reason stop ends the run with the
+// Plain text with finish_reason stop ends the run with the
 // text as summary and empty changed_files.
 func TestSeed000PlainTextStop(t *testing.T) {
 	t.Parallel()
@@ -136,7 +136,7 @@ func TestSeed000PlainTextStop(t *testing.T) {
 	}
 }
 
-// Seed 000, test 5: context providers run before the tool and are injected
+// Context providers run before the tool and are injected
 // as user messages, in order, before the tool's result.
 func TestSeed000ContextProviders(t *testing.T) {
 	t.Parallel()
@@ -182,8 +182,7 @@ func TestSeed000ContextProviders(t *testing.T) {
 	}
 }
 
-// Seed 000, test 6 and seed 002 "unknown function converges": an unknown
-// tool gets an error envelope listing the valid tools; the loop goes on.
+// An unknown tool gets an error envelope listing the valid tools; the loop goes on.
 func TestSeed000UnknownTool(t *testing.T) {
 	t.Parallel()
 	b := setup(t, loop.Config{}, 6,
@@ -212,7 +211,7 @@ func TestSeed000UnknownTool(t *testing.T) {
 	}
 }
 
-// Seed 002 happy path: a tool call, its result, then a final text answer.
+// The plain path: a tool call, its result, then a final text answer.
 func TestSeed002HappyPath(t *testing.T) {
 	t.Parallel()
 	b := setup(t, loop.Config{}, 6,
@@ -233,7 +232,7 @@ func TestSeed002HappyPath(t *testing.T) {
 	}
 }
 
-// Seed 002: several calls in one turn run in order; each gets its own tool
+// Several calls in one turn run in order; each gets its own tool
 // message after the assistant message, with missing or duplicate ids
 // replaced.
 func TestSeed002MultipleCallsOneTurn(t *testing.T) {
@@ -275,7 +274,7 @@ func TestSeed002MultipleCallsOneTurn(t *testing.T) {
 	}
 }
 
-// Seed 002: empty or malformed output gets one corrective message and one
+// Empty or malformed output gets one corrective message and one
 // retry, then the run soft-fails with AGENT_001.
 func TestSeed002InvalidOutputRetriesOnceThenSoftFails(t *testing.T) {
 	t.Parallel()
@@ -332,7 +331,7 @@ func TestSeed002InvalidOutputRetriesOnceThenSoftFails(t *testing.T) {
 	}
 }
 
-// Seed 002 max steps: covered by TestSeed000NeverSubmits and the last-chance
+// The turn limit is covered by TestSeed000NeverSubmits and the last-chance
 // tests; here a run that keeps calling tools hits the limit with its calls
 // kept in details.
 func TestSeed002MaxSteps(t *testing.T) {
@@ -354,7 +353,7 @@ func TestSeed002MaxSteps(t *testing.T) {
 	}
 }
 
-// Seed 002 total timeout: the run's budget ends a tool (or a model call)
+// Total timeout: the run's budget ends a tool (or a model call)
 // that would go on: AGENT_002 with what was found.
 func TestSeed002TotalTimeout(t *testing.T) {
 	t.Parallel()
@@ -389,7 +388,7 @@ func TestSeed002TotalTimeout(t *testing.T) {
 	})
 }
 
-// Seed 002 per-step timeout: a model call past StepTimeout counts as an
+// Per-step timeout: a model call past StepTimeout counts as an
 // invalid response: one retry, then AGENT_007.
 func TestSeed002StepTimeout(t *testing.T) {
 	t.Parallel()
@@ -416,7 +415,7 @@ func TestSeed002StepTimeout(t *testing.T) {
 	})
 }
 
-// Seed 002: a tool error goes back to the model and the loop continues; a
+// A tool error goes back to the model and the loop continues; a
 // tool past its timeout gets a timeout envelope; other errors are internal.
 func TestSeed002ToolErrorReturnedLoopContinues(t *testing.T) {
 	t.Parallel()

@@ -41,7 +41,7 @@ type ContextOutput struct {
 }
 
 // ToolErrorCode classifies a tool failure in the envelope the model sees
-// (seed 002).
+// ("What the model sees" in the package doc).
 type ToolErrorCode string
 
 // Envelope error codes.
@@ -71,7 +71,7 @@ type ToolError struct {
 // Error implements error.
 func (e *ToolError) Error() string { return string(e.Code) + ": " + e.Message }
 
-// Envelope is what the model receives as a tool result (seed 002):
+// Envelope is what the model receives as a tool result:
 // {"ok":true,"result":...} or {"ok":false,"error":{"code","message","details"}}.
 type Envelope struct {
 	OK     bool            `json:"ok"`

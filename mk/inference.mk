@@ -1,5 +1,5 @@
 # Local inference: the cgo build of llama.cpp through github.com/ollama/ollama/llama
-# (docs: ../shared/docs/inference.md §1) and the generated GGUF models.
+# (docs/INFERENCE.md §1) and the generated GGUF models.
 #
 # The vendored llama.cpp needs three headers the Go module zip leaves out:
 # nlohmann/json.hpp and stb/stb_image.h come from apt (nlohmann-json3-dev,
@@ -26,7 +26,8 @@ export CGO_CPPFLAGS := -I$(CGO_INC)
 # the output of `make demo` and `make test`.
 export CGO_CFLAGS   := $(ARCHFLAGS) -w
 export CGO_CXXFLAGS := $(ARCHFLAGS) -w
-# Keep ggml's backend scan away from any installed Ollama libraries (§1.6).
+# Keep ggml's backend scan away from any installed Ollama libraries
+# (docs/INFERENCE.md §1).
 export OLLAMA_LIBRARY_PATH :=
 
 MODELS_DIR  := models

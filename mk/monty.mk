@@ -1,5 +1,5 @@
 # Monty: the sandboxed Python interpreter the .pym tools run on
-# (docs/pym-runtime.md §1). `make monty` fetches the pinned npm package,
+# (docs/MONTY.md §1). `make monty` fetches the pinned npm package,
 # verifies the tarball's and the binary's sha256 and leaves the executable at
 # .build/monty/monty (git-ignored). It is idempotent: nothing is fetched when
 # the binary is already there with the right hash.

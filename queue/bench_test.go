@@ -156,7 +156,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 	// (S pullers with Messages(PullMaxMessages(1)), each on its own
 	// connection: the fleet's one-job-per-slot rule, the ratio's
 	// baseline); with batch, one Consume callback with the client's
-	// default pull buffer (the JetStream ceiling, jetstream.md §10.1).
+	// default pull buffer (the JetStream ceiling; docs/PERFORMANCE.md).
 	var rawCPU time.Duration
 	rawRun := func(batch bool) float64 {
 		e := newBenchEnv(b)

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// The pinned Monty build (docs/pym-runtime.md §1). Upgrading Monty is a
+// The pinned Monty build (docs/MONTY.md §1). Upgrading Monty is a
 // protocol upgrade: bump these together with the codec and golden frames.
 const (
 	// Version is the Monty release fleet speaks to.

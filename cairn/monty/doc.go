@@ -1,6 +1,6 @@
 // Package monty runs .pym tools on the Monty sandboxed Python interpreter
 // (@pydantic/monty-linux-x64-gnu 0.0.23) over its subprocess protocol
-// (docs/pym-runtime.md in the design documents).
+// (docs/MONTY.md).
 //
 // A Pool keeps warm `monty subprocess` children, each in its own process
 // group with an empty environment. Run executes one Script in a fresh Monty

@@ -129,7 +129,7 @@ type pythonExceptioner interface {
 }
 
 // acceptedExceptions is the closed set of exception type names Monty 0.0.23
-// accepts from the host (docs/pym-runtime.md §7.5). Any other name gets a
+// accepts from the host (docs/MONTY.md §5). Any other name gets a
 // protocol-violation error and leaves the call suspended.
 var acceptedExceptions = map[string]bool{
 	"Exception": true, "BaseException": true, "ValueError": true, "TypeError": true,

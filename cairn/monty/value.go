@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// MontyObject arms (docs/pym-runtime.md §5).
+// MontyObject arms (docs/MONTY.md §4).
 const (
 	objEllipsis       = 1
 	objNone           = 2
@@ -401,8 +401,8 @@ func decodeObject(b []byte) (object, error) {
 	return o, nil
 }
 
-// valueToJSON renders an encoded MontyObject as JSON (docs/pym-runtime.md
-// §17.7): tuples and sets become arrays, dicts objects (non-string keys
+// valueToJSON renders an encoded MontyObject as JSON (docs/MONTY.md §4):
+// tuples and sets become arrays, dicts objects (non-string keys
 // stringified), dates ISO-8601 strings, dataclass instances objects of their
 // attributes, bytes a UTF-8 string or base64, big ints numbers when they fit
 // in 64 bits and strings otherwise.

@@ -10,9 +10,9 @@ import (
 )
 
 // This file is the hand-written protobuf codec for the subset of the Monty
-// 0.0.23 subprocess protocol fleet speaks (docs/pym-runtime.md §2–§6). Field
+// 0.0.23 subprocess protocol fleet speaks (docs/MONTY.md §2–§4). Field
 // numbers are those of the pinned binary; the golden frames in wire_test.go
-// (§11) pin them.
+// pin them.
 
 // protocolVersion is the only wire protocol Monty 0.0.23 serves.
 const protocolVersion = 2
@@ -195,7 +195,7 @@ func encodeConfigure(b []byte, c configureMsg) []byte {
 }
 
 // encodeFeed builds ParentRequest{feed{code}}. Inputs are not bound as
-// globals: the script's Input() calls fetch them (§14.4, option B).
+// globals: the script's Input() calls fetch them (docs/MONTY.md §3).
 func encodeFeed(b []byte, code string) []byte {
 	return appendSub(b, reqFeed, func(b []byte) []byte {
 		return appendStringField(b, 1, code)

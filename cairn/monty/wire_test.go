@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// The golden frames of docs/pym-runtime.md §11, recorded from Monty 0.0.23.
+// The golden frames (docs/MONTY.md §7), recorded from Monty 0.0.23.
 const goldenCode = "x = await read_file(\"a.txt\")\nprint(x)\nx"
 
 func unhex(t testing.TB, s string) []byte {

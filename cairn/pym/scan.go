@@ -1,4 +1,4 @@
-// Package pym reads fleet's .pym tools (docs/pym-runtime.md §14, docs/TOOLS.md):
+// Package pym reads fleet's .pym tools (docs/TOOLS.md §2, docs/MONTY.md §3):
 // it finds a tool's Input() declarations and @external stubs, derives the
 // JSON schema the model sees, checks for constructs Monty 0.0.23 cannot
 // run, and preprocesses the file for Monty keeping every line number, so
@@ -104,8 +104,8 @@ var ErrInvalid = errors.New("pym: invalid .pym file")
 // Is makes errors.Is(err, ErrInvalid) true.
 func (e *Error) Is(target error) bool { return target == ErrInvalid }
 
-// allowedModules are the modules Monty 0.0.23 can import (docs/pym-runtime.md
-// §14.5), plus grail, __future__ and typing which the preprocessor handles.
+// allowedModules are the modules Monty 0.0.23 can import (docs/TOOLS.md §6),
+// plus grail, __future__ and typing which the preprocessor handles.
 var allowedModules = map[string]bool{
 	"asyncio": true, "base64": true, "binascii": true, "collections": true,
 	"dataclasses": true, "datetime": true, "functools": true, "itertools": true,
@@ -261,9 +261,9 @@ func dotted(t []token) string {
 	return b.String()
 }
 
-// checkConstructs reports syntax Monty 0.0.23 rejects (§14.5): yield, del,
-// match statements, class inheritance, %-formatting, print(file=...),
-// os.path.
+// checkConstructs reports syntax Monty 0.0.23 rejects (docs/TOOLS.md §6):
+// yield, del, match statements, class inheritance, %-formatting,
+// print(file=...), os.path.
 func (s *scanner) checkConstructs(ll logicalLine) {
 	t := ll.tokens
 	for k, tok := range t {

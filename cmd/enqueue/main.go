@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentfleet/fleet/config"
+	"github.com/agentfleet/fleet/internal/natsconn"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -252,11 +253,10 @@ func (c *cli) connect(ctx context.Context, enc wire.Encoding) (*nats.Conn, *clie
 		}
 		url = "nats://" + net.JoinHostPort(host, port)
 	}
-	opts := client.ConnectOptions{URL: url, Name: "fleet-enqueue", MaxReconnects: -1}
-	if n.URL != "" {
-		opts.CredsFile, opts.NKeyFile, opts.User, opts.Password, opts.Token = n.Creds, n.NKeySeed, n.User, n.Password, n.Token
-		opts.TLSCert, opts.TLSKey, opts.TLSCA = n.TLS.Cert, n.TLS.Key, n.TLS.CA
-	}
+	// Credentials and TLS come with nats.url only (config validation), so
+	// none apply to the embedded server's address.
+	opts := natsconn.Options(n, url, "fleet-enqueue")
+	opts.MaxReconnects = -1
 	nc, err := client.Connect(ctx, opts)
 	if err != nil {
 		return nil, nil, fail(exitConnect, "%v (is a worker running? start one with `worker`, or pass --nats-url)", err)

@@ -23,9 +23,6 @@ type llamaBackend struct {
 
 func newLlamaBackend(cfg *config.Config, log *slog.Logger) (backend, error) {
 	m := cfg.Model
-	if m.Threads != 1 {
-		log.Warn("model.threads is not used by the llama backend yet: each slot computes on one thread", "threads", m.Threads)
-	}
 	b, err := llama.New(llama.Config{
 		Model:         llama.ModelRef{Path: m.Path},
 		ContextSize:   m.ContextSize,

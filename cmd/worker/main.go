@@ -17,6 +17,13 @@
 // nats.embedded.listen with port 0 picks a free port; -ready-file receives
 // the client URL once the worker serves, for scripts that start it.
 //
+// With nats.url set, a worker whose server is not reachable yet waits for
+// it, trying again with capped exponential backoff and logging each failed
+// try, for up to nats.connect_retry_for (then exit code 1); a server that
+// refuses the login is not retried (exit code 2). Once connected, drops and
+// reconnects are logged and counted in /metrics (nats.go reconnects without
+// limit). docs/CONFIG.md ("Connection life") has the details.
+//
 // Build: the llama.cpp backend is compiled in only with `-tags llama` and
 // the cgo flags and headers of mk/inference.mk, which `make build` supplies;
 // a plain `go build ./cmd/worker` gives a worker with the scripted and
@@ -39,25 +46,23 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/config"
+	"github.com/agentfleet/fleet/internal/logging"
 	"github.com/agentfleet/fleet/internal/metrics"
+	"github.com/agentfleet/fleet/internal/natsconn"
 	"github.com/agentfleet/fleet/queue"
-	"github.com/agentfleet/fleet/queue/client"
-	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -122,47 +127,22 @@ func run(args []string, stderr io.Writer) int {
 	}
 }
 
-// newLogger returns the structured logger: text on a terminal, JSON
-// otherwise. slog's default logger (which llama.cpp's log callback checks)
-// is set to warn or above so that the model-load dump stays quiet.
+// newLogger returns the structured logger (internal/logging: text on a
+// terminal, JSON otherwise; records logged with a job's context carry its id
+// and operation). slog's default logger (which llama.cpp's log callback and
+// the embedded server's notices use) is set to warn or above in the same
+// format, so that the model-load dump stays quiet.
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("-log-level %q: want debug, info, warn or error", level)
+	f, err := logging.ParseFormat(format)
+	if err != nil {
+		return nil, fmt.Errorf("-log-format: %w", err)
 	}
-	opts := &slog.HandlerOptions{Level: lv}
-	var h slog.Handler
-	switch format {
-	case "auto":
-		if isTerminal(w) {
-			h = slog.NewTextHandler(w, opts)
-		} else {
-			h = slog.NewJSONHandler(w, opts)
-		}
-	case "text":
-		h = slog.NewTextHandler(w, opts)
-	case "json":
-		h = slog.NewJSONHandler(w, opts)
-	default:
-		return nil, fmt.Errorf("-log-format %q: want auto, text or json", format)
+	lv, err := logging.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("-log-level: %w", err)
 	}
-	quiet := *opts
-	quiet.Level = max(lv, slog.LevelWarn)
-	if _, ok := h.(*slog.TextHandler); ok {
-		slog.SetDefault(slog.New(slog.NewTextHandler(w, &quiet)))
-	} else {
-		slog.SetDefault(slog.New(slog.NewJSONHandler(w, &quiet)))
-	}
-	return slog.New(h), nil
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	slog.SetDefault(logging.New(w, max(lv, slog.LevelWarn), f))
+	return logging.New(w, lv, f), nil
 }
 
 // cleanups run in reverse order at exit.
@@ -182,14 +162,8 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	if err != nil {
 		return &usageError{err}
 	}
-	if cfg.Queue.StreamPrefix != config.DefaultStreamPrefix {
-		return &usageError{fmt.Errorf("queue.stream_prefix %q: only %q is supported by this worker (the protocol's stream names are fixed)",
-			cfg.Queue.StreamPrefix, config.DefaultStreamPrefix)}
-	}
 	var done cleanups
 	defer done.run()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 
 	// Agents first: a broken agent stops the worker before anything starts.
 	defs, ops, err := loadAgents(cfg)
@@ -209,11 +183,51 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	})
 	log.Info("model backend ready", be.Describe()...)
 
-	// NATS: embedded by default, or a server by URL.
-	nc, url, err := connectNATS(ctx, cfg, log, &done)
+	// Metrics on an injected registry, served only with
+	// worker.metrics_listen. The server starts before NATS is connected, so
+	// that a worker waiting for its server answers /healthz; /readyz says
+	// "not ready" until the worker has started.
+	reg := metrics.NewRegistry()
+	met, err := metrics.New(reg)
 	if err != nil {
 		return err
 	}
+	met.AddOperations(ops...)
+	met.SetNATSConnectedFunc(func() bool { return false })
+	var ready atomic.Pointer[func(context.Context) error]
+	if cfg.Worker.MetricsListen != "" {
+		srv, err := metrics.NewServer(metrics.Config{Listen: cfg.Worker.MetricsListen, Gatherer: reg, Logger: log,
+			Ready: func(ctx context.Context) error {
+				if f := ready.Load(); f != nil {
+					return (*f)(ctx)
+				}
+				return fmt.Errorf("%w: worker starting", metrics.ErrNotReady)
+			}})
+		if err != nil {
+			return &usageError{err}
+		}
+		if err := srv.Start(context.Background()); err != nil {
+			return fmt.Errorf("metrics server on %s: %w", cfg.Worker.MetricsListen, err)
+		}
+		done.add(func() {
+			if err := srv.Stop(); err != nil {
+				log.Warn("stopping the metrics server", "err", err)
+			}
+		})
+	}
+
+	// NATS: embedded by default, or a server by URL (waited for).
+	nc, url, err := connectNATS(cfg, log, newConnLife(log, met), &done)
+	if errors.Is(err, errInterrupted) {
+		log.Info("signal received while waiting for NATS; exiting")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	met.SetNATSConnectedFunc(nc.IsConnected)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 
 	// The sandbox, shared by every slot.
 	pool, err := startMonty(ctx, cfg, log)
@@ -231,14 +245,6 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	} else if n > 0 {
 		log.Info("removed old job workspaces", "count", n, "older_than", cfg.Queue.ResultsMaxAge)
 	}
-
-	// Metrics on an injected registry; served only with worker.metrics_listen.
-	reg := metrics.NewRegistry()
-	met, err := metrics.New(reg)
-	if err != nil {
-		return err
-	}
-	met.AddOperations(ops...)
 
 	loopCfg := cfg.Loop.LoopConfig()
 	wcfg := queue.Config{
@@ -295,29 +301,15 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	met.SetSlots(w.Config().Slots)
 	met.SetWorkerStats(w.Stats)
 	met.SetQueueDepthFunc(metrics.WorkerQueueDepth(w))
-	if cfg.Worker.MetricsListen != "" {
-		// Before the worker starts: /readyz says "not ready" until it has.
-		srv, err := metrics.NewServer(metrics.Config{Listen: cfg.Worker.MetricsListen, Gatherer: reg,
-			Ready: metrics.WorkerReady(nc, w), Logger: log})
-		if err != nil {
-			return &usageError{err}
-		}
-		if err := srv.Start(ctx); err != nil {
-			return fmt.Errorf("metrics server on %s: %w", cfg.Worker.MetricsListen, err)
-		}
-		done.add(func() {
-			if err := srv.Stop(); err != nil {
-				log.Warn("stopping the metrics server", "err", err)
-			}
-		})
-	}
 	if err := w.Start(ctx); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
+	readyFn := metrics.WorkerReady(nc, w)
+	ready.Store(&readyFn)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	log.Info("worker serving", "nats", url, "worker", w.Name(), "slots", w.Config().Slots, "operations", ops,
+	log.Info("worker serving", "nats", natsconn.Redact(url), "worker", w.Name(), "slots", w.Config().Slots, "operations", ops,
 		"workspace_dir", wsDir, "drain_grace", cfg.Queue.DrainGrace.String())
 	if readyFile != "" {
 		if err := writeFileAtomic(readyFile, url+"\n"); err != nil {
@@ -380,69 +372,6 @@ func loadAgents(cfg *config.Config) (map[string]*agents.Definition, []string, er
 		served[op] = defs[op]
 	}
 	return served, ops, nil
-}
-
-// connectNATS starts the embedded server (no URL) or connects to the
-// configured one, and returns a connection and the URL clients use.
-func connectNATS(ctx context.Context, cfg *config.Config, log *slog.Logger, done *cleanups) (*nats.Conn, string, error) {
-	n := cfg.NATS
-	if n.URL != "" {
-		nc, err := client.Connect(ctx, client.ConnectOptions{
-			URL: n.URL, Name: "fleet-worker " + cfg.Worker.Name,
-			CredsFile: n.Creds, NKeyFile: n.NKeySeed, User: n.User, Password: n.Password, Token: n.Token,
-			TLSCert: n.TLS.Cert, TLSKey: n.TLS.Key, TLSCA: n.TLS.CA,
-		})
-		if err != nil {
-			return nil, "", err
-		}
-		done.add(func() { drainConn(nc) })
-		log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted())
-		return nc, n.URL, nil
-	}
-	listen := n.Embedded.Listen
-	if host, port, err := net.SplitHostPort(listen); err == nil && port == "0" {
-		listen = net.JoinHostPort(host, "-1") // any free port
-	}
-	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{
-		StoreDir:   n.Embedded.StoreDir,
-		Listen:     listen,
-		MaxMemory:  int64(n.Embedded.MaxMemory),
-		MaxStore:   int64(n.Embedded.MaxStore),
-		SyncAlways: n.Embedded.SyncAlways,
-		// The server's notices (its banner) go to slog's default
-		// logger, which is at warn or above.
-		Logger: slog.Default(),
-	})
-	if err != nil {
-		if errors.Is(err, embedded.ErrStoreLocked) {
-			return nil, "", &usageError{fmt.Errorf("%w (another worker uses nats.embedded.store_dir %s)", err, n.Embedded.StoreDir)}
-		}
-		return nil, "", fmt.Errorf("embedded NATS on %s: %w", n.Embedded.Listen, err)
-	}
-	done.add(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		return nil, "", fmt.Errorf("embedded NATS: %w", err)
-	}
-	done.add(func() { drainConn(nc) })
-	url := srv.ClientURL()
-	log.Info("embedded NATS server started", "url", url, "store_dir", n.Embedded.StoreDir)
-	return nc, url, nil
-}
-
-// drainConn flushes and closes a connection before the server goes away.
-func drainConn(nc *nats.Conn) {
-	closed := make(chan struct{})
-	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
-	if err := nc.Drain(); err != nil {
-		nc.Close()
-		return
-	}
-	select {
-	case <-closed:
-	case <-time.After(10 * time.Second):
-		nc.Close()
-	}
 }
 
 // startMonty starts the Monty pool. The default binary path is relative to

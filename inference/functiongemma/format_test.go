@@ -16,7 +16,7 @@ var jobTools = []loop.ToolSpec{{
 	Parameters:  json.RawMessage(`{"type":"object","properties":{"job_id":{"type":"string","description":"Job identifier"}},"required":["job_id"]}`),
 }}
 
-// The worked example of inference.md §5.8, rendered from a loop.Request.
+// The worked example of docs/INFERENCE.md §4, rendered from a loop.Request.
 func TestRenderDocExample(t *testing.T) {
 	t.Parallel()
 	req := &loop.Request{

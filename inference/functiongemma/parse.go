@@ -80,7 +80,7 @@ func ParseCalls(output string) (calls []loop.ToolCall, text string, err error) {
 // ParseCalls, except that only Special segments count as special tokens: a
 // text segment that spells "<escape>" or "<start_function_call>" (the model
 // writing the characters with ordinary tokens) stays text. This is the
-// token-level parse of inference.md §5.10: split the generated ids on the
+// token-level parse of docs/INFERENCE.md §4: split the generated ids on the
 // special tokens and detokenize only the runs between them. Offsets in
 // errors are byte offsets into the concatenated segments.
 func ParseSegments(segs []Segment) (calls []loop.ToolCall, text string, err error) {

@@ -2,7 +2,7 @@
 // format, parses the model's function calls, and builds the strict-mode
 // grammar that constrains a model turn to valid calls of the tool catalog.
 //
-// The format (../shared/docs/inference.md §5): turns are
+// The format (docs/INFERENCE.md §4): turns are
 // <start_of_turn>ROLE\n ... <end_of_turn>\n with roles developer, user and
 // model; the developer turn holds Google's trigger sentence followed by one
 // <start_function_declaration>declaration:NAME{...}<end_function_declaration>

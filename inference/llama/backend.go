@@ -1,6 +1,6 @@
 // Package llama is fleet's local inference backend: FunctionGemma (Gemma 3
 // 270M shape) GGUF models run on CPU through llama.cpp, via the cgo binding
-// github.com/ollama/ollama/llama pinned at v0.17.4 (../shared/docs/inference.md).
+// github.com/ollama/ollama/llama pinned at v0.17.4 (docs/INFERENCE.md).
 //
 // Layout: a Backend loads each distinct GGUF once per process (mmap, shared by
 // every slot); a Slot is one worker slot (one CPU core) and owns, for its whole
@@ -66,7 +66,8 @@ func New(cfg Config) (*Backend, error) {
 	}
 	backendInit.Do(func() {
 		// llama.cpp prints its load dump to stderr unless slog's default
-		// level is above INFO (§6.6); the worker sets its own logger.
+		// level is above INFO (docs/INFERENCE.md §1); the worker sets its own
+		// logger.
 		ollamallama.BackendInit()
 	})
 	b := &Backend{cfg: cfg, models: map[string]*model{}, slots: map[*Slot]struct{}{}}

@@ -1,7 +1,7 @@
 package llama
 
 // What the binding (github.com/ollama/ollama/llama v0.17.4) lacks, reached
-// directly (inference.md §6.2). No header is included and no C is compiled:
+// directly (docs/INFERENCE.md §2). No header is included and no C is compiled:
 // the prototypes below resolve against the llama.cpp objects the binding
 // already links into the binary. The C context pointer is read from the
 // unexported first field of llama.Context; TestContextLayout guards that

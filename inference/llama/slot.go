@@ -448,9 +448,9 @@ func (s *Slot) generate(ctx context.Context, k *kvContext, m matcher) (gen []int
 
 // minForcedBatch is the shortest run of forced tokens decoded as one
 // batch; shorter runs are decoded token by token, still without sampling.
-// inference.md §3.5 measured 2-token batches costing more than two single
-// decodes on its host; on the benchmark host of docs/PERFORMANCE.md a
-// 2-token batch costs 1.2× one token, so 2 it is.
+// Small batches cost more than their share on some hosts (docs/INFERENCE.md
+// §5: 27 ms for 2 tokens against 11 ms for one); on the benchmark host of
+// docs/PERFORMANCE.md a 2-token batch costs 1.2× one token, so 2 it is.
 var minForcedBatch = 2
 
 // forcedTokens tokenizes the grammar's forced text (special tokens allowed:

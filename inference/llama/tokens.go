@@ -8,7 +8,8 @@ import (
 
 // A Slot (and the models For returns) tells the loop how large a request is
 // in this model's tokens, so the loop trims old turns before a request
-// would overflow the context window (agent-loop.md §4.7) instead of failing
+// would overflow the context window ("Context window" in loop's package
+// doc) instead of failing
 // with ErrContextFull.
 var (
 	_ loop.TokenCounter = (*Slot)(nil)

@@ -1,6 +1,6 @@
 // Package gguf writes Gemma 3 (FunctionGemma) shaped GGUF model files with
 // deterministic pseudo-random weights and a license-free synthetic
-// vocabulary, for tests and benchmarks (inference.md §2). Weight values are
+// vocabulary, for tests and benchmarks (docs/INFERENCE.md §3). Weight values are
 // meaningless: speed and memory do not depend on them, output quality does.
 //
 // The file layout is written by ollama's pure-Go fs/ggml writer, so this
@@ -45,7 +45,7 @@ func (t WeightType) tensorType() (ggml.TensorType, uint32, error) {
 type Spec struct {
 	Name          string
 	Embedding     int // hidden size
-	Blocks        int // layers; at least 6 while SlidingWindow is set (§2.5)
+	Blocks        int // layers; at least 6 while SlidingWindow is set (docs/INFERENCE.md §3)
 	FeedForward   int
 	Heads         int
 	HeadsKV       int
@@ -59,7 +59,7 @@ type Spec struct {
 	Seed uint64
 }
 
-// Full is the FunctionGemma / Gemma 3 270M shape (inference.md §2.1).
+// Full is the FunctionGemma / Gemma 3 270M shape (docs/INFERENCE.md §3).
 func Full() Spec {
 	return Spec{
 		Name: "functiongemma-270m-random", Embedding: 640, Blocks: 18, FeedForward: 2048,
@@ -231,7 +231,8 @@ func (s *splitMix64) next() uint64 {
 	return z ^ (z >> 31)
 }
 
-// weightStd is the target standard deviation of every weight (§2.7).
+// weightStd is the target standard deviation of every weight
+// (docs/INFERENCE.md §3, "Generated models").
 const weightStd = 0.02
 
 type randomTensor struct {
@@ -305,7 +306,8 @@ func (t *randomTensor) WriteTo(w io.Writer) (int64, error) {
 
 type onesF32 int
 
-// WriteTo writes n little-endian float32 ones: a neutral Gemma norm (§2.5).
+// WriteTo writes n little-endian float32 ones: a neutral Gemma norm
+// (docs/INFERENCE.md §3, "Generated models").
 func (n onesF32) WriteTo(w io.Writer) (int64, error) {
 	buf := make([]byte, 4*int(n))
 	for i := 0; i < int(n); i++ {

@@ -167,7 +167,7 @@ func TestWeightBytes(t *testing.T) {
 	if w := s.WeightBytes(); w >= st.Size() || w < st.Size()/3 {
 		t.Fatalf("WeightBytes %d for a %d-byte file", w, st.Size())
 	}
-	// The full shape has 268,098,176 parameters (inference.md §2.1), of
+	// The full shape has 268,098,176 parameters (docs/INFERENCE.md §3), of
 	// which 55,936 are F32 norms (640 + 18 × 3,072).
 	f := Full()
 	f.Type = F16

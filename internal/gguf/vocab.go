@@ -15,7 +15,7 @@ const (
 	TokenByte        int32 = 6
 )
 
-// Special token ids shared by Gemma 3 and FunctionGemma (inference.md §2.4, §5.1).
+// Special token ids shared by Gemma 3 and FunctionGemma (docs/INFERENCE.md §3).
 const (
 	TokPad                      = 0
 	TokEOS                      = 1
@@ -81,8 +81,8 @@ var structural = []string{
 	"type:", "{", "}", "},", "}}", "}}}", ":{", ",", ":", "[", "]", "\n",
 }
 
-// SyntheticVocab builds the license-free vocabulary of inference.md §2.9
-// option A with n entries (n >= MinVocabSize). Every structural id matches
+// SyntheticVocab builds the license-free vocabulary of docs/INFERENCE.md §3
+// with n entries (n >= MinVocabSize). Every structural id matches
 // Gemma 3 / FunctionGemma: <pad> <eos> <bos> <unk> at 0-3, the seven
 // FunctionGemma control tokens at 46-52, <start_of_turn>/<end_of_turn> at
 // 105/106, newline runs from 107, byte fallback at 238-493. Ordinary pieces

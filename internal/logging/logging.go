@@ -2,15 +2,9 @@
 // output on a terminal and JSON otherwise, and helpers that attach a job's id
 // and operation to every record about that job.
 //
-// Hook-up in cmd/worker (a few lines):
-//
-//	format, err := logging.ParseFormat(*logFormat) // "auto", "text" or "json"
-//	if err != nil { ... }                          // clear error for a bad flag
-//	level, err := logging.ParseLevel(*logLevel)    // "debug", "info", "warn", "error"
-//	if err != nil { ... }
-//	log := logging.New(os.Stderr, level, format)
-//	slog.SetDefault(log)                           // optional
-//	// queue.Config{Logger: log, ...}
+// cmd/worker builds its logger with ParseFormat, ParseLevel and New (its
+// -log-format and -log-level flags), and slog's default logger with the same
+// format at warn or above.
 //
 // Per job, inside a queue.Processor:
 //

@@ -12,7 +12,9 @@
 //     tokens per second, derived from the loop's events (EventSink);
 //   - slots busy (and configured), queue depth per operation and the worker's
 //     own counters (duplicates, retries, dead letters, events dropped), read
-//     at scrape time from functions the worker supplies.
+//     at scrape time from functions the worker supplies;
+//   - the NATS connection: disconnects and reconnects counted (NATSDisconnected,
+//     NATSReconnected) and whether it is up now (SetNATSConnectedFunc).
 //
 // Hook-up in cmd/worker (a few lines; nc is the *nats.Conn, w the
 // *queue.Worker, log the *slog.Logger):
@@ -95,6 +97,8 @@ type Metrics struct {
 	retries       *prometheus.CounterVec
 	invalid       *prometheus.CounterVec
 	runs          *prometheus.CounterVec
+	natsDown      prometheus.Counter
+	natsUp        prometheus.Counter
 
 	fc  *funcCollector
 	ops sync.Map // operation -> *opSeries
@@ -172,10 +176,18 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fleet_agent_runs_total",
 			Help: "Agent runs that finished, by operation and agent status (success, failed, skipped).",
 		}, []string{"operation", "status"}),
+		natsDown: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_nats_disconnects_total",
+			Help: "Times the worker's NATS connection dropped.",
+		}),
+		natsUp: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_nats_reconnects_total",
+			Help: "Times the worker's NATS connection came back after a drop.",
+		}),
 		fc: newFuncCollector(),
 	}
 	for _, c := range []prometheus.Collector{m.jobs, m.jobDuration, m.slotsBusy, m.slots, m.turns, m.turnDuration,
-		m.modelDuration, m.tokens, m.tokensPerSec, m.toolDuration, m.retries, m.invalid, m.runs, m.fc} {
+		m.modelDuration, m.tokens, m.tokensPerSec, m.toolDuration, m.retries, m.invalid, m.runs, m.natsDown, m.natsUp, m.fc} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
@@ -350,11 +362,12 @@ func (s *runSink) endTurn(now time.Time, next bool) {
 type funcCollector struct {
 	depth atomic.Pointer[func(context.Context) (map[string]float64, error)]
 	stats atomic.Pointer[func() queue.Stats]
+	conn  atomic.Pointer[func() bool]
 
 	depthErrors atomic.Int64
 
 	depthDesc, depthErrDesc, droppedDesc, startedDesc, resultsDesc,
-	deadDesc, dupDesc, retriedDesc, requeuedDesc *prometheus.Desc
+	deadDesc, dupDesc, retriedDesc, requeuedDesc, connDesc *prometheus.Desc
 }
 
 func newFuncCollector() *funcCollector {
@@ -368,12 +381,13 @@ func newFuncCollector() *funcCollector {
 		dupDesc:      prometheus.NewDesc("fleet_worker_duplicates_total", "Deliveries acknowledged without running because the job had already ended.", nil, nil),
 		retriedDesc:  prometheus.NewDesc("fleet_worker_retries_total", "Jobs handed back with a delay after a transient failure.", nil, nil),
 		requeuedDesc: prometheus.NewDesc("fleet_worker_requeued_total", "Jobs handed back by a shutdown.", nil, nil),
+		connDesc:     prometheus.NewDesc("fleet_nats_connected", "1 while the worker's NATS connection is up, else 0.", nil, nil),
 	}
 }
 
 func (c *funcCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.depthDesc, c.depthErrDesc, c.droppedDesc, c.startedDesc, c.resultsDesc,
-		c.deadDesc, c.dupDesc, c.retriedDesc, c.requeuedDesc} {
+		c.deadDesc, c.dupDesc, c.retriedDesc, c.requeuedDesc, c.connDesc} {
 		ch <- d
 	}
 }
@@ -406,5 +420,12 @@ func (c *funcCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.dupDesc, st.Duplicates)
 		counter(c.retriedDesc, st.Retried)
 		counter(c.requeuedDesc, st.Requeued)
+	}
+	if f := c.conn.Load(); f != nil && *f != nil {
+		up := 0.0
+		if (*f)() {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.connDesc, prometheus.GaugeValue, up)
 	}
 }

@@ -34,7 +34,6 @@
 package jobrun
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -293,7 +292,8 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 }
 
 // runnerFor applies the request's options: max_turns overrides the agent's
-// own limit; the timeouts override the worker's.
+// own limit (the definition's max_turns wins over the loop's); the timeouts
+// override the worker's (runLimits).
 func (p *Processor) runnerFor(req *wire.RunRequest, def *agents.Definition) (*loop.Runner, *agents.Definition, error) {
 	o := req.Options
 	if o == (wire.RunOptions{}) {
@@ -305,30 +305,27 @@ func (p *Processor) runnerFor(req *wire.RunRequest, def *agents.Definition) (*lo
 		d.MaxTurns = o.MaxTurns
 		def = &d
 	}
-	r, err := loop.New(ApplyOptions(o, p.cfg.Loop))
+	r, err := loop.New(runLimits(p.runner.Config(), o))
 	if err != nil {
 		return nil, nil, fmt.Errorf("options: %w", err)
 	}
 	return r, def, nil
 }
 
-// ApplyOptions returns base with the request's non-zero limits applied
-// (docs/PROTOCOL.md §5: 0 means the worker's default). A total timeout
-// shorter than the step timeout in effect (or than its default) lowers the
-// step timeout to it, which the loop requires. It is the only place the
-// request's options meet the loop's configuration.
-func ApplyOptions(o wire.RunOptions, base loop.Config) loop.Config {
-	if o.MaxTurns > 0 {
-		base.MaxTurns = o.MaxTurns
-	}
+// runLimits is the one place a request's time limits meet the worker's:
+// base (a loop configuration with its defaults filled in, as
+// Runner.Config returns it) with o's non-zero timeouts applied. A total
+// timeout below the step timeout lowers the step timeout to it, since the
+// loop requires step <= total. Turns are not set here: runnerFor puts
+// options.max_turns on the agent definition, whose max_turns wins over
+// loop.Config.MaxTurns.
+func runLimits(base loop.Config, o wire.RunOptions) loop.Config {
 	if o.StepTimeoutMS > 0 {
 		base.StepTimeout = o.StepTimeout()
 	}
 	if o.TotalTimeoutMS > 0 {
 		base.TotalTimeout = o.TotalTimeout()
-		if o.StepTimeoutMS == 0 && cmp.Or(base.StepTimeout, loop.DefaultStepTimeout) > base.TotalTimeout {
-			base.StepTimeout = base.TotalTimeout
-		}
+		base.StepTimeout = min(base.StepTimeout, base.TotalTimeout)
 	}
 	if o.ToolTimeoutMS > 0 {
 		base.ToolTimeout = o.ToolTimeout()

@@ -416,22 +416,3 @@ func BenchmarkProcessNoop(b *testing.B) {
 		}
 	}
 }
-
-func TestApplyOptions(t *testing.T) {
-	t.Parallel()
-	base := loop.Config{MaxTurns: 10, StepTimeout: time.Minute, ToolTimeout: time.Second}
-	got := jobrun.ApplyOptions(wire.RunOptions{MaxTurns: 3, TotalTimeoutMS: 5000}, base)
-	if got.MaxTurns != 3 || got.StepTimeout != 5*time.Second || got.TotalTimeout != 5*time.Second || got.ToolTimeout != time.Second {
-		t.Fatalf("%+v", got)
-	}
-	if _, err := loop.New(got); err != nil {
-		t.Fatal(err)
-	}
-	got = jobrun.ApplyOptions(wire.RunOptions{StepTimeoutMS: 2000}, loop.Config{})
-	if got.StepTimeout != 2*time.Second || got.TotalTimeout != 0 {
-		t.Fatalf("%+v", got)
-	}
-	if _, err := loop.New(jobrun.ApplyOptions(wire.RunOptions{TotalTimeoutMS: 1000}, loop.Config{})); err != nil {
-		t.Fatal(err)
-	}
-}

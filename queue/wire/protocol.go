@@ -408,7 +408,7 @@ type AgentResult struct {
 	State JobState `json:"state" msgpack:"state"`
 
 	// Status, WorkspaceID, ChangedFiles, Summary, Details, Error and
-	// ErrorCode are the loop's Result (seed 000's AgentResult). For queue
+	// ErrorCode are the loop's Result (the AgentResult of docs/PROTOCOL.md §6). For queue
 	// failures Status is "failed" or "skipped" and ErrorCode a QUEUE_00x.
 	Status       Status         `json:"status" msgpack:"status"`
 	WorkspaceID  string         `json:"workspace_id" msgpack:"workspace_id"`

@@ -1,0 +1,48 @@
+// Package natstest starts real nats-servers for tests that need one at a
+// fixed address: started late, stopped and started again on the same port
+// and store, as a worker sees a server restart. It is imported only from
+// _test.go files (and not by the queue package's own tests, which it
+// imports).
+package natstest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+
+	"github.com/agentfleet/fleet/queue/embedded"
+)
+
+// FreePort returns a loopback TCP port that nothing listens on now. Another
+// process may take it before the test does; on a test machine that is rare.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// URL is the client URL of a server on 127.0.0.1:port.
+func URL(port int) string { return fmt.Sprintf("nats://127.0.0.1:%d", port) }
+
+// Start starts nats-server with JetStream on 127.0.0.1:port, storing in
+// dir; cfg supplies the other settings (credentials, limits). The server is
+// shut down when the test ends, unless the test did it first.
+func Start(t testing.TB, port int, dir string, cfg embedded.EmbeddedConfig) *embedded.Embedded {
+	t.Helper()
+	cfg.Listen = fmt.Sprintf("127.0.0.1:%d", port)
+	cfg.StoreDir = dir
+	srv, err := embedded.StartEmbedded(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
