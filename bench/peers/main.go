@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/riverqueue/river"
 )
 
 // config is the bench's settings, read from the environment.
@@ -250,8 +252,8 @@ func setupRiver(ctx context.Context, cfg config) ([]*peerRun, func()) {
 			commit = "fsync on, synchronous_commit=off on River's sessions"
 			pr.Durability = "commits return before the WAL flush; the WAL writer flushes within ~3×wal_writer_delay (200 ms)"
 		}
-		pr.Setup = fmt.Sprintf("%s (riverpgxv5), %s on %s, %s; MaxWorkers=%d, FetchCooldown=2ms, FetchPollInterval=20ms, LISTEN/NOTIFY; InsertManyFast in batches of 1,000",
-			lib, pr.Server, srv.addr, commit, cfg.Slots)
+		pr.Setup = fmt.Sprintf("%s (riverpgxv5), %s on %s, %s; MaxWorkers=%d, FetchCooldown=%s (the minimum), FetchPollInterval=20ms, LISTEN/NOTIFY; InsertManyFast in batches of 1,000",
+			lib, pr.Server, srv.addr, commit, cfg.Slots, river.FetchCooldownMin)
 		pr.LatencyPath = "Insert → worker ran → its JobCompleteTx transaction committed"
 		pr.tput = p.throughput
 		pr.lat = func(ctx context.Context, n, slots int) (latResult, error) { return p.latency(ctx, n, slots, true) }
