@@ -46,8 +46,20 @@ func (p *asynqPeer) reset(ctx context.Context) error {
 	return rdb.FlushAll(ctx).Err()
 }
 
-// startServer runs an asynq server with concurrency workers and handler.
-func (p *asynqPeer) startServer(concurrency int, handler func(seq uint64)) (*asynq.Server, error) {
+// asynqRun is an asynq server working the queue with a handler, and the
+// producer's client and inspector.
+type asynqRun struct {
+	srv    *asynq.Server
+	client *asynq.Client
+	insp   *asynq.Inspector
+}
+
+// start empties Redis and runs an asynq server with concurrency workers
+// calling handler with each task's sequence number.
+func (p *asynqPeer) start(ctx context.Context, concurrency int, handler func(seq uint64)) (*asynqRun, error) {
+	if err := p.reset(ctx); err != nil {
+		return nil, err
+	}
 	srv := asynq.NewServer(p.redisOpt(), asynq.Config{
 		Concurrency:       concurrency,
 		TaskCheckInterval: p.check,
@@ -62,7 +74,13 @@ func (p *asynqPeer) startServer(concurrency int, handler func(seq uint64)) (*asy
 	if err := srv.Start(mux); err != nil {
 		return nil, err
 	}
-	return srv, nil
+	return &asynqRun{srv: srv, client: asynq.NewClient(p.redisOpt()), insp: asynq.NewInspector(p.redisOpt())}, nil
+}
+
+func (r *asynqRun) close() {
+	r.srv.Shutdown()
+	_ = r.client.Close()
+	_ = r.insp.Close()
 }
 
 // noopPayload is a small request-sized payload carrying the job's sequence
@@ -81,13 +99,10 @@ func taskSeq(b []byte) uint64 {
 }
 
 func (p *asynqPeer) throughput(ctx context.Context, n, slots int) (tputResult, error) {
-	if err := p.reset(ctx); err != nil {
-		return tputResult{}, err
-	}
 	seen := newSeenSet(n)
 	handled := make(chan struct{})
 	var count atomic.Int64
-	srv, err := p.startServer(slots, func(seq uint64) {
+	run, err := p.start(ctx, slots, func(seq uint64) {
 		seen.mark(seq)
 		if count.Add(1) == int64(n) {
 			close(handled)
@@ -96,11 +111,8 @@ func (p *asynqPeer) throughput(ctx context.Context, n, slots int) (tputResult, e
 	if err != nil {
 		return tputResult{}, err
 	}
-	defer srv.Shutdown()
-	client := asynq.NewClient(p.redisOpt())
-	defer client.Close()
-	insp := asynq.NewInspector(p.redisOpt())
-	defer insp.Close()
+	defer run.close()
+	client, insp := run.client, run.insp
 	tasks := make([]*asynq.Task, n)
 	for i := range tasks {
 		tasks[i] = asynq.NewTask("noop", noopPayload(uint64(i)))
@@ -165,19 +177,13 @@ func (p *asynqPeer) throughput(ctx context.Context, n, slots int) (tputResult, e
 }
 
 func (p *asynqPeer) latency(ctx context.Context, n, slots int) (latResult, error) {
-	if err := p.reset(ctx); err != nil {
-		return latResult{}, err
-	}
 	started := make(chan uint64, 1)
-	srv, err := p.startServer(slots, func(seq uint64) { started <- seq })
+	run, err := p.start(ctx, slots, func(seq uint64) { started <- seq })
 	if err != nil {
 		return latResult{}, err
 	}
-	defer srv.Shutdown()
-	client := asynq.NewClient(p.redisOpt())
-	defer client.Close()
-	insp := asynq.NewInspector(p.redisOpt())
-	defer insp.Close()
+	defer run.close()
+	client, insp := run.client, run.insp
 
 	var r latResult
 	for i := range n {

@@ -52,9 +52,8 @@ func (p *peerRun) measure(ctx context.Context, cfg config, rep int) error {
 		return fmt.Errorf("latency: %w", err)
 	}
 	p.lats = append(p.lats, l)
-	fmt.Printf("peers: [%d/%d] %s: %d single jobs: done p50 %s p99 %s (handler started p50 %s p99 %s); idle CPU %s; load %s\n",
-		rep, cfg.Repeats, p.Label, len(l.done), fmtD(quantile(l.done, .5)), fmtD(quantile(l.done, .99)),
-		fmtD(quantile(l.pickup, .5)), fmtD(quantile(l.pickup, .99)), fmtIdle(l.idle), loadavg())
+	fmt.Printf("peers: [%d/%d] %s: %s; idle CPU %s; load %s\n", rep, cfg.Repeats, p.Label, l.summary(),
+		fmtIdle(l.idle), loadavg())
 	if p.batchLat == nil {
 		return nil
 	}
@@ -63,10 +62,14 @@ func (p *peerRun) measure(ctx context.Context, cfg config, rep int) error {
 		return fmt.Errorf("batch-completer latency: %w", err)
 	}
 	p.batchLats = append(p.batchLats, b)
-	fmt.Printf("peers: [%d/%d] %s: %d single jobs through the batch completer: done p50 %s p99 %s (handler started p50 %s p99 %s); load %s\n",
-		rep, cfg.Repeats, p.Label, len(b.done), fmtD(quantile(b.done, .5)), fmtD(quantile(b.done, .99)),
-		fmtD(quantile(b.pickup, .5)), fmtD(quantile(b.pickup, .99)), loadavg())
+	fmt.Printf("peers: [%d/%d] %s, batch completer: %s; load %s\n", rep, cfg.Repeats, p.Label, b.summary(), loadavg())
 	return nil
+}
+
+// summary prints a latency run's quantiles.
+func (l latResult) summary() string {
+	return fmt.Sprintf("%d single jobs: done p50 %s p99 %s (handler started p50 %s p99 %s)", len(l.done),
+		fmtD(quantile(l.done, .5)), fmtD(quantile(l.done, .99)), fmtD(quantile(l.pickup, .5)), fmtD(quantile(l.pickup, .99)))
 }
 
 // fmtIdle prints CPU time per second of wall time as a share of one core.
