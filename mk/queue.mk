@@ -14,10 +14,16 @@
 # FLEET_BENCH_BASELINES=0 runs the fleet alone (for -cpuprofile).
 # BenchmarkProtocolFloor runs the floor alone (FLEET_BENCH_FLOOR_EVENTS=n,
 # FLEET_BENCH_FLOOR_CONNS=1 for a connection per slot).
+# bench-queue ends with bench-peers: the same no-op job on asynq + Redis and
+# River + PostgreSQL (bench/peers, its own Go module; bench/peers/README.md),
+# with servers from Debian packages that it installs as root when missing and
+# starts on loopback; their figures also go to FLEET_PEERS_OUT as JSON.
 
 BENCH_TARGETS += bench-queue
 
-.PHONY: bench-queue fuzz-queue
+.PHONY: bench-queue bench-peers fuzz-queue
+
+FLEET_PEERS_OUT ?= $(CURDIR)/.build/peers.json
 
 bench-queue: ## queue figures: no-op jobs/s vs raw JetStream and the protocol floor, dispatch p50/p99
 	@echo "queue: machine load before the run: $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
@@ -27,6 +33,11 @@ bench-queue: ## queue figures: no-op jobs/s vs raw JetStream and the protocol fl
 	@echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)"
 	$(GO) test -run '^$$' -bench 'BenchmarkRealAgentJobs' -benchtime 300x -count 1 -timeout 20m ./queue/jobrun/
 	@echo "queue: machine load after the run: $$(cut -d' ' -f1-3 /proc/loadavg)"
+	@$(MAKE) --no-print-directory bench-peers
+
+bench-peers: ## the same no-op job on asynq + Redis and River + PostgreSQL: jobs/s, single-job p50/p99 (FLEET_PEERS_OUT)
+	CGO_ENABLED=0 $(GO) -C bench/peers build -o $(CURDIR)/.build/peers-bench .
+	FLEET_PEERS_OUT='$(FLEET_PEERS_OUT)' $(CURDIR)/.build/peers-bench
 
 fuzz-queue: ## fuzz the run-request decoders (JSON and msgpack) for FUZZTIME (default 60s)
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRunRequest -fuzztime $${FUZZTIME:-60s} ./queue/wire/
