@@ -25,15 +25,17 @@ BENCH_TARGETS += bench-queue
 
 FLEET_PEERS_OUT ?= $(CURDIR)/.build/peers.json
 
-bench-queue: ## queue figures: no-op jobs/s vs raw JetStream and the protocol floor, dispatch p50/p99
+bench-queue: ## queue figures: no-op jobs/s vs raw JetStream, the protocol floor and the peers, dispatch p50/p99, a real agent job
+	@$(MAKE) --no-print-directory bench-peers
 	@echo "queue: machine load before the run: $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
+	FLEET_PEERS_OUT='$(FLEET_PEERS_OUT)' \
 	$(GO) test -run '^$$' -bench 'BenchmarkNoopJobs' -benchtime 20000x -count 1 -timeout 20m ./queue/
 	@echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)"
+	FLEET_PEERS_OUT='$(FLEET_PEERS_OUT)' \
 	$(GO) test -run '^$$' -bench 'BenchmarkDispatchLatency' -benchtime 3000x -count 1 -timeout 20m ./queue/
 	@echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)"
 	$(GO) test -run '^$$' -bench 'BenchmarkRealAgentJobs' -benchtime 300x -count 1 -timeout 20m ./queue/jobrun/
 	@echo "queue: machine load after the run: $$(cut -d' ' -f1-3 /proc/loadavg)"
-	@$(MAKE) --no-print-directory bench-peers
 
 bench-peers: ## the same no-op job on asynq + Redis and River + PostgreSQL: jobs/s, single-job p50/p99 (FLEET_PEERS_OUT)
 	CGO_ENABLED=0 $(GO) -C bench/peers build -o $(CURDIR)/.build/peers-bench .

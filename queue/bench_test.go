@@ -329,6 +329,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 			floorRate, float64(floorCPU.Microseconds())/float64(n), fleetRate/floorRate,
 			floorEvRate, float64(floorEvCPU.Microseconds())/float64(n), fleetRate/floorEvRate, len(ops), dropped, over)
 	}
+	comparePeers(b, fleetRate, 0, 0)
 }
 
 // publishAll publishes msgs asynchronously in windows and waits for every
@@ -495,4 +496,5 @@ func BenchmarkDispatchLatency(b *testing.B) {
 			n, p(lat, 0.5), p(lat, 0.99), p(pickup, 0.5), p(pickup, 0.99), p(runT, 0.5), p(runT, 0.99),
 			p(out, 0.5), p(out, 0.99), p(raw, 0.5), p(raw, 0.99))
 	}
+	comparePeers(b, 0, time.Duration(p(lat, 0.5)*1e3), time.Duration(p(lat, 0.99)*1e3))
 }
