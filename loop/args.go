@@ -50,6 +50,14 @@ func parseArgs(raw json.RawMessage) (map[string]any, []byte, error) {
 	return obj, canon, nil
 }
 
+// argsWellFormed is parseArgs's verdict without decoding: empty, or one
+// JSON object and nothing after it (json.Valid scans without allocating).
+// When it says no, parseArgs tells why.
+func argsWellFormed(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || (raw[0] == '{' && json.Valid(raw))
+}
+
 // canonicalJSON encodes v with sorted object keys and no HTML escaping.
 func canonicalJSON(v any) ([]byte, error) {
 	var b bytes.Buffer

@@ -268,6 +268,9 @@ func checkResponse(resp *Response) *InvalidResponseError {
 			return &InvalidResponseError{Kind: InvalidMalformedCall, Detail: fmt.Sprintf("tool call %d has no name", i+1),
 				Raw: capText(string(c.Arguments), argsCap)}
 		}
+		if argsWellFormed(c.Arguments) {
+			continue // dispatchCall decodes them once
+		}
 		if _, _, err := parseArgs(c.Arguments); err != nil {
 			return &InvalidResponseError{Kind: InvalidMalformedCall,
 				Detail: fmt.Sprintf("tool call %d (%s): %v", i+1, c.Name, err), Raw: capText(string(c.Arguments), argsCap)}
