@@ -1,0 +1,217 @@
+// Package pynode finds the functions, methods and classes of a Python source
+// file — the nodes a fleet job works on — with tree-sitter and its Python
+// grammar (github.com/tree-sitter/go-tree-sitter,
+// github.com/tree-sitter/tree-sitter-python).
+//
+// Parse reads a whole file; a file that does not parse still yields the nodes
+// tree-sitter recovers around the errors, and File.Problems says where the
+// errors are. Find picks a node by name, At by line, Text cuts its source.
+// Lines are 1-based and counted at "\n", as Python's ast module counts them
+// for the usual "\n" and "\r\n" line ends.
+package pynode
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	sitter "github.com/tree-sitter/go-tree-sitter"
+	python "github.com/tree-sitter/tree-sitter-python/bindings/go"
+)
+
+// Kind is what a node defines.
+type Kind string
+
+// The kinds of node. A method is a function defined directly in a class
+// body (or in an if/try/with block of one); a function nested in a method
+// is a function.
+const (
+	Function Kind = "function"
+	Method   Kind = "method"
+	Class    Kind = "class"
+)
+
+// Node is one function, method or class definition.
+type Node struct {
+	// Name is qualified by the definitions around it: "Class.method",
+	// "outer.inner" for a nested function.
+	Name string
+	Kind Kind
+	// Async is set for "async def".
+	Async bool
+	// Depth counts the definitions around the node (0 at module level).
+	Depth int
+	// Start is the node's first line, its decorators included; Def is the
+	// line of its "def" or "class" keyword ("async" for async def); End is
+	// the last line of its body, comments after the last statement left out.
+	Start, Def, End int
+}
+
+// Problem is a place where the file does not parse and tree-sitter
+// recovered.
+type Problem struct {
+	// Line and Column (in characters) are 1-based.
+	Line, Column int
+	// Missing is the token tree-sitter had to assume (")", ":", an
+	// identifier...); empty when it skipped text it could not place.
+	Missing string
+}
+
+func (p Problem) String() string {
+	if p.Missing != "" {
+		return fmt.Sprintf("line %d:%d: missing %s", p.Line, p.Column, p.Missing)
+	}
+	return fmt.Sprintf("line %d:%d: syntax error", p.Line, p.Column)
+}
+
+// File is a parsed Python source.
+type File struct {
+	// Nodes are the file's definitions in source order, an enclosing
+	// definition before the ones inside it.
+	Nodes []Node
+	// Problems lists the syntax errors; empty when the file parses.
+	Problems []Problem
+
+	src []byte
+	nl  []int // offsets of the "\n" bytes
+}
+
+// ErrParse is returned when tree-sitter produces no tree at all.
+var ErrParse = errors.New("pynode: tree-sitter returned no syntax tree")
+
+var lang = sitter.NewLanguage(python.Language())
+
+// Parse parses src (UTF-8 Python source). A file with syntax errors is not
+// an error: its File has Problems and the nodes tree-sitter recovered.
+func Parse(src []byte) (*File, error) {
+	p := sitter.NewParser()
+	defer p.Close()
+	if err := p.SetLanguage(lang); err != nil {
+		return nil, fmt.Errorf("pynode: %w", err)
+	}
+	tree := p.Parse(src, nil)
+	if tree == nil {
+		return nil, ErrParse
+	}
+	defer tree.Close()
+	f := &File{src: src}
+	for i, c := range src {
+		if c == '\n' {
+			f.nl = append(f.nl, i)
+		}
+	}
+	root := tree.RootNode()
+	w := &walker{f: f, cur: root.Walk()}
+	defer w.cur.Close()
+	w.visit(-1)
+	if root.HasError() {
+		f.problems(root)
+	}
+	return f, nil
+}
+
+// Lines is the number of lines of the source (a last line without "\n"
+// counts).
+func (f *File) Lines() int {
+	n := len(f.nl)
+	if len(f.src) > 0 && f.src[len(f.src)-1] != '\n' {
+		n++
+	}
+	return n
+}
+
+// Text returns lines n.Start..n.End of the source, ending in "\n".
+func (f *File) Text(n *Node) string {
+	if n.Start < 1 || n.Start > n.End || n.End > f.Lines() {
+		return ""
+	}
+	from := 0
+	if n.Start > 1 {
+		from = f.nl[n.Start-2] + 1
+	}
+	to := len(f.src)
+	if n.End <= len(f.nl) {
+		to = f.nl[n.End-1] + 1
+	}
+	s := string(f.src[from:to])
+	if !strings.HasSuffix(s, "\n") {
+		s += "\n"
+	}
+	return s
+}
+
+// Warning describes the file's syntax errors for a person, naming the first
+// few, or is "" when the file parses.
+func (f *File) Warning() string {
+	if len(f.Problems) == 0 {
+		return ""
+	}
+	const shown = 3
+	var parts []string
+	for i, p := range f.Problems {
+		if i == shown {
+			parts = append(parts, fmt.Sprintf("and %d more", len(f.Problems)-shown))
+			break
+		}
+		parts = append(parts, p.String())
+	}
+	return "does not parse (" + strings.Join(parts, "; ") +
+		"); the functions and classes near the errors may be missing or cut short"
+}
+
+// line is the 1-based line of byte offset b.
+func (f *File) line(b int) int {
+	return sort.SearchInts(f.nl, b) + 1
+}
+
+// column is the 1-based character column of byte offset b.
+func (f *File) column(b int) int {
+	from := 0
+	if l := f.line(b); l > 1 {
+		from = f.nl[l-2] + 1
+	}
+	return utf8.RuneCount(f.src[from:b]) + 1
+}
+
+// problems records the MISSING nodes under n and the innermost ERROR nodes
+// (an ERROR may wrap most of a file; the one deepest inside it is where the
+// parse went wrong). It reports whether it recorded anything.
+func (f *File) problems(n *sitter.Node) bool {
+	if n.IsMissing() {
+		f.problem(n, missingName(n))
+		return true
+	}
+	if !n.HasError() {
+		return false
+	}
+	found := false
+	c := n.Walk()
+	if c.GotoFirstChild() {
+		for {
+			found = f.problems(c.Node()) || found
+			if !c.GotoNextSibling() {
+				break
+			}
+		}
+	}
+	c.Close()
+	if !found && n.IsError() {
+		f.problem(n, "")
+		found = true
+	}
+	return found
+}
+
+func (f *File) problem(n *sitter.Node, missing string) {
+	b := int(n.StartByte())
+	f.Problems = append(f.Problems, Problem{Line: f.line(b), Column: f.column(b), Missing: missing})
+}
+
+func missingName(n *sitter.Node) string {
+	if n.IsNamed() {
+		return strings.ReplaceAll(n.Kind(), "_", " ") // "identifier", "block"
+	}
+	return fmt.Sprintf("%q", n.Kind())
+}
