@@ -138,7 +138,7 @@ func TestApplyMovedHunk(t *testing.T) {
 func TestReadDiffRefuses(t *testing.T) {
 	for _, d := range []string{
 		"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", // not git's format
-		"--- /dev/null\n+++ b/e.py\n",               // a plain header go-gitdiff would skip
+		"--- /dev/null\n+++ b/e.py\n",             // a plain header go-gitdiff would skip
 		"diff --git a/../x b/../x\n--- a/../x\n+++ b/../x\n@@ -1 +1 @@\n-a\n+b\n",
 		"@@ -1 +1 @@\n-a\n+b\n",
 		"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,2 +1 @@\n-a\n",
