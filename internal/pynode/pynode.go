@@ -49,23 +49,6 @@ type Node struct {
 	Start, Def, End int
 }
 
-// Problem is a place where the file does not parse and tree-sitter
-// recovered.
-type Problem struct {
-	// Line and Column (in characters) are 1-based.
-	Line, Column int
-	// Missing is the token tree-sitter had to assume (")", ":", an
-	// identifier...); empty when it skipped text it could not place.
-	Missing string
-}
-
-func (p Problem) String() string {
-	if p.Missing != "" {
-		return fmt.Sprintf("line %d:%d: missing %s", p.Line, p.Column, p.Missing)
-	}
-	return fmt.Sprintf("line %d:%d: syntax error", p.Line, p.Column)
-}
-
 // File is a parsed Python source.
 type File struct {
 	// Nodes are the file's definitions in source order, an enclosing
@@ -74,8 +57,7 @@ type File struct {
 	// Problems lists the syntax errors; empty when the file parses.
 	Problems []Problem
 
-	src []byte
-	nl  []int // offsets of the "\n" bytes
+	text
 }
 
 // ErrParse is returned when tree-sitter produces no tree at all.
@@ -86,30 +68,62 @@ var lang = sitter.NewLanguage(python.Language())
 // Parse parses src (UTF-8 Python source). A file with syntax errors is not
 // an error: its File has Problems and the nodes tree-sitter recovered.
 func Parse(src []byte) (*File, error) {
+	f := &File{text: newText(src)}
+	err := f.syntax(func(root *sitter.Node, problems []Problem) {
+		f.Problems = problems
+		w := &walker{f: f, cur: root.Walk()}
+		defer w.cur.Close()
+		w.visit(-1)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Syntax parses src with tree-sitter's Python grammar and calls fn with the
+// root of the syntax tree and the places where src does not parse, for
+// readers that need more of the tree than the definitions (cairn/pym reads
+// a .pym tool's declarations from it). The tree is freed when fn returns.
+func Syntax(src []byte, fn func(root *sitter.Node, problems []Problem)) error {
+	t := newText(src)
+	return t.syntax(fn)
+}
+
+func (t *text) syntax(fn func(root *sitter.Node, problems []Problem)) error {
 	p := sitter.NewParser()
 	defer p.Close()
 	if err := p.SetLanguage(lang); err != nil {
-		return nil, fmt.Errorf("pynode: %w", err)
+		return fmt.Errorf("pynode: %w", err)
 	}
-	tree := p.Parse(src, nil)
+	tree := p.Parse(t.src, nil)
 	if tree == nil {
-		return nil, ErrParse
+		return ErrParse
 	}
 	defer tree.Close()
-	f := &File{src: src}
+	root := tree.RootNode()
+	var problems []Problem
+	if root.HasError() {
+		t.problems(root, &problems)
+	}
+	fn(root, problems)
+	return nil
+}
+
+// text is a source and the offsets of its "\n" bytes.
+type text struct {
+	src []byte
+	nl  []int
+}
+
+func newText(src []byte) text {
+	t := text{src: src}
 	for i, c := range src {
 		if c == '\n' {
-			f.nl = append(f.nl, i)
+			t.nl = append(t.nl, i)
 		}
 	}
-	root := tree.RootNode()
-	w := &walker{f: f, cur: root.Walk()}
-	defer w.cur.Close()
-	w.visit(-1)
-	if root.HasError() {
-		f.problems(root)
-	}
-	return f, nil
+	return t
 }
 
 // Lines is the number of lines of the source (a last line without "\n"
@@ -162,56 +176,15 @@ func (f *File) Warning() string {
 }
 
 // line is the 1-based line of byte offset b.
-func (f *File) line(b int) int {
-	return sort.SearchInts(f.nl, b) + 1
+func (t *text) line(b int) int {
+	return sort.SearchInts(t.nl, b) + 1
 }
 
 // column is the 1-based character column of byte offset b.
-func (f *File) column(b int) int {
+func (t *text) column(b int) int {
 	from := 0
-	if l := f.line(b); l > 1 {
-		from = f.nl[l-2] + 1
+	if l := t.line(b); l > 1 {
+		from = t.nl[l-2] + 1
 	}
-	return utf8.RuneCount(f.src[from:b]) + 1
-}
-
-// problems records the MISSING nodes under n and the innermost ERROR nodes
-// (an ERROR may wrap most of a file; the one deepest inside it is where the
-// parse went wrong). It reports whether it recorded anything.
-func (f *File) problems(n *sitter.Node) bool {
-	if n.IsMissing() {
-		f.problem(n, missingName(n))
-		return true
-	}
-	if !n.HasError() {
-		return false
-	}
-	found := false
-	c := n.Walk()
-	if c.GotoFirstChild() {
-		for {
-			found = f.problems(c.Node()) || found
-			if !c.GotoNextSibling() {
-				break
-			}
-		}
-	}
-	c.Close()
-	if !found && n.IsError() {
-		f.problem(n, "")
-		found = true
-	}
-	return found
-}
-
-func (f *File) problem(n *sitter.Node, missing string) {
-	b := int(n.StartByte())
-	f.Problems = append(f.Problems, Problem{Line: f.line(b), Column: f.column(b), Missing: missing})
-}
-
-func missingName(n *sitter.Node) string {
-	if n.IsNamed() {
-		return strings.ReplaceAll(n.Kind(), "_", " ") // "identifier", "block"
-	}
-	return fmt.Sprintf("%q", n.Kind())
+	return utf8.RuneCount(t.src[from:b]) + 1
 }

@@ -217,9 +217,16 @@ func TestSyntaxErrors(t *testing.T) {
 	if got := list(f); !slices.Contains(got, "A.n method 8/8-9") || len(f.Problems) == 0 {
 		t.Fatalf("nodes %v problems %v", got, f.Problems)
 	}
-	p := Problem{Line: 3, Column: 7, Missing: `")"`}
-	if p.String() != `line 3:7: missing ")"` {
-		t.Fatal(p.String())
+	for src, want := range map[string]string{
+		"x = 1\ns = \"abc\n":   `line 2:5: unterminated string`,
+		"x = [1,\n2\n":         `line 1:5: "[" is never closed`,
+		"x = 1)\n":             `line 1:6: unmatched ")"`,
+		"def f(a:\n    pass\n": `line 1:6: "(" is never closed`,
+		"def f(:\n    pass\n":  `line 1:7: missing ")"`,
+	} {
+		if f := mustParse(t, src); len(f.Problems) == 0 || f.Problems[0].String() != want {
+			t.Errorf("%q: problems %v, want %s first", src, f.Problems, want)
+		}
 	}
 }
 
