@@ -473,7 +473,7 @@ func TestCallExternalArguments(t *testing.T) {
 	if ce := b.callErr(t, "write_file", []any{"big.txt", strings.Repeat("x", cairn.MaxContentBytes+1)}, nil); !errors.Is(ce, cairn.ErrTooLarge) || ce.PythonException() != "ValueError" {
 		t.Fatalf("oversized write: %v", ce)
 	}
-	want := []string{"delete_file", "file_exists", "list_dir", "log", "read_file", "search_content", "search_files", "write_file"}
+	want := []string{"delete_file", "file_exists", "list_dir", "log", "python_nodes", "read_file", "search_content", "search_files", "write_file"}
 	if got := cairn.ExternalNames(); !slices.Equal(got, want) {
 		t.Fatalf("ExternalNames = %v", got)
 	}

@@ -47,6 +47,12 @@ type Node struct {
 	// line of its "def" or "class" keyword ("async" for async def); End is
 	// the last line of its body, comments after the last statement left out.
 	Start, Def, End int
+	// HeaderEnd is the line of the colon that ends the header (a
+	// signature may span lines) and Colon its 0-based column in characters;
+	// BodyStart is the line of the body's first statement (HeaderEnd for
+	// a body on the header's line). In a file that does not parse they may
+	// fall back to Def (Colon -1) and HeaderEnd.
+	HeaderEnd, Colon, BodyStart int
 }
 
 // File is a parsed Python source.

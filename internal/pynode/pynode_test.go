@@ -134,8 +134,14 @@ func TestParse(t *testing.T) {
 		})
 	}
 	f := mustParse(t, tricky)
-	if n, _ := f.Find("multi"); !n.Async || n.Depth != 0 {
+	if n, _ := f.Find("multi"); !n.Async || n.Depth != 0 || n.HeaderEnd != 17 || n.Colon != 19 || n.BodyStart != 18 {
 		t.Errorf("multi: %+v", n)
+	}
+	if n, _ := f.Find("Outer"); n.HeaderEnd != 25 || n.Colon != 27 || n.BodyStart != 26 {
+		t.Errorf("Outer: %+v", n)
+	}
+	if n, _ := f.Find("Outer.prop"); n.HeaderEnd != 31 || n.Colon != 15 || n.BodyStart != 31 {
+		t.Errorf("Outer.prop: %+v", n)
 	}
 	if n, _ := f.Find("inner"); n.Async || n.Depth != 2 {
 		t.Errorf("inner: %+v", n)
@@ -256,8 +262,14 @@ func FuzzParse(f *testing.F) {
 		byName := map[string][]*Node{}
 		for i := range file.Nodes {
 			n := &file.Nodes[i]
-			if n.Name == "" || n.Start < 1 || n.Start > n.Def || n.Def > n.End || n.End > lines {
+			if n.Name == "" || n.Start < 1 || n.Start > n.Def || n.Def > n.HeaderEnd || n.HeaderEnd > n.BodyStart ||
+				n.BodyStart > n.End || n.End > lines || n.Colon < -1 {
 				t.Fatalf("bad node %+v in %d lines", n, lines)
+			}
+			if n.Colon >= 0 {
+				if l := strings.Split(src, "\n")[n.HeaderEnd-1]; n.Colon >= len([]rune(l)) || []rune(l)[n.Colon] != ':' {
+					t.Fatalf("colon of %+v not in %q", n, l)
+				}
 			}
 			if n.Kind != Function && n.Kind != Method && n.Kind != Class {
 				t.Fatalf("kind %q", n.Kind)

@@ -23,7 +23,9 @@ var (
 	classID   = lang.IdForNodeKind("class_definition", true)
 	commentID = lang.IdForNodeKind("comment", true)
 	asyncID   = lang.IdForNodeKind("async", false)
+	colonID   = lang.IdForNodeKind(":", false)
 	nameField = lang.FieldIdForName("name")
+	bodyField = lang.FieldIdForName("body")
 )
 
 func init() {
@@ -102,6 +104,7 @@ func (w *walker) define(n, outer *sitter.Node, encl int) {
 			node.Async = true
 		}
 		node.End = max(node.Def, f.line(lastCode(n)-1))
+		f.header(n, &node)
 		if encl >= 0 {
 			parent := &f.Nodes[encl]
 			node.Name = parent.Name + "." + node.Name
@@ -114,6 +117,29 @@ func (w *walker) define(n, outer *sitter.Node, encl int) {
 		idx = len(f.Nodes) - 1
 	}
 	w.body(idx)
+}
+
+// header finds the colon that ends n's header (the token before its body)
+// and the body's first statement.
+func (f *File) header(n *sitter.Node, node *Node) {
+	node.HeaderEnd, node.Colon = node.Def, -1
+	body := n.ChildByFieldId(bodyField)
+	if body == nil {
+		node.BodyStart = node.Def
+		return
+	}
+	if colon := body.PrevSibling(); colon != nil && colon.KindId() == colonID {
+		b := int(colon.StartByte())
+		node.HeaderEnd, node.Colon = f.line(b), f.column(b)-1
+	}
+	node.BodyStart = node.HeaderEnd
+	for i := range body.ChildCount() {
+		if c := body.Child(i); c.KindId() != commentID && c.EndByte() > c.StartByte() {
+			node.BodyStart = max(node.HeaderEnd, f.line(int(c.StartByte())))
+			break
+		}
+	}
+	node.End = max(node.End, node.BodyStart)
 }
 
 // body visits the block (and any ERROR) of the definition under the cursor.
