@@ -12,37 +12,14 @@ import (
 	"github.com/agentfleet/fleet/queue"
 )
 
-const sample = `"""Module doc."""
-import os
-
-
-@decorator
-def top(a, b):
-    """Doc.
-
-not indented inside the docstring
-    """
-    return a + b
-
-
-class Shop:
-    # a comment at column 0 inside the class body is fine
-    rate = 1
-
-    def price(self, x):
-        if x:
-            return x
-        return 0
-
-    async def fetch(self):
-        def inner():
-            return 1
-        return inner()
-
-
-def price(x):
-    return x
-`
+// sample is internal/pynode's test module (its nodes are checked there).
+var sample = func() string {
+	b, err := os.ReadFile("../../internal/pynode/testdata/sample.py")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 func TestBuildRequest(t *testing.T) {
 	root := t.TempDir()

@@ -3,42 +3,22 @@ package pynode
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 )
 
-const sample = `"""Module doc."""
-import os
-
-
-@decorator
-def top(a, b):
-    """Doc.
-
-not indented inside the docstring
-    """
-    return a + b
-
-
-class Shop:
-    # a comment at column 0 inside the class body is fine
-    rate = 1
-
-    def price(self, x):
-        if x:
-            return x
-        return 0
-
-    async def fetch(self):
-        def inner():
-            return 1
-        return inner()
-
-
-def price(x):
-    return x
-`
+// sample is the module the enqueue tests use too: decorators, a docstring
+// with an unindented line, a comment at column 0 in a class, nested and
+// async definitions, a method and a function of the same name.
+var sample = func() string {
+	b, err := os.ReadFile("testdata/sample.py")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 // tricky holds what a line scanner gets wrong: code in strings and
 // comments, multi-line decorators and signatures, tabs, definitions in
