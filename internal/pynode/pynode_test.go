@@ -300,3 +300,16 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParse parses the test modules repeated to 20k lines; the figure
+// is MB/s (TestStdlibMatchesAST prints the standard library's parse time
+// beside Python's ast for the same files).
+func BenchmarkParse(b *testing.B) {
+	src := []byte(strings.Repeat(sample+tricky, 250))
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		if _, err := Parse(src); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
