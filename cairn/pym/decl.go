@@ -1,54 +1,70 @@
 package pym
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
 	sitter "github.com/tree-sitter/go-tree-sitter"
+
+	"github.com/agentfleet/fleet/internal/pynode"
 )
 
-// constructs reports, anywhere in the tree under n, the syntax Monty 0.0.23
-// rejects (§14.5): yield, del, match statements, class inheritance,
-// %-formatting of a string, print(file=...), os.path, and imports of
-// modules Monty does not have.
-func (s *scanner) constructs(n *sitter.Node) {
-	switch n.Kind() {
-	case "yield":
-		if n.IsNamed() {
-			s.problem(line(n), "%q is not supported by Monty", "yield")
-		}
-	case "delete_statement":
-		s.problem(line(n), "%q is not supported by Monty", "del")
-	case "match_statement":
-		s.problem(line(n), "match statements are not supported by Monty")
-	case "class_definition":
-		if sup := n.ChildByFieldName("superclasses"); sup != nil && len(named(sup)) > 0 {
-			s.problem(line(n), "class inheritance is not supported by Monty (class %s)", s.text(n.ChildByFieldName("name")))
-		}
-	case "binary_operator":
-		left, op := n.ChildByFieldName("left"), n.ChildByFieldName("operator")
-		if op != nil && s.text(op) == "%" && (left.Kind() == "string" || left.Kind() == "concatenated_string") {
-			s.problem(line(n), "%%-formatting is not supported by Monty; use an f-string or str.format")
-		}
-	case "call":
-		if s.is(n.ChildByFieldName("function"), "", "print") {
-			if args := n.ChildByFieldName("arguments"); args != nil {
-				for _, a := range named(args) {
-					if a.Kind() == "keyword_argument" && s.is(a.ChildByFieldName("name"), "", "file") {
-						s.problem(line(a), "print(file=...) is not supported by Monty")
-					}
+// unsupported finds the syntax Monty 0.0.23 rejects (§14.5), anywhere in
+// a file: one pattern per construct, named by its capture. Run as a
+// tree-sitter query, the search stays in C.
+const unsupported = `
+(yield) @yield
+(delete_statement) @del
+(match_statement) @match
+(class_definition superclasses: (argument_list) @superclasses)
+(binary_operator left: [(string) (concatenated_string)] operator: "%") @percent
+(call function: (identifier) @_print (#eq? @_print "print")
+      arguments: (argument_list (keyword_argument name: (identifier) @_file (#eq? @_file "file")) @print_file))
+(attribute object: (identifier) @_os (#eq? @_os "os") attribute: (identifier) @_path (#eq? @_path "path")) @os_path
+[(import_statement) (import_from_statement)] @import
+`
+
+var unsupportedQuery = func() *sitter.Query {
+	q, err := sitter.NewQuery(pynode.Language(), unsupported)
+	if err != nil {
+		panic(fmt.Sprintf("pym: the query of unsupported constructs: %v", err))
+	}
+	return q
+}()
+
+// constructs reports, anywhere under root, what Monty rejects: yield, del,
+// match statements, class inheritance, %-formatting of a string,
+// print(file=...), os.path, and imports of modules Monty does not have.
+func (s *scanner) constructs(root *sitter.Node) {
+	qc := sitter.NewQueryCursor()
+	defer qc.Close()
+	names := unsupportedQuery.CaptureNames()
+	matches := qc.Matches(unsupportedQuery, root, []byte(s.src))
+	for m := matches.Next(); m != nil; m = matches.Next() {
+		for _, c := range m.Captures {
+			n := &c.Node
+			switch names[c.Index] {
+			case "yield":
+				s.problem(line(n), "%q is not supported by Monty", "yield")
+			case "del":
+				s.problem(line(n), "%q is not supported by Monty", "del")
+			case "match":
+				s.problem(line(n), "match statements are not supported by Monty")
+			case "superclasses":
+				if len(named(n)) > 0 { // class A(): is fine
+					s.problem(line(n), "class inheritance is not supported by Monty (class %s)", s.text(n.Parent().ChildByFieldName("name")))
 				}
+			case "percent":
+				s.problem(line(n), "%%-formatting is not supported by Monty; use an f-string or str.format")
+			case "print_file":
+				s.problem(line(n), "print(file=...) is not supported by Monty")
+			case "os_path":
+				s.problem(line(n), "os.path is not available in Monty; use string operations on paths")
+			case "import":
+				s.checkImport(n)
 			}
 		}
-	case "attribute":
-		if s.is(n, "os", "path") {
-			s.problem(line(n), "os.path is not available in Monty; use string operations on paths")
-		}
-	case "import_statement", "import_from_statement":
-		s.checkImport(n)
-	}
-	for _, k := range children(n) {
-		s.constructs(k)
 	}
 }
 

@@ -290,3 +290,27 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParseTools parses every .pym tool the repository ships (about
+// 12,000 lines); docs/PYNODE.md compares it with the tokenizer it replaced.
+func BenchmarkParseTools(b *testing.B) {
+	files, _ := filepath.Glob("../../agents/*/*/*.pym")
+	var srcs [][]byte
+	size := 0
+	for _, p := range files {
+		src, err := os.ReadFile(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		srcs = append(srcs, src)
+		size += len(src)
+	}
+	b.SetBytes(int64(size))
+	for b.Loop() {
+		for i, src := range srcs {
+			if _, err := Parse(files[i], src); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

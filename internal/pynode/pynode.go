@@ -71,6 +71,10 @@ var ErrParse = errors.New("pynode: tree-sitter returned no syntax tree")
 
 var lang = sitter.NewLanguage(python.Language())
 
+// Language is tree-sitter's Python grammar, for queries over the trees
+// Syntax gives.
+func Language() *sitter.Language { return lang }
+
 // Parse parses src (UTF-8 Python source). A file with syntax errors is not
 // an error: its File has Problems and the nodes tree-sitter recovered.
 func Parse(src []byte) (*File, error) {
