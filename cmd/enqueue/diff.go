@@ -32,18 +32,26 @@ type filePatch struct {
 // diff in another format, with a rename or copy, an unsafe path or a path
 // twice is refused whole.
 func readDiff(diff string) ([]filePatch, error) {
-	var parts []string
+	var starts []int // offsets of the "diff --git" lines
+	at := 0
 	for l := range strings.Lines(diff) {
 		switch {
 		case strings.HasPrefix(l, "diff --git "):
-			parts = append(parts, l)
-		case len(parts) == 0:
+			starts = append(starts, at)
+		case len(starts) == 0:
 			return nil, fmt.Errorf("%w: not git's diff format: %q is not a \"diff --git\" header "+
 				"(a worker older than this enqueue writes plain unified diffs: apply one by hand with patch -p1)",
 				errPatch, strings.TrimSuffix(l, "\n"))
-		default:
-			parts[len(parts)-1] += l
 		}
+		at += len(l)
+	}
+	parts := make([]string, len(starts))
+	for i, from := range starts {
+		to := len(diff)
+		if i+1 < len(starts) {
+			to = starts[i+1]
+		}
+		parts[i] = diff[from:to]
 	}
 	out := make([]filePatch, 0, len(parts))
 	seen := map[string]bool{}
