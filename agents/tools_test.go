@@ -389,3 +389,26 @@ func TestTestAndSampleDataTools(t *testing.T) {
 		wantErr(t, env.call("write_fixture_file", `{"values":{"retries":9}}`), "already exists with other content")
 	})
 }
+
+// The tools locate a node with the host's parser (python_nodes, tree-sitter):
+// a decorator spread over lines belongs to the function, a def in a string
+// or comment is not a node, and a nested name resolves through its class.
+func TestToolsLocateNodesWithTheHostParser(t *testing.T) {
+	defs := loadAgents(t)
+	pool := montytest.Pool(t, monty.Config{Size: 1})
+	src := "TEMPLATE = \"\"\"\ndef handler(x):\n    pass\n\"\"\"\n# def handler(y): a comment\n\n\n" +
+		"@register(\n    name=\"h\",\n)\ndef handler(a: int) -> int:\n    if a < 0:\n        raise ValueError(a)\n    return a\n\n\n" +
+		"class Box:\n    class Inner:\n        def handler(self) -> None:\n            pass\n"
+	files := map[string]string{"app.py": src}
+	env := newToolEnv(t, defs["test"], pool, agents.Node{Name: "handler", Type: "function", FilePath: "app.py"}, files)
+	r := env.call("analyze_signature", `{}`)
+	decos, _ := r.Result["decorators"].([]any)
+	if r.Result["line"] != float64(11) || r.Result["end_line"] != float64(14) || len(decos) != 3 || decos[0] != "@register(" {
+		t.Errorf("handler: %v", r.Result)
+	}
+	env = newToolEnv(t, defs["docstring"], pool, agents.Node{Name: "Box.Inner.handler", Type: "method", FilePath: "app.py"}, files)
+	env.call("write_docstring", `{"summary":"Handle it."}`)
+	if got := env.file("app.py"); !strings.HasSuffix(got, "        def handler(self) -> None:\n            \"\"\"Handle it.\"\"\"\n            pass\n") {
+		t.Errorf("nested method docstring:\n%s", got)
+	}
+}

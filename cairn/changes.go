@@ -1,16 +1,12 @@
 package cairn
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
-
-	"github.com/pmezard/go-difflib/difflib"
 )
 
 // Change is one actual change of a run against the current stable.
@@ -162,89 +158,6 @@ func CompareClaimed(actual, claimed []string) (missing, extra []string) {
 	slices.Sort(missing)
 	slices.Sort(extra)
 	return slices.Compact(missing), slices.Compact(extra)
-}
-
-// Diff returns a unified diff of every actual change against current
-// stable, files in path order, each with "--- a/path" and "+++ b/path"
-// headers ("/dev/null" on the missing side for created and deleted files),
-// three lines of context, and git's "\ No newline at end of file" marker.
-// A created empty file gets headers only; content that is not UTF-8 text
-// (or holds NUL) gets "Binary files a/path and b/path differ". The output
-// applies with `patch -p1` / `git apply`.
-func (o *Overlay) Diff(ctx context.Context) (string, error) {
-	chs, err := o.Changes(ctx)
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	for _, c := range chs {
-		old, err := o.stable.db.QueryContext(ctx, "SELECT content FROM files WHERE path = ?", c.Path)
-		if err != nil {
-			return "", err
-		}
-		var oldContent []byte
-		had := false
-		for old.Next() {
-			had = true
-			if err := old.Scan(&oldContent); err != nil {
-				old.Close()
-				return "", err
-			}
-		}
-		old.Close()
-		if err := old.Err(); err != nil {
-			return "", err
-		}
-		from, to := "a/"+c.Path, "b/"+c.Path
-		if !had {
-			from = "/dev/null"
-		}
-		if c.Deleted {
-			to = "/dev/null"
-		}
-		if isBinary(oldContent) || isBinary(c.Content) {
-			fmt.Fprintf(&b, "Binary files %s and %s differ\n", from, to)
-			continue
-		}
-		ud := difflib.UnifiedDiff{
-			A: diffLines(oldContent), B: diffLines(c.Content),
-			FromFile: from, ToFile: to, Context: 3,
-		}
-		s, err := difflib.GetUnifiedDiffString(ud)
-		if err != nil {
-			return "", err
-		}
-		if s == "" {
-			// Only an empty file created (or deleted): no hunks.
-			fmt.Fprintf(&b, "--- %s\n+++ %s\n", from, to)
-			continue
-		}
-		b.WriteString(s)
-	}
-	return b.String(), nil
-}
-
-func isBinary(c []byte) bool {
-	return bytes.IndexByte(c, 0) >= 0 || !utf8.Valid(c)
-}
-
-// diffLines splits content into lines that keep their "\n"; a last line
-// without one carries git's marker, so it differs from the same text with
-// a newline and prints as
-//
-//	-text
-//	\ No newline at end of file
-func diffLines(c []byte) []string {
-	if len(c) == 0 {
-		return nil
-	}
-	lines := strings.SplitAfter(string(c), "\n")
-	if last := lines[len(lines)-1]; last == "" {
-		lines = lines[:len(lines)-1]
-	} else {
-		lines[len(lines)-1] = last + "\n\\ No newline at end of file\n"
-	}
-	return lines
 }
 
 // AcceptOptions tunes Accept.

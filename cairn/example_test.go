@@ -40,6 +40,7 @@ func Example() {
 	// read "x=1\n"
 	// PermissionError: read_file "../etc/passwd": '..' segments are not allowed; the path must stay inside the workspace (PATH_TRAVERSAL)
 	// agent-lint-app.py~3A~3Ax [app.py]
+	// diff --git a/app.py b/app.py
 	// --- a/app.py
 	// +++ b/app.py
 	// @@ -1 +1 @@

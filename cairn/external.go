@@ -48,11 +48,12 @@ var externals = map[string]external{
 	"search_files":   {[]param{{name: "pattern"}}, extSearchFiles},
 	"search_content": {[]param{{name: "pattern"}, {name: "path", def: ".", optional: true}}, extSearchContent},
 	"log":            {[]param{{name: "message"}}, extLog},
+	"python_nodes":   {[]param{{name: "text"}}, extPythonNodes},
 }
 
 // ExternalNames returns the names of the external functions CallExternal
-// serves, sorted: delete_file, file_exists, list_dir, log, read_file,
-// search_content, search_files, write_file.
+// serves, sorted: delete_file, file_exists, list_dir, log, python_nodes,
+// read_file, search_content, search_files, write_file.
 func ExternalNames() []string {
 	names := make([]string, 0, len(externals))
 	for n := range externals {
@@ -73,6 +74,8 @@ func ExternalNames() []string {
 //	list_dir(path=".") -> list[str]         search_files(pattern) -> list[str]
 //	search_content(pattern, path=".") -> list[{"file": str, "line": int, "text": str}]
 //	log(message) -> True
+//	python_nodes(text) -> list[{"name": str, "kind": str, "async": bool, "start": int, "line": int,
+//	                            "header_end": int, "colon_col": int, "body_start": int, "end": int}]
 //
 // Every failure is an *Error whose PythonException method names the
 // exception to raise (FileNotFoundError, PermissionError, ValueError,

@@ -473,7 +473,7 @@ func TestCallExternalArguments(t *testing.T) {
 	if ce := b.callErr(t, "write_file", []any{"big.txt", strings.Repeat("x", cairn.MaxContentBytes+1)}, nil); !errors.Is(ce, cairn.ErrTooLarge) || ce.PythonException() != "ValueError" {
 		t.Fatalf("oversized write: %v", ce)
 	}
-	want := []string{"delete_file", "file_exists", "list_dir", "log", "read_file", "search_content", "search_files", "write_file"}
+	want := []string{"delete_file", "file_exists", "list_dir", "log", "python_nodes", "read_file", "search_content", "search_files", "write_file"}
 	if got := cairn.ExternalNames(); !slices.Equal(got, want) {
 		t.Fatalf("ExternalNames = %v", got)
 	}
@@ -569,13 +569,16 @@ func TestDiffExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `--- /dev/null
-+++ b/created_empty.txt
+	want := `diff --git a/created_empty.txt b/created_empty.txt
+new file mode 100644
+diff --git a/gone.py b/gone.py
+deleted file mode 100644
 --- a/gone.py
 +++ /dev/null
 @@ -1,2 +0,0 @@
 -x = 1
 -y = 2
+diff --git a/mod.py b/mod.py
 --- a/mod.py
 +++ b/mod.py
 @@ -2,4 +2,4 @@
@@ -584,10 +587,13 @@ func TestDiffExact(t *testing.T) {
  def f():
 -    return 1
 +    return 2
+diff --git a/new/added.py b/new/added.py
+new file mode 100644
 --- /dev/null
 +++ b/new/added.py
 @@ -0,0 +1 @@
 +print('hi')
+diff --git a/nonl.txt b/nonl.txt
 --- a/nonl.txt
 +++ b/nonl.txt
 @@ -1 +1 @@

@@ -265,8 +265,52 @@ func FuzzParse(f *testing.F) {
 		if got, want := strings.Count(file.Script.Code, "\n"), strings.Count(string(src), "\n"); got != want {
 			t.Fatalf("preprocessing changed the line count: %d → %d", want, got)
 		}
+		// Every line is kept, blanked, or loses the "grail." of grail.Input.
+		srcLines, codeLines := strings.Split(string(src), "\n"), strings.Split(file.Script.Code, "\n")
+		for i, c := range codeLines {
+			if c != srcLines[i] && c != "" && c != strings.Replace(srcLines[i], "grail.", "", 1) {
+				t.Fatalf("line %d: %q became %q", i+1, srcLines[i], c)
+			}
+		}
+		names := map[string]bool{}
+		for _, in := range file.Inputs {
+			if names[in.Name] || in.Line < 1 || in.Line > len(srcLines) {
+				t.Fatalf("input %+v", in)
+			}
+			names[in.Name] = true
+		}
+		for _, e := range file.Externals {
+			if names[e.Name] || e.Name == "" || e.Returns == "" {
+				t.Fatalf("external %+v", e)
+			}
+			names[e.Name] = true
+		}
 		if !json.Valid(file.Schema()) {
 			t.Fatalf("invalid schema %s", file.Schema())
 		}
 	})
+}
+
+// BenchmarkParseTools parses every .pym tool the repository ships (about
+// 12,000 lines); docs/PYNODE.md compares it with the tokenizer it replaced.
+func BenchmarkParseTools(b *testing.B) {
+	files, _ := filepath.Glob("../../agents/*/*/*.pym")
+	var srcs [][]byte
+	size := 0
+	for _, p := range files {
+		src, err := os.ReadFile(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		srcs = append(srcs, src)
+		size += len(src)
+	}
+	b.SetBytes(int64(size))
+	for b.Loop() {
+		for i, src := range srcs {
+			if _, err := Parse(files[i], src); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 }

@@ -337,6 +337,9 @@ func (c *cli) cmdRun(args []string) error {
 		return fail(exitUsage, "operation %q: want 1-64 of a-z 0-9 _ - (for example lint, docstring, test, sample_data)", op)
 	}
 	req, notes, err := buildRequest(op, file, nodeSpec{name: *node, line: *line}, wire.RunOptions{MaxTurns: *maxTurns})
+	for _, n := range notes {
+		fmt.Fprintln(c.stderr, n)
+	}
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
@@ -345,9 +348,6 @@ func (c *cli) cmdRun(args []string) error {
 		req.JobID = client.NewJobID(op)
 	} else if !wire.ValidJobID(req.JobID) {
 		return fail(exitUsage, "--job-id %q: want 1-128 of A-Z a-z 0-9 _ -", req.JobID)
-	}
-	for _, n := range notes {
-		fmt.Fprintf(c.stderr, "note: %s\n", n)
 	}
 	enc := wire.JSON
 	if *msgpack {

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/internal/pynode"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -50,7 +51,8 @@ func projectRoot(dir string) string {
 
 // buildRequest reads file and builds the run request for op: the node, the
 // workspace files (relative to the project root) and the options. It
-// returns notes for the user (files skipped).
+// returns notes for the user, each a line of its own (files skipped, a file
+// that does not parse).
 func buildRequest(op, file string, spec nodeSpec, opts wire.RunOptions) (*wire.RunRequest, []string, error) {
 	abs, err := filepath.Abs(file)
 	if err != nil {
@@ -72,26 +74,33 @@ func buildRequest(op, file string, spec nodeSpec, opts wire.RunOptions) (*wire.R
 	rel = filepath.ToSlash(rel)
 
 	node := agents.Node{ID: rel, Name: filepath.Base(rel), Type: "file", FilePath: rel, Text: src}
-	nodes := scanPython(src)
-	var picked *pyNode
-	switch {
-	case spec.name != "":
-		if picked, err = findNode(nodes, spec.name); err != nil {
+	var notes []string
+	if spec.name != "" || spec.line > 0 {
+		py, err := pynode.Parse(data)
+		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", file, err)
 		}
-	case spec.line > 0:
-		if n := len(splitLines(src)); spec.line > n {
-			return nil, nil, fmt.Errorf("%s has %d lines; --line %d is past the end", file, n, spec.line)
+		if w := py.Warning(); w != "" {
+			notes = append(notes, fmt.Sprintf("warning: %s %s", file, w))
 		}
-		picked = nodeAtLine(nodes, spec.line)
-	}
-	if picked != nil {
-		node = agents.Node{ID: rel + "::" + picked.Name, Name: picked.Name, Type: picked.Kind, FilePath: rel, Text: nodeText(src, picked)}
+		var picked *pynode.Node
+		if spec.name != "" {
+			if picked, err = py.Find(spec.name); err != nil {
+				return nil, notes, fmt.Errorf("%s: %w", file, err)
+			}
+		} else {
+			if n := py.Lines(); spec.line > n {
+				return nil, notes, fmt.Errorf("%s has %d lines; --line %d is past the end", file, n, spec.line)
+			}
+			picked = py.At(spec.line)
+		}
+		if picked != nil {
+			node = agents.Node{ID: rel + "::" + picked.Name, Name: picked.Name, Type: string(picked.Kind), FilePath: rel, Text: py.Text(picked)}
+		}
 	}
 
 	files := map[string]string{rel: src}
 	size := len(src) + len(node.Text)
-	var notes []string
 	add := func(p string) {
 		r, err := filepath.Rel(root, p)
 		if err != nil {
@@ -106,7 +115,7 @@ func buildRequest(op, file string, spec nodeSpec, opts wire.RunOptions) (*wire.R
 			return
 		}
 		if size+len(b) > maxPayload || len(files) >= wire.MaxFiles {
-			notes = append(notes, fmt.Sprintf("skipped %s: the request would exceed its size limit", r))
+			notes = append(notes, fmt.Sprintf("note: skipped %s: the request would exceed its size limit", r))
 			return
 		}
 		files[r] = string(b)

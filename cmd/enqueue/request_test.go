@@ -1,117 +1,25 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/agentfleet/fleet/internal/pynode"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-const sample = `"""Module doc."""
-import os
-
-
-@decorator
-def top(a, b):
-    """Doc.
-
-not indented inside the docstring
-    """
-    return a + b
-
-
-class Shop:
-    # a comment at column 0 inside the class body is fine
-    rate = 1
-
-    def price(self, x):
-        if x:
-            return x
-        return 0
-
-    async def fetch(self):
-        def inner():
-            return 1
-        return inner()
-
-
-def price(x):
-    return x
-`
-
-func TestScanPython(t *testing.T) {
-	nodes := scanPython(sample)
-	got := map[string]pyNode{}
-	var names []string
-	for _, n := range nodes {
-		got[n.Name] = n
-		names = append(names, n.Name)
+// sample is internal/pynode's test module (its nodes are checked there).
+var sample = func() string {
+	b, err := os.ReadFile("../../internal/pynode/testdata/sample.py")
+	if err != nil {
+		panic(err)
 	}
-	want := []string{"top", "Shop", "Shop.price", "Shop.fetch", "Shop.fetch.inner", "price"}
-	if !slices.Equal(names, want) {
-		t.Fatalf("names %v, want %v", names, want)
-	}
-	check := func(name, kind string, start, def, end int) {
-		t.Helper()
-		n := got[name]
-		if n.Kind != kind || n.Start != start || n.Def != def || n.End != end {
-			t.Errorf("%s: %+v, want kind %s lines %d/%d-%d", name, n, kind, start, def, end)
-		}
-	}
-	check("top", "function", 5, 6, 11)
-	check("Shop", "class", 14, 14, 26)
-	check("Shop.price", "method", 18, 18, 21)
-	check("Shop.fetch", "method", 23, 23, 26)
-	check("Shop.fetch.inner", "function", 24, 24, 25)
-	check("price", "function", 29, 29, 30)
-
-	if n, err := findNode(nodes, "Shop.price"); err != nil || n.Def != 18 {
-		t.Fatalf("qualified: %+v %v", n, err)
-	}
-	if n, err := findNode(nodes, "price"); err != nil || n.Def != 29 {
-		t.Fatalf("exact beats bare: %+v %v", n, err)
-	}
-	if _, err := findNode(nodes, "missing"); err == nil || !strings.Contains(err.Error(), "Shop.price") {
-		t.Fatalf("missing: %v", err)
-	}
-	nodes2 := scanPython("def f():\n    pass\nclass A:\n    def f(self):\n        pass\nclass B:\n    def f(self):\n        pass\n")
-	if _, err := findNode(nodes2, "A.f"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := findNode([]pyNode{nodes2[2], nodes2[4]}, "f"); err == nil || !strings.Contains(err.Error(), "ambiguous") {
-		t.Fatalf("ambiguous: %v", err)
-	}
-	for line, want := range map[int]string{1: "", 7: "top", 16: "Shop", 20: "Shop.price", 25: "Shop.fetch.inner", 30: "price"} {
-		n := nodeAtLine(nodes, line)
-		name := ""
-		if n != nil {
-			name = n.Name
-		}
-		if name != want {
-			t.Errorf("line %d: %q, want %q", line, name, want)
-		}
-	}
-	if txt := nodeText(sample, &nodes[0]); !strings.HasPrefix(txt, "@decorator\ndef top") || !strings.HasSuffix(txt, "return a + b\n") {
-		t.Errorf("node text %q", txt)
-	}
-}
-
-func FuzzScanPython(f *testing.F) {
-	f.Add(sample)
-	f.Add("def f(:\n\t\tclass\n'''\n")
-	f.Fuzz(func(t *testing.T, src string) {
-		lines := len(splitLines(src))
-		for _, n := range scanPython(src) {
-			if n.Start < 1 || n.Start > n.Def || n.Def > n.End || n.End > lines {
-				t.Fatalf("bad node %+v in %d lines", n, lines)
-			}
-			_ = nodeText(src, &n)
-		}
-	})
-}
+	return string(b)
+}()
 
 func TestBuildRequest(t *testing.T) {
 	root := t.TempDir()
@@ -160,6 +68,28 @@ func TestBuildRequest(t *testing.T) {
 	}
 	if _, _, err := buildRequest("lint", file, nodeSpec{line: 999}, wire.RunOptions{}); err == nil {
 		t.Fatal("line past the end accepted")
+	}
+
+	// --line inside a decorator picks the decorated function; a name the
+	// file does not define is refused with the names it does.
+	req, _, err = buildRequest("docstring", file, nodeSpec{line: 5}, wire.RunOptions{})
+	if err != nil || req.Node.Name != "top" || !strings.HasPrefix(req.Node.Text, "@decorator\ndef top(a, b):") {
+		t.Fatalf("--line 5: %+v %v", req.Node, err)
+	}
+	if _, _, err := buildRequest("lint", file, nodeSpec{name: "nope"}, wire.RunOptions{}); !errors.Is(err, pynode.ErrNotFound) ||
+		!strings.Contains(err.Error(), "found: top, Shop, Shop.price, Shop.fetch, Shop.fetch.inner, price") {
+		t.Fatalf("unknown node: %v", err)
+	}
+
+	// A file that does not parse: the nodes tree-sitter recovers, and a
+	// warning naming the line.
+	write("src/pkg/broken.py", "def ok():\n    return 1\n\ndef broken(:\n    pass\n")
+	req, notes, err := buildRequest("lint", filepath.Join(root, "src/pkg/broken.py"), nodeSpec{name: "ok"}, wire.RunOptions{})
+	if err != nil || req.Node.Text != "def ok():\n    return 1\n" {
+		t.Fatalf("broken file: %+v %v", req, err)
+	}
+	if len(notes) != 1 || !strings.HasPrefix(notes[0], "warning: ") || !strings.Contains(notes[0], "broken.py does not parse (line 4:") {
+		t.Fatalf("notes %q", notes)
 	}
 
 	// No project marker: the file's folder is the root.

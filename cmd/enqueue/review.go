@@ -3,8 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -14,112 +12,6 @@ import (
 )
 
 func absPath(p string) (string, error) { return filepath.Abs(p) }
-
-// change is one file accept writes or removes.
-type change struct {
-	path    string // workspace path
-	abs     string
-	content string
-	remove  bool
-	mode    fs.FileMode
-	what    string // modified, created, deleted
-}
-
-// planAccept works out what applying patches under root does, without
-// touching the disk. Every reason to refuse is collected in conflicts
-// (with force, only what cannot be applied at all is); err is for a diff
-// that cannot be read.
-func planAccept(root string, rec *jobRecord, patches []*filePatch, force bool) (changes []change, conflicts []string) {
-	for _, fp := range patches {
-		abs := filepath.Join(root, filepath.FromSlash(fp.path))
-		data, rerr := os.ReadFile(abs)
-		exists := rerr == nil
-		if rerr != nil && !notExist(rerr) {
-			conflicts = append(conflicts, fmt.Sprintf("%s: %v", fp.path, rerr))
-			continue
-		}
-		local := string(data)
-		mode := fs.FileMode(0o644)
-		if st, err := os.Stat(abs); err == nil {
-			mode = st.Mode().Perm()
-		}
-		if fp.binary {
-			conflicts = append(conflicts, fp.path+": a binary change cannot be applied from the diff")
-			continue
-		}
-		if fp.created {
-			next, err := fp.apply("", true)
-			if err != nil {
-				conflicts = append(conflicts, err.Error())
-				continue
-			}
-			if exists && local == next {
-				continue // already there
-			}
-			if exists && !force {
-				conflicts = append(conflicts, fp.path+": the job created it, but a local file exists")
-				continue
-			}
-			changes = append(changes, change{path: fp.path, abs: abs, content: next, mode: mode, what: "created"})
-			continue
-		}
-		if !exists {
-			if fp.deleted {
-				continue // already gone
-			}
-			conflicts = append(conflicts, fp.path+": missing locally")
-			continue
-		}
-		base, sent := "", false
-		if rec != nil {
-			base, sent = rec.Files[fp.path]
-		}
-		unchanged := sent && sha(local) == base
-		if !unchanged && !force {
-			switch {
-			case rec == nil:
-				conflicts = append(conflicts, fp.path+": no local record of the job's files (--force applies the diff where its context matches)")
-			case !sent:
-				conflicts = append(conflicts, fp.path+": not among the files the job was sent")
-			default:
-				conflicts = append(conflicts, fp.path+": changed locally since the job was enqueued")
-			}
-			continue
-		}
-		if fp.deleted {
-			changes = append(changes, change{path: fp.path, abs: abs, remove: true, what: "deleted"})
-			continue
-		}
-		next, err := fp.apply(local, unchanged)
-		if err != nil {
-			conflicts = append(conflicts, err.Error())
-			continue
-		}
-		changes = append(changes, change{path: fp.path, abs: abs, content: next, mode: mode, what: "modified"})
-	}
-	return changes, conflicts
-}
-
-// write applies the planned changes; it stops at the first error and says
-// which files were already written.
-func writeChanges(changes []change) ([]string, error) {
-	var done []string
-	for _, ch := range changes {
-		var err error
-		if ch.remove {
-			err = os.Remove(ch.abs)
-		} else {
-			if err = os.MkdirAll(filepath.Dir(ch.abs), 0o755); err == nil {
-				err = writeAtomic(ch.abs, []byte(ch.content), ch.mode)
-			}
-		}
-		if err != nil {
-			return done, fmt.Errorf("%s: %w (already applied: %s)", ch.path, err, strings.Join(done, ", "))
-		}
-		done = append(done, ch.path)
-	}
-	return done, nil
-}
 
 func (c *cli) cmdAccept(args []string) error {
 	fs := c.subFlags("accept", "accept <job-id> [--dir D] [--force]")
@@ -174,7 +66,7 @@ func (c *cli) cmdAccept(args []string) error {
 	if res.Diff == "" {
 		fmt.Fprintf(c.stdout, "job %s changed nothing; nothing to apply\n", jobID)
 	} else {
-		patches, err := parseDiff(res.Diff)
+		patches, err := readDiff(res.Diff)
 		if err != nil {
 			return fail(exitConflict, "job %s: cannot read its diff: %v", jobID, err)
 		}
@@ -184,7 +76,7 @@ func (c *cli) cmdAccept(args []string) error {
 		}
 		applied, err = writeChanges(changes)
 		if err != nil {
-			return fail(exitConflict, "job %s: %v", jobID, err)
+			return fail(exitConflict, "job %s not accepted: %v", jobID, err)
 		}
 		for _, ch := range changes {
 			fmt.Fprintf(c.stdout, "%-8s %s\n", ch.what, ch.path)

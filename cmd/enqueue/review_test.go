@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,7 +25,7 @@ func TestPlanAccept(t *testing.T) {
 	base := map[string]string{"a.py": "import os\nx = 1\n", "old.py": "gone\n"}
 	next := map[string]string{"a.py": "x = 1\n", "tests/test_a.py": "def test():\n    pass\n"}
 	diff := cairnDiff(t, base, next)
-	patches, err := parseDiff(diff)
+	patches, err := readDiff(diff)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,5 +72,41 @@ func TestPlanAccept(t *testing.T) {
 	changes, conflicts = planAccept(root, nil, patches, true)
 	if len(conflicts) != 0 || len(changes) != 3 {
 		t.Fatalf("forced: changes %+v conflicts %v", changes, conflicts)
+	}
+}
+
+// A write that fails half-way puts back the files written before it, and
+// removes the folders made for them: nothing of the job is left.
+func TestWriteChangesRollsBack(t *testing.T) {
+	root := t.TempDir()
+	base := map[string]string{"a.py": "a\n", "b.py": "b\n", "keep/k.py": "k\n"}
+	writeTree(t, root, base)
+	if err := os.Chmod(filepath.Join(root, "a.py"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	next := map[string]string{"a.py": "A\n", "keep/k.py": "k\n", "c/d/e.py": "new\n", "keep/new.py": "n\n"}
+	patches, err := readDiff(cairnDiff(t, base, next))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &jobRecord{JobID: "j", Files: map[string]string{"a.py": sha("a\n"), "b.py": sha("b\n")}}
+	changes, conflicts := planAccept(root, rec, patches, false)
+	if len(conflicts) != 0 || len(changes) != 4 {
+		t.Fatalf("changes %+v conflicts %v", changes, conflicts)
+	}
+	// A last change that cannot be written: its folder is a file.
+	changes = append(changes, change{path: "b.py/x.py", abs: filepath.Join(root, "a.py", "x.py"), content: "x\n", mode: 0o644, what: "created"})
+	done, err := writeChanges(changes)
+	if err == nil || done != nil || !strings.Contains(err.Error(), "nothing was written (4 file(s) written before it were restored)") {
+		t.Fatalf("done %v err %v", done, err)
+	}
+	if got := readTree(t, root); !maps.Equal(got, base) {
+		t.Fatalf("after the rollback: %q, want %q", got, base)
+	}
+	if st, _ := os.Stat(filepath.Join(root, "a.py")); st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode not restored: %v", st.Mode())
+	}
+	if _, err := os.Stat(filepath.Join(root, "c")); !notExist(err) {
+		t.Fatalf("folder made for the job left behind: %v", err)
 	}
 }
