@@ -3,6 +3,12 @@
 // and one Overlay per agent run, both SQLite files (pure-Go
 // modernc.org/sqlite, WAL mode).
 //
+// Either can also be held in memory (NewMemoryStable, the InMemory overlay
+// option; SQLite's memdb VFS) and written to its file once, with SaveAs:
+// for a run that only has to reach disk when it ends, this saves the file
+// creation, locking, journaling and fsync each SQLite file costs while the
+// run works (memory.go).
+//
 // # Files
 //
 // A workspace folder holds the overlays of the runs:

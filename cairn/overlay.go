@@ -110,9 +110,11 @@ type Overlay struct {
 	operation string
 	nodeID    string
 
-	writeMu sync.Mutex // orders writes, deletes and Accept
+	writeMu sync.Mutex // orders writes, deletes, Accept and SaveAs
 	based   sync.Map   // paths whose base hash is recorded
 	closed  atomic.Bool
+	mem     *memDB // set for InMemory
+	wantMem bool   // the InMemory option
 
 	logger   *slog.Logger
 	logFunc  func(workspaceID, message string)
@@ -155,11 +157,19 @@ const metaKey = "cairn:meta"
 // OverlayID for the name) for a new run over s. dir is created if missing.
 // An existing file for the same operation and node is never reused or
 // overwritten: NewOverlay fails with ErrExists (Reject it, or open it with
-// OpenOverlay, first).
+// OpenOverlay, first). With the InMemory option nothing is created: the
+// overlay lives in memory until SaveAs.
 func (s *Stable) NewOverlay(ctx context.Context, dir, operation, nodeID string, opts ...OverlayOption) (*Overlay, error) {
 	id, err := OverlayID(operation, nodeID)
 	if err != nil {
 		return nil, err
+	}
+	probe := &Overlay{}
+	for _, opt := range opts {
+		opt.applyOverlay(probe)
+	}
+	if probe.wantMem {
+		return s.newMemOverlay(ctx, filepath.Join(dir, id+".db"), id, operation, nodeID, opts)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cairn: overlay dir: %w", err)
@@ -236,12 +246,13 @@ func (o *Overlay) Operation() string { return o.operation }
 // NodeID returns the run's node id (unescaped).
 func (o *Overlay) NodeID() string { return o.nodeID }
 
-// Close closes the overlay's database, keeping the file.
+// Close closes the overlay's database, keeping the file (an in-memory
+// overlay is discarded).
 func (o *Overlay) Close() error {
 	if o.closed.Swap(true) {
 		return nil
 	}
-	return o.db.Close()
+	return o.closeDB()
 }
 
 // Reject discards the run: it closes the overlay and deletes its file

@@ -26,6 +26,7 @@ const DefaultMaxSyncFileBytes = 5 << 20
 type Stable struct {
 	db   *sql.DB
 	path string
+	mem  *memDB     // set for NewMemoryStable
 	mu   sync.Mutex // serialises writers in this process
 }
 
@@ -39,11 +40,16 @@ func OpenStable(ctx context.Context, path string) (*Stable, error) {
 	return &Stable{db: db, path: path}, nil
 }
 
-// Path returns the SQLite file's path.
+// Path returns the SQLite file's path ("" for NewMemoryStable).
 func (s *Stable) Path() string { return s.path }
 
-// Close closes the database.
-func (s *Stable) Close() error { return s.db.Close() }
+// Close closes the database (and discards an in-memory one).
+func (s *Stable) Close() error {
+	if s.mem != nil {
+		return s.mem.close()
+	}
+	return s.db.Close()
+}
 
 // LoadOptions tunes LoadDir. The zero value is the default behaviour.
 type LoadOptions struct {
