@@ -21,43 +21,44 @@
 //   - job.json: a Manifest (job id, operation, node, workspace id, file
 //     names), so that a later accept or reject (OpenJob) finds them.
 //
+// While the job runs, its stable and overlay are held in memory
+// (cairn.NewMemoryStable, cairn.InMemory): a run that does not finish is
+// run again from a fresh workspace, so nothing it writes needs to reach
+// disk before it ends. When the run has ended, the three files are written
+// to a hidden folder next to the job's (".tmp-<job_id>-<random>") and that
+// folder is renamed into place before Process returns, that is before the
+// queue stores the result: the folder is complete or absent, never half
+// written, and a stale or concurrent attempt's folder is replaced whole.
+// The files are written (into the OS page cache) but not fsynced unless
+// Config.SyncWorkspace is set: like the queue's own default (sync_always
+// false, docs/RELIABILITY.md), a killed worker loses nothing, while a
+// power loss or kernel crash can lose the folders of the jobs that ended
+// in the last moments (their results still carry the diff).
+//
 // The folder is kept after the run, for review: Overlay.Accept merges the
 // changes into the job's stable (then Stable.ExportDir or the diff applies
 // them to real files), Overlay.Reject discards them. Cleanup removes job
-// folders older than a retention. A redelivered job (a new attempt) starts
-// from a fresh folder; a job handed back because the worker shut down
-// removes its folder, since it will run again.
+// folders older than a retention (and hidden folders a crash left behind).
+// A redelivered job (a new attempt) starts from a fresh workspace; a job
+// handed back because the worker shut down removes its folder, since it
+// will run again; a job whose agent cannot run (its template does not
+// render) keeps none.
 package jobrun
 
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/agentfleet/fleet/agents"
-	"github.com/agentfleet/fleet/cairn"
 	"github.com/agentfleet/fleet/cairn/toolexec"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
-)
-
-// File names inside a job folder.
-const (
-	// StableFile is the job's stable workspace.
-	StableFile = "stable.db"
-	// ManifestFile describes the job's workspace.
-	ManifestFile = "job.json"
-	// jobsDir is the folder under the workspace root holding job folders.
-	jobsDir = "jobs"
 )
 
 // ErrInvalidConfig is wrapped by every Config validation error.
@@ -84,6 +85,11 @@ type Config struct {
 	// Logger receives the job's logs (tool output at debug level); nil =
 	// discard.
 	Logger *slog.Logger
+	// SyncWorkspace fsyncs the job folder's files and the folder itself
+	// before Process returns, so that the workspace of a stored result
+	// survives a power loss or kernel crash too (set it with the queue's
+	// sync_always). Off, the folder survives a killed worker only.
+	SyncWorkspace bool
 }
 
 func (c *Config) validate() error {
@@ -132,24 +138,6 @@ func New(cfg Config) (*Processor, error) {
 	}
 	return &Processor{cfg: cfg, runner: r}, nil
 }
-
-// Manifest is job.json: what a later accept or reject needs to find a job's
-// workspace.
-type Manifest struct {
-	JobID       string      `json:"job_id"`
-	Operation   string      `json:"operation"`
-	Node        agents.Node `json:"node"`
-	WorkspaceID string      `json:"workspace_id"`
-	// Stable and Overlay are file names inside the job folder.
-	Stable  string `json:"stable"`
-	Overlay string `json:"overlay"`
-	// Files are the workspace paths the request carried, sorted.
-	Files     []string  `json:"files"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-// JobDir is the folder of job jobID under the workspace root.
-func JobDir(root, jobID string) string { return filepath.Join(root, jobsDir, jobID) }
 
 // OverlayOperation maps a queue operation to a Cairn overlay operation
 // ([A-Za-z0-9_]): "-" becomes "_".
@@ -268,6 +256,9 @@ func (p *Processor) Process(ctx context.Context, req *queue.RunRequest, events l
 			return nil, fmt.Errorf("jobrun: diff: %w", err)
 		}
 	}
+	if err := p.persist(dctx, dir, req, ws); err != nil {
+		return nil, err
+	}
 	log.Info("run finished", "status", res.Status, "error_code", res.ErrorCode, "turns", res.Turns,
 		"tool_calls", res.ToolCalls, "changed", len(changed), "workspace", ws.overlay.Path())
 	return out, nil
@@ -314,168 +305,4 @@ func failed(code loop.ErrorCode, msg string) *queue.Outcome {
 		Error:        string(code) + ": " + msg,
 		ErrorCode:    code,
 	}}
-}
-
-// workspace is a job's open stable and overlay.
-type workspace struct {
-	stable  *cairn.Stable
-	overlay *cairn.Overlay
-}
-
-func (w *workspace) close() {
-	if w.overlay != nil {
-		_ = w.overlay.Close()
-	}
-	if w.stable != nil {
-		_ = w.stable.Close()
-	}
-}
-
-// prepare builds a fresh job folder: stable loaded with the request's files,
-// a new overlay and the manifest.
-func (p *Processor) prepare(ctx context.Context, dir string, req *queue.RunRequest) (*workspace, error) {
-	files := make(map[string][]byte, len(req.Files)+1)
-	for path, c := range req.Files {
-		files[path] = []byte(c)
-	}
-	if fp := req.Node.FilePath; fp != "" {
-		if _, ok := files[fp]; !ok {
-			files[fp] = []byte(req.Node.Text)
-		}
-	}
-	// A previous attempt's folder is stale: start again.
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("jobrun: clear job folder: %w", err)
-	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("jobrun: job folder: %w", err)
-	}
-	ws := &workspace{}
-	ok := false
-	defer func() {
-		if !ok {
-			ws.close()
-			_ = os.RemoveAll(dir)
-		}
-	}()
-	var err error
-	if ws.stable, err = cairn.OpenStable(ctx, filepath.Join(dir, StableFile)); err != nil {
-		return nil, fmt.Errorf("jobrun: %w", err)
-	}
-	if _, err := ws.stable.LoadFiles(ctx, files); err != nil {
-		if isCairnInput(err) {
-			return nil, &requestError{fmt.Errorf("workspace files: %w", err)}
-		}
-		return nil, fmt.Errorf("jobrun: load files: %w", err)
-	}
-	op := OverlayOperation(req.Operation)
-	nodeID := NodeID(req)
-	if ws.overlay, err = ws.stable.NewOverlay(ctx, dir, op, nodeID, cairn.WithLogger(p.cfg.Logger)); err != nil {
-		return nil, fmt.Errorf("jobrun: overlay: %w", err)
-	}
-	m := Manifest{JobID: req.JobID, Operation: req.Operation, Node: req.Node, WorkspaceID: ws.overlay.ID(),
-		Stable: StableFile, Overlay: filepath.Base(ws.overlay.Path()), CreatedAt: time.Now().UTC()}
-	for path := range files {
-		m.Files = append(m.Files, path)
-	}
-	slices.Sort(m.Files)
-	data, err := json.MarshalIndent(&m, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, ManifestFile), append(data, '\n'), 0o640); err != nil {
-		return nil, fmt.Errorf("jobrun: manifest: %w", err)
-	}
-	ok = true
-	return ws, nil
-}
-
-// isCairnInput reports whether err is Cairn refusing the content it was
-// given (bad path, too large, a file/directory clash) rather than failing.
-func isCairnInput(err error) bool {
-	for _, k := range []error{cairn.ErrPathInvalid, cairn.ErrTooLarge, cairn.ErrBadValue, cairn.ErrIsDir, cairn.ErrNotDir, cairn.ErrConflict} {
-		if errors.Is(err, k) {
-			return true
-		}
-	}
-	return false
-}
-
-// Job is a finished job's workspace, opened for review.
-type Job struct {
-	Manifest Manifest
-	Stable   *cairn.Stable
-	Overlay  *cairn.Overlay
-}
-
-// Close closes the overlay and the stable, keeping the files.
-func (j *Job) Close() error {
-	return errors.Join(j.Overlay.Close(), j.Stable.Close())
-}
-
-// OpenJob opens the workspace of job jobID under root: its manifest, stable
-// and overlay. Accept merges the run into the job's stable; Reject deletes
-// the overlay.
-func OpenJob(ctx context.Context, root, jobID string) (*Job, error) {
-	if !queue.ValidJobID(jobID) {
-		return nil, fmt.Errorf("jobrun: invalid job id %q", jobID)
-	}
-	dir := JobDir(root, jobID)
-	data, err := os.ReadFile(filepath.Join(dir, ManifestFile))
-	if err != nil {
-		return nil, fmt.Errorf("jobrun: job %s: %w", jobID, err)
-	}
-	var m Manifest
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("jobrun: job %s manifest: %w", jobID, err)
-	}
-	if m.Stable != StableFile || m.Overlay != filepath.Base(m.Overlay) || !strings.HasSuffix(m.Overlay, ".db") {
-		return nil, fmt.Errorf("jobrun: job %s manifest names unexpected files", jobID)
-	}
-	st, err := cairn.OpenStable(ctx, filepath.Join(dir, m.Stable))
-	if err != nil {
-		return nil, err
-	}
-	ov, err := st.OpenOverlay(ctx, filepath.Join(dir, m.Overlay))
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	return &Job{Manifest: m, Stable: st, Overlay: ov}, nil
-}
-
-// Cleanup removes the job folders under root whose manifest (or folder,
-// when it has none) is older than olderThan, and returns how many it
-// removed. A missing root removes nothing.
-func Cleanup(root string, olderThan time.Duration) (int, error) {
-	base := filepath.Join(root, jobsDir)
-	entries, err := os.ReadDir(base)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	cutoff := time.Now().Add(-olderThan)
-	n := 0
-	var errs []error
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		dir := filepath.Join(base, e.Name())
-		st, err := os.Stat(filepath.Join(dir, ManifestFile))
-		if err != nil {
-			st, err = os.Stat(dir)
-		}
-		if err != nil || !st.ModTime().Before(cutoff) {
-			continue
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-	}
-	return n, errors.Join(errs...)
 }
