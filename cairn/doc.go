@@ -4,10 +4,10 @@
 // modernc.org/sqlite, WAL mode).
 //
 // Either can also be held in memory (NewMemoryStable, the InMemory overlay
-// option; SQLite's memdb VFS) and written to its file once, with SaveAs:
-// for a run that only has to reach disk when it ends, this saves the file
-// creation, locking, journaling and fsync each SQLite file costs while the
-// run works (memory.go).
+// option; SQLite's memdb VFS) and handed over at the end as the bytes of
+// its SQLite file (Image): for a run that only has to reach disk when it
+// ends, this saves the file creation, locking, journaling and fsync each
+// SQLite file costs while the run works (memory.go).
 //
 // # Files
 //

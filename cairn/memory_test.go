@@ -87,9 +87,9 @@ func observe(t *testing.T, b *bundle) []string {
 	return got
 }
 
-// An in-memory workspace answers exactly like one on files, writes nothing
-// to disk until saved, and its saved files reopen as that workspace: same
-// view, same changes, and Accept merges them.
+// An in-memory workspace answers exactly like one on files and writes
+// nothing to disk; its images, written to files, reopen as that workspace:
+// same view, same changes, and Accept merges them.
 func TestMemoryWorkspaceMatchesFiles(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -110,27 +110,27 @@ func TestMemoryWorkspaceMatchesFiles(t *testing.T) {
 		t.Fatalf("an in-memory overlay created its folder: %v", err)
 	}
 
-	out := filepath.Join(t.TempDir(), "job")
-	if err := os.Mkdir(out, 0o750); err != nil {
-		t.Fatal(err)
-	}
+	// The images, written to files, reopen as the workspace.
+	out := t.TempDir()
 	stPath, ovPath := filepath.Join(out, "stable.db"), filepath.Join(out, filepath.Base(mem.ov.Path()))
-	if err := mem.stable.SaveAs(ctx, stPath, cairn.SaveOptions{}); err != nil {
-		t.Fatal(err)
+	for path, img := range map[string]func(context.Context) ([]byte, error){stPath: mem.stable.Image, ovPath: mem.ov.Image} {
+		data, err := img(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) == 0 || len(data)%1024 != 0 || len(data) > 16<<10 {
+			t.Fatalf("%s: image of %d bytes, want 1 KiB pages and a small file", path, len(data))
+		}
+		if err := os.WriteFile(path, data, 0o640); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := mem.ov.SaveAs(ctx, ovPath, cairn.SaveOptions{Sync: true}); err != nil {
-		t.Fatal(err)
+	// Images are for in-memory workspaces.
+	if _, err := files.stable.Image(ctx); err == nil {
+		t.Fatal("Image of a file stable succeeded")
 	}
-	// Saved once, never overwritten.
-	if err := mem.ov.SaveAs(ctx, ovPath, cairn.SaveOptions{}); !errors.Is(err, cairn.ErrExists) {
-		t.Fatalf("second SaveAs: %v", err)
-	}
-	// Files are saved by copying them, not with SaveAs.
-	if err := files.stable.SaveAs(ctx, filepath.Join(out, "x.db"), cairn.SaveOptions{}); err == nil {
-		t.Fatal("SaveAs of a file stable succeeded")
-	}
-	if err := files.ov.SaveAs(ctx, filepath.Join(out, "y.db"), cairn.SaveOptions{}); err == nil {
-		t.Fatal("SaveAs of a file overlay succeeded")
+	if _, err := files.ov.Image(ctx); err == nil {
+		t.Fatal("Image of a file overlay succeeded")
 	}
 
 	st, err := cairn.OpenStable(ctx, stPath)
@@ -183,8 +183,8 @@ func TestMemoryWorkspacesAreSeparate(t *testing.T) {
 	if _, err := a.ov.ReadFile(ctx, "f.txt"); err == nil {
 		t.Fatal("read after Close succeeded")
 	}
-	if err := a.ov.SaveAs(ctx, filepath.Join(t.TempDir(), "x.db"), cairn.SaveOptions{}); !errors.Is(err, cairn.ErrClosed) {
-		t.Fatalf("SaveAs after Close: %v", err)
+	if _, err := a.ov.Image(ctx); !errors.Is(err, cairn.ErrClosed) {
+		t.Fatalf("Image after Close: %v", err)
 	}
 }
 
@@ -221,16 +221,5 @@ func TestMemoryConcurrentWrites(t *testing.T) {
 	ch, err := b.ov.ChangedFiles(ctx)
 	if err != nil || len(ch) != n {
 		t.Fatalf("ChangedFiles = %v, %v", ch, err)
-	}
-}
-
-// An in-memory overlay takes the name of a file overlay: NewOverlay refuses
-// it while the file exists.
-func TestMemoryOverlayNameTaken(t *testing.T) {
-	t.Parallel()
-	b := setup(t, map[string]string{"a.txt": "a"})
-	_, err := b.stable.NewOverlay(context.Background(), filepath.Dir(b.ov.Path()), "lint", "src/app.py::main", cairn.InMemory())
-	if !errors.Is(err, cairn.ErrExists) {
-		t.Fatalf("NewOverlay InMemory over an existing file: %v", err)
 	}
 }

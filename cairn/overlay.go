@@ -110,7 +110,7 @@ type Overlay struct {
 	operation string
 	nodeID    string
 
-	writeMu sync.Mutex // orders writes, deletes, Accept and SaveAs
+	writeMu sync.Mutex // orders writes, deletes, Accept and Image
 	based   sync.Map   // paths whose base hash is recorded
 	closed  atomic.Bool
 	mem     *memDB // set for InMemory
@@ -157,8 +157,9 @@ const metaKey = "cairn:meta"
 // OverlayID for the name) for a new run over s. dir is created if missing.
 // An existing file for the same operation and node is never reused or
 // overwritten: NewOverlay fails with ErrExists (Reject it, or open it with
-// OpenOverlay, first). With the InMemory option nothing is created: the
-// overlay lives in memory until SaveAs.
+// OpenOverlay, first). With the InMemory option the disk is not touched
+// (neither created nor checked): the overlay lives in memory (Image hands
+// it over).
 func (s *Stable) NewOverlay(ctx context.Context, dir, operation, nodeID string, opts ...OverlayOption) (*Overlay, error) {
 	id, err := OverlayID(operation, nodeID)
 	if err != nil {

@@ -4,45 +4,43 @@
 // the loop's result with the workspace's actual changed files and unified
 // diff.
 //
-// # Workspaces on disk
+// # Workspaces
 //
-// Each job gets its own folder, JobDir(root, jobID) =
-// <root>/jobs/<job_id>/, holding:
+// A job's workspace is a Cairn stable loaded with the request's files (and
+// the node's file when the request does not carry it) and the run's
+// copy-on-write overlay over it. A stable per job, not one shared by all
+// jobs, because requests carry their own version of the files: two jobs on
+// the same path would otherwise overwrite each other's base, and accepting
+// one run would make every other run's base stale.
 //
-//   - stable.db: a Cairn stable workspace loaded with the request's files
-//     (and the node's file when the request does not carry it). A stable per
-//     job, not one shared by all jobs, because requests carry their own
-//     version of the files: two jobs on the same path would otherwise
-//     overwrite each other's base, and accepting one run would make every
-//     other run's base stale.
-//   - agent-<operation>-<node>.db: the run's copy-on-write overlay
-//     (cairn.OverlayID names it; an operation's "-" become "_" since Cairn
-//     operations are [A-Za-z0-9_]). All the run's writes live here.
-//   - job.json: a Manifest (job id, operation, node, workspace id, file
-//     names), so that a later accept or reject (OpenJob) finds them.
+// While the job runs, both are held in memory (cairn.NewMemoryStable,
+// cairn.InMemory): a run that does not finish is run again from a fresh
+// workspace, so nothing it writes needs to reach disk before it ends. When
+// the run has ended, before Process returns (that is before the queue
+// stores the result), the job is stored as one row of the job store
+// <root>/jobs/store.db (store.go): its Manifest and the images of its
+// stable and overlay. A new attempt of the job replaces the row. The row
+// is written to the store's log (it survives a killed worker) and reaches
+// the disk at the log's checkpoints; with Config.SyncWorkspace every
+// commit is fsynced (it survives a power loss too). docs/RELIABILITY.md
+// compares this with the queue's own durability.
 //
-// While the job runs, its stable and overlay are held in memory
-// (cairn.NewMemoryStable, cairn.InMemory): a run that does not finish is
-// run again from a fresh workspace, so nothing it writes needs to reach
-// disk before it ends. When the run has ended, the three files are written
-// to a hidden folder next to the job's (".tmp-<job_id>-<random>") and that
-// folder is renamed into place before Process returns, that is before the
-// queue stores the result: the folder is complete or absent, never half
-// written, and a stale or concurrent attempt's folder is replaced whole.
-// The files are written (into the OS page cache) but not fsynced unless
-// Config.SyncWorkspace is set: like the queue's own default (sync_always
-// false, docs/RELIABILITY.md), a killed worker loses nothing, while a
-// power loss or kernel crash can lose the folders of the jobs that ended
-// in the last moments (their results still carry the diff).
+// For review, OpenJob(root, jobID) writes the job's folder JobDir(root,
+// jobID) = <root>/jobs/<job_id>/ from its row the first time and opens it:
 //
-// The folder is kept after the run, for review: Overlay.Accept merges the
-// changes into the job's stable (then Stable.ExportDir or the diff applies
-// them to real files), Overlay.Reject discards them. Cleanup removes job
-// folders older than a retention (and hidden folders a crash left behind).
-// A redelivered job (a new attempt) starts from a fresh workspace; a job
-// handed back because the worker shut down removes its folder, since it
-// will run again; a job whose agent cannot run (its template does not
-// render) keeps none.
+//   - stable.db: the job's stable workspace;
+//   - agent-<operation>-<node>.db: the run's overlay (cairn.OverlayID names
+//     it; an operation's "-" become "_" since Cairn operations are
+//     [A-Za-z0-9_]). All the run's writes live here;
+//   - job.json: the Manifest (job id, operation, node, workspace id, file
+//     names).
+//
+// Overlay.Accept merges the changes into the job's stable (then
+// Stable.ExportDir or the diff applies them to real files), Overlay.Reject
+// discards them; later OpenJob calls reopen the folder as they left it.
+// Cleanup removes the jobs stored, and the folders written, longer ago than
+// a retention. A job handed back because the worker shut down, and a job
+// whose agent cannot run (its template does not render), store nothing.
 package jobrun
 
 import (
@@ -51,8 +49,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentfleet/fleet/agents"
@@ -85,10 +83,11 @@ type Config struct {
 	// Logger receives the job's logs (tool output at debug level); nil =
 	// discard.
 	Logger *slog.Logger
-	// SyncWorkspace fsyncs the job folder's files and the folder itself
-	// before Process returns, so that the workspace of a stored result
-	// survives a power loss or kernel crash too (set it with the queue's
-	// sync_always). Off, the folder survives a killed worker only.
+	// SyncWorkspace fsyncs the job store's log at every stored job, before
+	// Process returns, so that the workspace of a stored result survives a
+	// power loss or kernel crash too (set it with the queue's
+	// sync_always). Off, it survives a killed worker; a power loss can
+	// lose the jobs stored since the log's last checkpoint.
 	SyncWorkspace bool
 }
 
@@ -123,6 +122,9 @@ func (c *Config) validate() error {
 type Processor struct {
 	cfg    Config
 	runner *loop.Runner // for requests without options
+
+	mu    sync.Mutex
+	store *store // the job store, opened at the first finished job
 }
 
 var _ queue.Processor = (*Processor)(nil)
@@ -165,14 +167,15 @@ type requestError struct{ err error }
 func (e *requestError) Error() string { return e.err.Error() }
 func (e *requestError) Unwrap() error { return e.err }
 
-// Process runs one job: it builds the job's workspace, runs the agent's loop
-// and returns its result with the actual changed files and the diff.
+// Process runs one job: it builds the job's workspace, runs the agent's loop,
+// stores the workspace (see the package comment) and returns its result
+// with the actual changed files and the diff.
 //
 // A request whose workspace cannot be built (files that clash, an unknown
 // operation) is a failed Outcome with QUEUE_003 or QUEUE_002, never
 // retried. Infrastructure failures (disk, sandbox, a broken .pym) return an
 // error, which the queue retries. A run stopped by a worker shutdown
-// returns the shutdown cause as its error and removes its folder: the queue
+// returns the shutdown cause as its error and stores nothing: the queue
 // hands the job back, it is not failed.
 func (p *Processor) Process(ctx context.Context, req *queue.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
 	log := p.cfg.Logger.With("job", req.JobID, "operation", req.Operation)
@@ -231,11 +234,7 @@ func (p *Processor) Process(ctx context.Context, req *queue.RunRequest, events l
 		return failed(queue.CodeInvalidRequest, "cannot run the agent: "+err.Error()), nil
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, queue.ErrShutdown) {
-		ws.close()
-		if rerr := os.RemoveAll(dir); rerr != nil {
-			log.Warn("cannot remove the workspace of a requeued job", "dir", dir, "err", rerr)
-		}
-		return nil, cause
+		return nil, cause // handed back: it runs again, nothing is stored
 	}
 
 	// The run's context may be over (deadline, cancel): the changes are
@@ -260,7 +259,7 @@ func (p *Processor) Process(ctx context.Context, req *queue.RunRequest, events l
 		return nil, err
 	}
 	log.Info("run finished", "status", res.Status, "error_code", res.ErrorCode, "turns", res.Turns,
-		"tool_calls", res.ToolCalls, "changed", len(changed), "workspace", ws.overlay.Path())
+		"tool_calls", res.ToolCalls, "changed", len(changed), "workspace", ws.overlay.ID())
 	return out, nil
 }
 

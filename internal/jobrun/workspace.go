@@ -18,9 +18,9 @@ import (
 	"github.com/agentfleet/fleet/queue"
 )
 
-// This file is the job folder: building a job's workspace in memory,
-// writing it into its folder when the run has ended, and opening or
-// removing kept folders (see the package comment).
+// This file is a job's workspace: building it in memory, storing it when
+// the run has ended, and opening (writing its folder from the store) or
+// removing kept jobs (see the package comment).
 
 // File names inside a job folder.
 const (
@@ -47,7 +47,8 @@ type Manifest struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// JobDir is the folder of job jobID under the workspace root.
+// JobDir is the folder of job jobID under the workspace root, where
+// OpenJob opens its workspace (writing it from the job store first).
 func JobDir(root, jobID string) string { return filepath.Join(root, jobsDir, jobID) }
 
 // workspace is a job's stable and overlay, in memory until persist.
@@ -68,8 +69,7 @@ func (w *workspace) close() {
 }
 
 // prepare builds the job's workspace in memory: a stable loaded with the
-// request's files and a new overlay. A previous attempt's folder is stale
-// and removed.
+// request's files and a new overlay.
 func (p *Processor) prepare(ctx context.Context, dir string, req *queue.RunRequest) (*workspace, error) {
 	files := make(map[string][]byte, len(req.Files)+1)
 	for path, c := range req.Files {
@@ -79,9 +79,6 @@ func (p *Processor) prepare(ctx context.Context, dir string, req *queue.RunReque
 		if _, ok := files[fp]; !ok {
 			files[fp] = []byte(req.Node.Text)
 		}
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("jobrun: clear job folder: %w", err)
 	}
 	ws := &workspace{created: time.Now().UTC()}
 	ok := false
@@ -113,84 +110,50 @@ func (p *Processor) prepare(ctx context.Context, dir string, req *queue.RunReque
 	return ws, nil
 }
 
-// persist writes the job folder (stable.db, the overlay, job.json) into a
-// hidden folder next to it and renames that into place, replacing a stale
-// or concurrent attempt's folder. With SyncWorkspace the files and both
-// folders are fsynced first.
-func (p *Processor) persist(ctx context.Context, dir string, req *queue.RunRequest, ws *workspace) (err error) {
-	parent := filepath.Dir(dir)
-	if err := os.MkdirAll(parent, 0o750); err != nil {
-		return fmt.Errorf("jobrun: job folders: %w", err)
+// persist stores the finished job (manifest, stable and overlay images) in
+// the job store, replacing an earlier attempt's row, and removes a folder
+// OpenJob wrote from that attempt's row.
+func (p *Processor) persist(ctx context.Context, dir string, req *queue.RunRequest, ws *workspace) error {
+	st, err := p.jobStore(ctx)
+	if err != nil {
+		return err
 	}
-	tmp := filepath.Join(parent, fmt.Sprintf(".tmp-%s-%016x", req.JobID, rand.Uint64()))
-	if err := os.Mkdir(tmp, 0o750); err != nil {
-		return fmt.Errorf("jobrun: job folder: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = os.RemoveAll(tmp)
-		}
-	}()
-	sync := cairn.SaveOptions{Sync: p.cfg.SyncWorkspace}
-	if err := ws.stable.SaveAs(ctx, filepath.Join(tmp, StableFile), sync); err != nil {
+	stable, err := ws.stable.Image(ctx)
+	if err != nil {
 		return fmt.Errorf("jobrun: %w", err)
 	}
-	ovName := filepath.Base(ws.overlay.Path())
-	if err := ws.overlay.SaveAs(ctx, filepath.Join(tmp, ovName), sync); err != nil {
+	overlay, err := ws.overlay.Image(ctx)
+	if err != nil {
 		return fmt.Errorf("jobrun: %w", err)
 	}
 	m := Manifest{JobID: req.JobID, Operation: req.Operation, Node: req.Node, WorkspaceID: ws.overlay.ID(),
-		Stable: StableFile, Overlay: ovName, Files: ws.files, CreatedAt: ws.created}
+		Stable: StableFile, Overlay: filepath.Base(ws.overlay.Path()), Files: ws.files, CreatedAt: ws.created}
 	data, err := json.MarshalIndent(&m, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(tmp, ManifestFile), append(data, '\n'), p.cfg.SyncWorkspace); err != nil {
-		return fmt.Errorf("jobrun: manifest: %w", err)
+	if err := st.put(ctx, req.JobID, m.CreatedAt, append(data, '\n'), stable, overlay); err != nil {
+		return err
 	}
-	if p.cfg.SyncWorkspace {
-		if err := syncDir(tmp); err != nil {
-			return fmt.Errorf("jobrun: sync job folder: %w", err)
-		}
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		// A folder is there: a stale attempt's (a redelivery raced with
-		// our start) or a concurrent one's. This run's replaces it.
-		if rerr := os.RemoveAll(dir); rerr != nil {
-			return fmt.Errorf("jobrun: replace job folder: %w", rerr)
-		}
-		if err := os.Rename(tmp, dir); err != nil {
-			return fmt.Errorf("jobrun: job folder: %w", err)
-		}
-	}
-	if p.cfg.SyncWorkspace {
-		if err := syncDir(parent); err != nil {
-			return fmt.Errorf("jobrun: sync job folders: %w", err)
-		}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("jobrun: remove a stale job folder: %w", err)
 	}
 	return nil
 }
 
-// writeFile creates path with data, fsyncing it when sync is set.
-func writeFile(path string, data []byte, sync bool) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
-	if err != nil {
-		return err
+// jobStore returns the job store, opening it on first use (an error is
+// tried again at the next job).
+func (p *Processor) jobStore(ctx context.Context) (*store, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.store == nil {
+		s, err := sharedStore(ctx, p.cfg.WorkspaceDir, p.cfg.SyncWorkspace)
+		if err != nil {
+			return nil, err
+		}
+		p.store = s
 	}
-	_, err = f.Write(data)
-	if err == nil && sync {
-		err = f.Sync()
-	}
-	return errors.Join(err, f.Close())
-}
-
-// syncDir fsyncs a folder, making the entries created in it durable.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(f.Sync(), f.Close())
+	return p.store, nil
 }
 
 // isCairnInput reports whether err is Cairn refusing the content it was
@@ -217,14 +180,24 @@ func (j *Job) Close() error {
 }
 
 // OpenJob opens the workspace of job jobID under root: its manifest, stable
-// and overlay. Accept merges the run into the job's stable; Reject deletes
-// the overlay.
+// and overlay, in the job's folder JobDir(root, jobID). The first time, it
+// writes that folder from the job store (a hidden folder renamed into
+// place); later opens use the folder, with what Accept or Reject did to it.
+// Accept merges the run into the job's stable; Reject deletes the overlay.
+// A job that is neither in a folder nor in the store is an error matching
+// fs.ErrNotExist.
 func OpenJob(ctx context.Context, root, jobID string) (*Job, error) {
 	if !queue.ValidJobID(jobID) {
 		return nil, fmt.Errorf("jobrun: invalid job id %q", jobID)
 	}
 	dir := JobDir(root, jobID)
 	data, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := writeJobDir(ctx, root, jobID); err != nil {
+			return nil, err
+		}
+		data, err = os.ReadFile(filepath.Join(dir, ManifestFile))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("jobrun: job %s: %w", jobID, err)
 	}
@@ -232,7 +205,7 @@ func OpenJob(ctx context.Context, root, jobID string) (*Job, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("jobrun: job %s manifest: %w", jobID, err)
 	}
-	if m.Stable != StableFile || m.Overlay != filepath.Base(m.Overlay) || !strings.HasSuffix(m.Overlay, ".db") {
+	if !validManifest(m) {
 		return nil, fmt.Errorf("jobrun: job %s manifest names unexpected files", jobID)
 	}
 	st, err := cairn.OpenStable(ctx, filepath.Join(dir, m.Stable))
@@ -247,9 +220,65 @@ func OpenJob(ctx context.Context, root, jobID string) (*Job, error) {
 	return &Job{Manifest: m, Stable: st, Overlay: ov}, nil
 }
 
-// Cleanup removes the job folders under root whose manifest (or folder,
-// when it has none) is older than olderThan, and returns how many it
-// removed. A missing root removes nothing.
+func validManifest(m Manifest) bool {
+	return m.Stable == StableFile && m.Overlay == filepath.Base(m.Overlay) && strings.HasSuffix(m.Overlay, ".db") &&
+		m.Overlay != StableFile
+}
+
+// writeJobDir writes the folder of a stored job: job.json, stable.db and
+// the overlay go into a hidden folder that is renamed into place, so a job
+// folder is complete or absent. When another OpenJob got there first, its
+// folder is kept.
+func writeJobDir(ctx context.Context, root, jobID string) (err error) {
+	path := filepath.Join(root, jobsDir, storeFile)
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("jobrun: job %s: %w", jobID, err)
+	}
+	s, err := openStore(ctx, path, false)
+	if err != nil {
+		return err
+	}
+	defer s.db.Close()
+	manifest, stable, overlay, err := s.get(ctx, jobID)
+	if errors.Is(err, errNoJob) {
+		return fmt.Errorf("jobrun: job %s: %w", jobID, fs.ErrNotExist)
+	}
+	if err != nil {
+		return fmt.Errorf("jobrun: job %s: %w", jobID, err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(manifest, &m); err != nil || !validManifest(m) {
+		return fmt.Errorf("jobrun: job %s: stored manifest unusable (%v)", jobID, err)
+	}
+	dir := JobDir(root, jobID)
+	tmp := filepath.Join(filepath.Dir(dir), fmt.Sprintf(".tmp-%s-%016x", jobID, rand.Uint64()))
+	if err := os.Mkdir(tmp, 0o750); err != nil {
+		return fmt.Errorf("jobrun: job %s: %w", jobID, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+	for name, data := range map[string][]byte{ManifestFile: manifest, m.Stable: stable, m.Overlay: overlay} {
+		if err := os.WriteFile(filepath.Join(tmp, name), data, 0o640); err != nil {
+			return fmt.Errorf("jobrun: job %s: %w", jobID, err)
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, ManifestFile)); serr == nil {
+			_ = os.RemoveAll(tmp)
+			return nil // another OpenJob wrote it
+		}
+		return fmt.Errorf("jobrun: job %s: %w", jobID, err)
+	}
+	return nil
+}
+
+// Cleanup removes the jobs under root stored longer than olderThan ago,
+// and the job folders whose manifest (or folder, when it has none, like a
+// hidden folder a crash left behind) is older than that, and returns how
+// many jobs it removed. A missing root removes nothing.
 func Cleanup(root string, olderThan time.Duration) (int, error) {
 	base := filepath.Join(root, jobsDir)
 	entries, err := os.ReadDir(base)
@@ -260,8 +289,20 @@ func Cleanup(root string, olderThan time.Duration) (int, error) {
 		return 0, err
 	}
 	cutoff := time.Now().Add(-olderThan)
-	n := 0
+	removed := map[string]bool{}
 	var errs []error
+	if _, err := os.Stat(filepath.Join(base, storeFile)); err == nil {
+		ctx := context.Background()
+		s, err := openStore(ctx, filepath.Join(base, storeFile), false)
+		if err != nil {
+			return 0, err
+		}
+		ids, err := s.prune(ctx, cutoff)
+		errs = append(errs, err, s.db.Close())
+		for _, id := range ids {
+			removed[id] = true
+		}
+	}
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
@@ -278,7 +319,7 @@ func Cleanup(root string, olderThan time.Duration) (int, error) {
 			errs = append(errs, err)
 			continue
 		}
-		n++
+		removed[e.Name()] = true
 	}
-	return n, errors.Join(errs...)
+	return len(removed), errors.Join(errs...)
 }
