@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -18,27 +20,72 @@ import (
 // between needs to survive. Their SQLite databases live in SQLite's memdb
 // VFS and cost no file creation, locking or fsync while the run works;
 // Image then hands each one over as the bytes of a SQLite file, to be
-// stored however the caller likes. Their pages are 1 KiB (memPageSize)
-// instead of 4 KiB: a small workspace's image is a quarter of the size.
+// stored however the caller likes.
+//
+// Their pages are 1 KiB instead of 4 KiB (a small workspace's image is a
+// quarter of the size), and a closed one is not thrown away: it is emptied
+// and kept for the next workspace of the same kind (memPool), with its
+// connections and prepared statements, which would otherwise be opened,
+// created and parsed again for every run. Emptying deletes every row with
+// secure_delete on (the freed content is zeroed) and auto_vacuum FULL (the
+// freed pages leave the database), then checks that no row and no free
+// page is left; a database that fails the check is closed, never reused.
+// So nothing of one run can reach the next one's view or its Image. The
+// handle a Stable or Overlay holds is a lease: after Close it refuses
+// every query (ErrClosed), so a stale reference cannot reach the database
+// once it serves another run.
 
-// memPageSize sets the page size of an in-memory database before its first
-// table exists.
-const memPageSize = "PRAGMA page_size = 1024;\n"
+// memPragmas set up an in-memory database before its first table exists.
+// secure_delete is per connection: it is set on the keeper, which empties
+// the database.
+const memPragmas = "PRAGMA page_size = 1024;\nPRAGMA auto_vacuum = FULL;\nPRAGMA secure_delete = ON;\n"
+
+// maxFreeMemDBs caps the emptied databases kept per kind.
+const maxFreeMemDBs = 16
 
 // memSeq numbers the in-memory databases of this process.
 var memSeq atomic.Uint64
 
-// memDB is an in-memory SQLite database shared by the connections of db.
-// keep pins it: memdb frees a database when its last connection closes,
-// and database/sql may close idle connections at will.
+// memDB is an in-memory SQLite database shared by the connections of db,
+// with its statement cache. keep pins it (memdb frees a database when its
+// last connection closes, and database/sql may close idle connections at
+// will); it also serializes it and empties it.
 type memDB struct {
-	db   *sql.DB
-	keep *sql.Conn
+	db     *sql.DB
+	keep   *sql.Conn
+	stmts  *stmtCache
+	schema string
+	tables []string
+}
+
+// memPool holds emptied in-memory databases by schema.
+var memPool struct {
+	mu   sync.Mutex
+	free map[string][]*memDB
+}
+
+// leaseMemDB returns an empty in-memory database with schema, from the
+// pool when one is free, and the lease the workspace queries it through.
+// Closing the lease gives the database back.
+func leaseMemDB(ctx context.Context, schema string) (*stmtDB, *memDB, error) {
+	memPool.mu.Lock()
+	var m *memDB
+	if l := memPool.free[schema]; len(l) > 0 {
+		m, memPool.free[schema] = l[len(l)-1], l[:len(l)-1]
+	}
+	memPool.mu.Unlock()
+	if m == nil {
+		var err error
+		if m, err = openMemDB(ctx, schema); err != nil {
+			return nil, nil, err
+		}
+	}
+	return &stmtDB{DB: m.db, cache: m.stmts, release: m.release}, m, nil
 }
 
 // openMemDB creates a database in SQLite's memdb VFS, named uniquely in
-// this process so that every connection of the returned pool opens the
-// same one, and creates schema in it.
+// this process so that every connection of its pool opens the same one,
+// and creates schema in it.
 func openMemDB(ctx context.Context, schema string) (*memDB, error) {
 	q := url.Values{}
 	q.Set("vfs", "memdb")
@@ -51,22 +98,79 @@ func openMemDB(ctx context.Context, schema string) (*memDB, error) {
 	}
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
-	keep, err := db.Conn(ctx)
-	if err != nil {
+	m := &memDB{db: db, stmts: newStmtCache(), schema: schema}
+	if m.keep, err = db.Conn(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open in-memory database: %w", err)
 	}
-	if _, err := keep.ExecContext(ctx, memPageSize+schema); err != nil {
-		keep.Close()
-		db.Close()
+	if _, err := m.keep.ExecContext(ctx, memPragmas+schema); err != nil {
+		m.close()
 		return nil, fmt.Errorf("create schema in memory: %w", err)
 	}
-	return &memDB{db: db, keep: keep}, nil
+	rows, err := m.keep.QueryContext(ctx, "SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+	if err == nil {
+		for rows.Next() {
+			var t string
+			if err = rows.Scan(&t); err != nil {
+				break
+			}
+			m.tables = append(m.tables, t)
+		}
+		rows.Close()
+		err = errors.Join(err, rows.Err())
+	}
+	if err != nil || len(m.tables) == 0 {
+		m.close()
+		return nil, fmt.Errorf("in-memory database tables: %v", err)
+	}
+	return m, nil
 }
 
 // close releases the database (its content is gone).
 func (m *memDB) close() error {
-	return errors.Join(m.keep.Close(), m.db.Close())
+	return errors.Join(m.stmts.close(), m.keep.Close(), m.db.Close())
+}
+
+// release empties the database and gives it back to the pool; one that
+// cannot be emptied, or that the full pool does not take, is closed.
+func (m *memDB) release() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.empty(ctx); err != nil {
+		return errors.Join(err, m.close())
+	}
+	memPool.mu.Lock()
+	if memPool.free == nil {
+		memPool.free = make(map[string][]*memDB)
+	}
+	if l := memPool.free[m.schema]; len(l) < maxFreeMemDBs {
+		memPool.free[m.schema] = append(l, m)
+		memPool.mu.Unlock()
+		return nil
+	}
+	memPool.mu.Unlock()
+	return m.close()
+}
+
+// empty deletes every row and checks that no row and no free page is left.
+func (m *memDB) empty(ctx context.Context) error {
+	var del, count strings.Builder
+	count.WriteString("SELECT (SELECT freelist_count FROM pragma_freelist_count())")
+	for _, t := range m.tables {
+		del.WriteString("DELETE FROM " + t + ";\n")
+		count.WriteString(" + (SELECT count(*) FROM " + t + ")")
+	}
+	if _, err := m.keep.ExecContext(ctx, del.String()); err != nil {
+		return fmt.Errorf("cairn: empty an in-memory database: %w", err)
+	}
+	var left int
+	if err := m.keep.QueryRowContext(ctx, count.String()).Scan(&left); err != nil {
+		return fmt.Errorf("cairn: check an emptied in-memory database: %w", err)
+	}
+	if left != 0 {
+		return fmt.Errorf("cairn: an emptied in-memory database still holds %d rows or free pages", left)
+	}
+	return nil
 }
 
 // image returns the database as the bytes of a SQLite file (in
@@ -90,11 +194,11 @@ func (m *memDB) image() ([]byte, error) {
 // works like one opened with OpenStable, but nothing reaches disk (Image
 // hands it over). Close discards it. Its Path is "".
 func NewMemoryStable(ctx context.Context) (*Stable, error) {
-	m, err := openMemDB(ctx, filesSchema)
+	db, m, err := leaseMemDB(ctx, filesSchema)
 	if err != nil {
 		return nil, fmt.Errorf("cairn: new stable: %w", err)
 	}
-	return &Stable{db: m.db, mem: m}, nil
+	return &Stable{db: db, mem: m}, nil
 }
 
 // Image returns the stable workspace as it is now, as the bytes of a
@@ -109,6 +213,9 @@ func (s *Stable) Image(ctx context.Context) ([]byte, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.db.closed.Load() {
+		return nil, ErrClosed
+	}
 	img, err := s.mem.image()
 	if err != nil {
 		return nil, fmt.Errorf("cairn: stable image: %w", err)
@@ -127,16 +234,16 @@ func InMemory() OverlayOption {
 // and the disk is not touched (an overlay file at Path is no concern of an
 // in-memory overlay).
 func (s *Stable) newMemOverlay(ctx context.Context, p, id, operation, nodeID string, opts []OverlayOption) (*Overlay, error) {
-	m, err := openMemDB(ctx, overlaySchema)
+	db, m, err := leaseMemDB(ctx, overlaySchema)
 	if err != nil {
 		return nil, fmt.Errorf("cairn: create overlay: %w", err)
 	}
 	meta, _ := json.Marshal(overlayMeta{ID: id, Operation: operation, NodeID: nodeID, CreatedAt: time.Now().UTC(), Format: 1})
-	if err := putKV(ctx, m.keep, metaKey, string(meta)); err != nil {
-		m.close()
+	if err := putKV(ctx, db, metaKey, string(meta)); err != nil {
+		db.Close()
 		return nil, fmt.Errorf("cairn: create overlay: %w", err)
 	}
-	o := newOverlay(s, m.db, p, id, operation, nodeID, opts)
+	o := newOverlay(s, db, p, id, operation, nodeID, opts)
 	o.mem = m
 	return o, nil
 }
@@ -166,11 +273,3 @@ func (o *Overlay) Image(ctx context.Context) ([]byte, error) {
 
 // InMemory reports whether the overlay is held in memory (InMemory).
 func (o *Overlay) InMemory() bool { return o.mem != nil }
-
-// closeDB closes the overlay's database, releasing an in-memory one.
-func (o *Overlay) closeDB() error {
-	if o.mem != nil {
-		return o.mem.close()
-	}
-	return o.db.Close()
-}

@@ -104,7 +104,7 @@ func OverlayPath(dir, operation, nodeID string) (string, error) {
 // serialised in call order; reads run concurrently with them.
 type Overlay struct {
 	stable    *Stable
-	db        *sql.DB
+	db        *stmtDB
 	path      string
 	id        string
 	operation string
@@ -226,7 +226,7 @@ func (s *Stable) OpenOverlay(ctx context.Context, path string, opts ...OverlayOp
 	return newOverlay(s, db, path, meta.ID, meta.Operation, meta.NodeID, opts), nil
 }
 
-func newOverlay(s *Stable, db *sql.DB, p, id, op, node string, opts []OverlayOption) *Overlay {
+func newOverlay(s *Stable, db *stmtDB, p, id, op, node string, opts []OverlayOption) *Overlay {
 	o := &Overlay{stable: s, db: db, path: p, id: id, operation: op, nodeID: node}
 	for _, opt := range opts {
 		opt.applyOverlay(o)
@@ -253,7 +253,7 @@ func (o *Overlay) Close() error {
 	if o.closed.Swap(true) {
 		return nil
 	}
-	return o.closeDB()
+	return o.db.Close()
 }
 
 // Reject discards the run: it closes the overlay and deletes its file
