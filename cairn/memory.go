@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +55,9 @@ type memDB struct {
 	stmts  *stmtCache
 	schema string
 	tables []string
+	// On keep: a DELETE per table, then the count of what is left.
+	deletes []*sql.Stmt
+	left    *sql.Stmt
 }
 
 // memPool holds emptied in-memory databases by schema.
@@ -123,12 +125,32 @@ func openMemDB(ctx context.Context, schema string) (*memDB, error) {
 		m.close()
 		return nil, fmt.Errorf("in-memory database tables: %v", err)
 	}
+	count := "SELECT (SELECT freelist_count FROM pragma_freelist_count())"
+	for _, t := range m.tables {
+		d, err := m.keep.PrepareContext(ctx, "DELETE FROM "+t)
+		if err != nil {
+			m.close()
+			return nil, err
+		}
+		m.deletes = append(m.deletes, d)
+		count += " + (SELECT count(*) FROM " + t + ")"
+	}
+	if m.left, err = m.keep.PrepareContext(ctx, count); err != nil {
+		m.close()
+		return nil, err
+	}
 	return m, nil
 }
 
 // close releases the database (its content is gone).
 func (m *memDB) close() error {
-	return errors.Join(m.stmts.close(), m.keep.Close(), m.db.Close())
+	var errs []error
+	for _, d := range append(m.deletes, m.left) {
+		if d != nil {
+			errs = append(errs, d.Close())
+		}
+	}
+	return errors.Join(append(errs, m.stmts.close(), m.keep.Close(), m.db.Close())...)
 }
 
 // release empties the database and gives it back to the pool; one that
@@ -154,17 +176,13 @@ func (m *memDB) release() error {
 
 // empty deletes every row and checks that no row and no free page is left.
 func (m *memDB) empty(ctx context.Context) error {
-	var del, count strings.Builder
-	count.WriteString("SELECT (SELECT freelist_count FROM pragma_freelist_count())")
-	for _, t := range m.tables {
-		del.WriteString("DELETE FROM " + t + ";\n")
-		count.WriteString(" + (SELECT count(*) FROM " + t + ")")
-	}
-	if _, err := m.keep.ExecContext(ctx, del.String()); err != nil {
-		return fmt.Errorf("cairn: empty an in-memory database: %w", err)
+	for _, d := range m.deletes {
+		if _, err := d.ExecContext(ctx); err != nil {
+			return fmt.Errorf("cairn: empty an in-memory database: %w", err)
+		}
 	}
 	var left int
-	if err := m.keep.QueryRowContext(ctx, count.String()).Scan(&left); err != nil {
+	if err := m.left.QueryRowContext(ctx).Scan(&left); err != nil {
 		return fmt.Errorf("cairn: check an emptied in-memory database: %w", err)
 	}
 	if left != 0 {

@@ -270,8 +270,8 @@ func (p *Pool) spawnReady(ctx context.Context) (*child, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	defer cancel()
 	stop := context.AfterFunc(ctx, c.kill)
-	err = c.selfTest()
-	if err == nil {
+	err = c.selfTest() // leaves the child without a session
+	if err == nil && p.cfg.SnapshotScripts < 0 {
 		err = c.configure(p.limits)
 	}
 	if !stop() || err != nil {
@@ -384,12 +384,14 @@ func (p *Pool) release(c *child, broken bool) {
 	}()
 }
 
-// renew drops the finished session and opens a new one, bounded by
-// StartTimeout.
+// renew drops the finished session, bounded by StartTimeout. With
+// snapshots a run opens its own session (Load needs no Configure; a Feed
+// configures first); without, renew opens the next one here, off the
+// next run's path.
 func (p *Pool) renew(c *child) error {
 	t := time.AfterFunc(p.cfg.StartTimeout, c.kill)
 	err := c.reset()
-	if err == nil {
+	if err == nil && p.cfg.SnapshotScripts < 0 {
 		err = c.configure(p.limits)
 	}
 	if !t.Stop() && err == nil {

@@ -2,6 +2,7 @@ package monty
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -100,16 +101,31 @@ func (r *run) start(ctx context.Context) (childEvent, error) {
 			return ev, err
 		}
 		if isSuspension(ev.kind) {
-			r.loaded = true
+			r.loaded, r.c.session = true, false
 			r.print(snap.prints)
 			return ev, nil
 		}
-		// Monty refused the state (the child is still unfed): feed the
-		// script instead, and from now on.
+		// Monty refused the state (the child still has no session): feed
+		// the script instead, and from now on.
 		r.pool.log.Warn("monty: snapshot not loadable; feeding the script", "script", r.script.Name, "event", describeEvent(ev))
 		r.pool.snaps.put(code, nil)
 		take = false
 	}
+	if !r.c.session {
+		// A session for the feed (with snapshots on, the pool leaves
+		// processes without one).
+		ok, err := r.exchange(ctx, func(b []byte) []byte {
+			return encodeConfigure(b, configureMsg{scriptName: scriptName, limits: r.pool.limits, montyVersion: Version})
+		})
+		if err != nil {
+			return ok, err
+		}
+		if ok.kind != evOk {
+			r.broken = true
+			return ok, fmt.Errorf("%w: configure: %s", ErrProtocol, describeEvent(ok))
+		}
+	}
+	r.c.session = false // fed from here on
 	ev, err := r.exchange(ctx, func(b []byte) []byte { return encodeFeed(b, code) })
 	if err != nil || !take || !isSuspension(ev.kind) {
 		return ev, err
