@@ -20,6 +20,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/internal/jobrun"
 	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
 )
 
@@ -295,6 +296,51 @@ func BenchmarkProcessLintOneTurn(b *testing.B) {
 	b.ReportMetric(n/total.Seconds(), "jobs/s")
 	b.ReportMetric(ms(self1-self0+kids1-kids0)/n, "cpu-ms")
 	b.ReportMetric(ms(kids1-kids0)/n, "monty-cpu-ms")
+	b.ReportMetric((load0+loadAvg())/2, "load")
+}
+
+// BenchmarkProcessNoop is one job's lifecycle cost around the loop, one at
+// a time: the workspace (stable loaded with the demo project's files,
+// overlay), one submit_result run through the real Monty sandbox, changed
+// files and diff, the job stored. The model answers submit_result at once.
+func BenchmarkProcessNoop(b *testing.B) {
+	defs, err := agents.LoadDirWith("../../agents", agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool := montytest.Pool(b, monty.Config{Size: 1})
+	model := looptest.NewScripted(looptest.Submit(`{"summary":"nothing to do","changed_files":[]}`))
+	model.RepeatLast, model.DiscardRequests = true, true
+	p, err := jobrun.New(jobrun.Config{Agents: defs, Sandbox: pool, Model: model, WorkspaceDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	files := benchFiles(b)
+	out, err := p.Process(context.Background(), benchRequest(files, "warm"), nil)
+	if err != nil || out.Result.Status != loop.StatusSuccess {
+		b.Fatalf("%+v %v", out, err)
+	}
+	lat := make([]time.Duration, 0, b.N)
+	load0 := loadAvg()
+	b.ResetTimer()
+	self0, kids0 := cpuTime(b)
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		out, err := p.Process(context.Background(), benchRequest(files, fmt.Sprintf("bench-%d", i)), nil)
+		lat = append(lat, time.Since(t))
+		if err != nil || out.Result.Status != loop.StatusSuccess {
+			b.Fatalf("%+v %v", out, err)
+		}
+	}
+	elapsed := time.Since(start)
+	self1, kids1 := cpuTime(b)
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(ms(percentile(lat, 0.50)), "p50-ms")
+	b.ReportMetric(ms(percentile(lat, 0.99)), "p99-ms")
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
+	b.ReportMetric(ms(self1-self0+kids1-kids0)/float64(b.N), "cpu-ms")
 	b.ReportMetric((load0+loadAvg())/2, "load")
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -381,40 +380,4 @@ type nopSandbox struct{}
 
 func (nopSandbox) Run(context.Context, *monty.Script, map[string]any, monty.ExternalFunc) (monty.Outcome, error) {
 	return monty.Outcome{}, nil
-}
-
-// BenchmarkProcessNoop is one job's lifecycle cost around the loop: a fresh
-// job folder, stable loaded with the demo project's files, overlay,
-// manifest, one submit_result run through the real Monty sandbox, changed
-// files and diff.
-func BenchmarkProcessNoop(b *testing.B) {
-	defs, err := agents.LoadDirWith("../../agents", agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
-	if err != nil {
-		b.Fatal(err)
-	}
-	pool := montytest.Pool(b, monty.Config{Size: 1})
-	model := looptest.NewScripted(looptest.Submit(`{"summary":"nothing to do","changed_files":[]}`))
-	model.RepeatLast, model.DiscardRequests = true, true
-	p, err := jobrun.New(jobrun.Config{Agents: defs, Sandbox: pool, Model: model, WorkspaceDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	files := map[string]string{}
-	for _, f := range []string{stockPath, "pyproject.toml"} {
-		data, err := os.ReadFile(filepath.Join("../../testdata/demo", f))
-		if err != nil {
-			b.Fatal(err)
-		}
-		files[f] = string(data)
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		req := &queue.RunRequest{Version: 1, JobID: fmt.Sprintf("bench-%d", i), Operation: "lint",
-			Node:  agents.Node{ID: stockPath, Name: "stock.py", Type: "file", FilePath: stockPath, Text: files[stockPath]},
-			Files: files}
-		out, err := p.Process(context.Background(), req, nil)
-		if err != nil || out.Result.Status != loop.StatusSuccess {
-			b.Fatalf("%+v %v", out, err)
-		}
-	}
 }
