@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"sync"
 	"testing"
 
 	"github.com/agentfleet/fleet/cairn"
@@ -192,34 +191,5 @@ func TestMemoryWorkspacesAreSeparate(t *testing.T) {
 // and readers (several pooled connections) see one database.
 func TestMemoryConcurrentWrites(t *testing.T) {
 	t.Parallel()
-	b := memSetup(t, map[string]string{"shared.txt": "base"})
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	const n = 16
-	errs := make(chan error, 3*n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := fmt.Sprintf("out/f%02d.txt", i)
-			if _, err := b.ov.CallExternal(ctx, "write_file", []any{p, fmt.Sprint(i)}, nil); err != nil {
-				errs <- err
-			}
-			if v, err := b.ov.CallExternal(ctx, "read_file", []any{p}, nil); err != nil || v != fmt.Sprint(i) {
-				errs <- fmt.Errorf("read %s = %v, %v", p, v, err)
-			}
-			if _, err := b.ov.CallExternal(ctx, "read_file", []any{"shared.txt"}, nil); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	ch, err := b.ov.ChangedFiles(ctx)
-	if err != nil || len(ch) != n {
-		t.Fatalf("ChangedFiles = %v, %v", ch, err)
-	}
+	checkConcurrentWrites(t, memSetup(t, map[string]string{"shared.txt": "base"}))
 }

@@ -54,26 +54,6 @@ func (f modelFunc) Complete(ctx context.Context, req *loop.Request) (*loop.Respo
 	return f(ctx, req)
 }
 
-// benchFiles are the demo project's files a lint request carries.
-func benchFiles(b *testing.B) map[string]string {
-	b.Helper()
-	files := map[string]string{}
-	for _, f := range []string{stockPath, "pyproject.toml"} {
-		data, err := os.ReadFile(filepath.Join("../../testdata/demo", f))
-		if err != nil {
-			b.Fatal(err)
-		}
-		files[f] = string(data)
-	}
-	return files
-}
-
-func benchRequest(files map[string]string, jobID string) *queue.RunRequest {
-	return &queue.RunRequest{Version: 1, JobID: jobID, Operation: "lint",
-		Node:  agents.Node{ID: stockPath, Name: "stock.py", Type: "file", FilePath: stockPath, Text: files[stockPath]},
-		Files: files}
-}
-
 // phaseClock splits one job's wall time at the boundaries the Processor's
 // interfaces expose: the model calls and the sandbox runs. Only for jobs
 // run one at a time.
@@ -157,6 +137,41 @@ func checkLintOutcome(b *testing.B, out *queue.Outcome, err error) {
 	if r.Status != loop.StatusSuccess || r.ToolCalls != 2 || len(r.ChangedFiles) != 0 {
 		b.Fatalf("status %s, %d tool calls, changed %v, error %q", r.Status, r.ToolCalls, r.ChangedFiles, r.Error)
 	}
+}
+
+// meter measures a benchmark's timed jobs: the wall time, the CPU and the
+// machine's load.
+type meter struct {
+	b            *testing.B
+	load0        float64
+	self0, kids0 time.Duration
+	start        time.Time
+}
+
+// startMeter resets the benchmark timer and starts measuring.
+func startMeter(b *testing.B) *meter {
+	m := &meter{b: b, load0: loadAvg()}
+	b.ResetTimer()
+	m.self0, m.kids0 = cpuTime(b)
+	m.start = time.Now()
+	return m
+}
+
+// stop stops the timer and reports the jobs' p50 and p99 latency (lat, in
+// any order), jobs/s, CPU per job (this process and its Monty children,
+// and the children alone) and the mean load.
+func (m *meter) stop(lat []time.Duration) {
+	elapsed := time.Since(m.start)
+	self1, kids1 := cpuTime(m.b)
+	m.b.StopTimer()
+	n := float64(m.b.N)
+	slices.Sort(lat)
+	m.b.ReportMetric(ms(percentile(lat, 0.50)), "p50-ms")
+	m.b.ReportMetric(ms(percentile(lat, 0.99)), "p99-ms")
+	m.b.ReportMetric(n/elapsed.Seconds(), "jobs/s")
+	m.b.ReportMetric(ms(self1-m.self0+kids1-m.kids0)/n, "cpu-ms")
+	m.b.ReportMetric(ms(kids1-m.kids0)/n, "monty-cpu-ms")
+	m.b.ReportMetric((m.load0+loadAvg())/2, "load")
 }
 
 func percentile(sorted []time.Duration, q float64) time.Duration {
@@ -246,22 +261,20 @@ func loadAvg() float64 {
 func BenchmarkProcessLintOneTurn(b *testing.B) {
 	clock := &phaseClock{}
 	p := newLintProcessors(b, 1, clock)[0]
-	files := benchFiles(b)
+	files := demoFiles(b)
 	// One warm-up job outside the timing (first-use caches: .pym parse,
 	// schema compilation, the page cache).
 	clock.reset()
-	out, err := p.Process(context.Background(), benchRequest(files, "warm"), nil)
+	out, err := p.Process(context.Background(), lintRequest(files, "warm"), nil)
 	checkLintOutcome(b, out, err)
 
 	lat := make([]time.Duration, 0, b.N)
-	var prep, tail, montyT, wall, interp, model time.Duration
+	var prep, tail, montyT, wall, interp time.Duration
 	runs := map[string]time.Duration{}
-	load0 := loadAvg()
-	b.ResetTimer()
-	self0, kids0 := cpuTime(b)
+	m := startMeter(b)
 	for i := 0; i < b.N; i++ {
 		clock.reset()
-		out, err := p.Process(context.Background(), benchRequest(files, fmt.Sprintf("bench-%d", i)), nil)
+		out, err := p.Process(context.Background(), lintRequest(files, fmt.Sprintf("bench-%d", i)), nil)
 		end := time.Now()
 		checkLintOutcome(b, out, err)
 		lat = append(lat, end.Sub(clock.start))
@@ -270,21 +283,16 @@ func BenchmarkProcessLintOneTurn(b *testing.B) {
 		montyT += clock.monty
 		wall += clock.wall
 		interp += clock.interp
-		model += clock.model
 		for k, v := range clock.runs {
 			runs[k] += v
 		}
 	}
-	self1, kids1 := cpuTime(b)
-	b.StopTimer()
-	slices.Sort(lat)
-	n := float64(b.N)
 	var total time.Duration
 	for _, d := range lat {
 		total += d
 	}
-	b.ReportMetric(ms(percentile(lat, 0.50)), "p50-ms")
-	b.ReportMetric(ms(percentile(lat, 0.99)), "p99-ms")
+	m.stop(lat)
+	n := float64(b.N)
 	b.ReportMetric(ms(prep)/n, "prepare-ms")
 	for k, v := range runs {
 		b.ReportMetric(ms(v)/n, strings.TrimSuffix(k, ".pym")+"-ms")
@@ -293,10 +301,6 @@ func BenchmarkProcessLintOneTurn(b *testing.B) {
 	b.ReportMetric(ms(interp)/n, "monty-interp-ms")
 	b.ReportMetric(ms(tail)/n, "tail-ms")
 	b.ReportMetric(ms(total-prep-montyT-tail)/n, "loop-ms")
-	b.ReportMetric(n/total.Seconds(), "jobs/s")
-	b.ReportMetric(ms(self1-self0+kids1-kids0)/n, "cpu-ms")
-	b.ReportMetric(ms(kids1-kids0)/n, "monty-cpu-ms")
-	b.ReportMetric((load0+loadAvg())/2, "load")
 }
 
 // BenchmarkProcessNoop is one job's lifecycle cost around the loop, one at
@@ -315,33 +319,22 @@ func BenchmarkProcessNoop(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	files := benchFiles(b)
-	out, err := p.Process(context.Background(), benchRequest(files, "warm"), nil)
+	files := demoFiles(b)
+	out, err := p.Process(context.Background(), lintRequest(files, "warm"), nil)
 	if err != nil || out.Result.Status != loop.StatusSuccess {
 		b.Fatalf("%+v %v", out, err)
 	}
 	lat := make([]time.Duration, 0, b.N)
-	load0 := loadAvg()
-	b.ResetTimer()
-	self0, kids0 := cpuTime(b)
-	start := time.Now()
+	m := startMeter(b)
 	for i := 0; i < b.N; i++ {
 		t := time.Now()
-		out, err := p.Process(context.Background(), benchRequest(files, fmt.Sprintf("bench-%d", i)), nil)
+		out, err := p.Process(context.Background(), lintRequest(files, fmt.Sprintf("bench-%d", i)), nil)
 		lat = append(lat, time.Since(t))
 		if err != nil || out.Result.Status != loop.StatusSuccess {
 			b.Fatalf("%+v %v", out, err)
 		}
 	}
-	elapsed := time.Since(start)
-	self1, kids1 := cpuTime(b)
-	b.StopTimer()
-	slices.Sort(lat)
-	b.ReportMetric(ms(percentile(lat, 0.50)), "p50-ms")
-	b.ReportMetric(ms(percentile(lat, 0.99)), "p99-ms")
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
-	b.ReportMetric(ms(self1-self0+kids1-kids0)/float64(b.N), "cpu-ms")
-	b.ReportMetric((load0+loadAvg())/2, "load")
+	m.stop(lat)
 }
 
 // BenchmarkProcessLintOneTurnSlots2 is the same job on two slots at once
@@ -351,19 +344,16 @@ func BenchmarkProcessNoop(b *testing.B) {
 func BenchmarkProcessLintOneTurnSlots2(b *testing.B) {
 	const slots = 2
 	ps := newLintProcessors(b, slots, nil)
-	files := benchFiles(b)
+	files := demoFiles(b)
 	for i, p := range ps {
-		out, err := p.Process(context.Background(), benchRequest(files, fmt.Sprintf("warm-%d", i)), nil)
+		out, err := p.Process(context.Background(), lintRequest(files, fmt.Sprintf("warm-%d", i)), nil)
 		checkLintOutcome(b, out, err)
 	}
 	var next atomic.Int64
 	lats := make([][]time.Duration, slots)
 	var wg sync.WaitGroup
 	errs := make(chan error, slots)
-	load0 := loadAvg()
-	b.ResetTimer()
-	self0, kids0 := cpuTime(b)
-	start := time.Now()
+	m := startMeter(b)
 	for s, p := range ps {
 		wg.Add(1)
 		go func() {
@@ -374,7 +364,7 @@ func BenchmarkProcessLintOneTurnSlots2(b *testing.B) {
 					return
 				}
 				t := time.Now()
-				out, err := p.Process(context.Background(), benchRequest(files, fmt.Sprintf("bench-%d", i)), nil)
+				out, err := p.Process(context.Background(), lintRequest(files, fmt.Sprintf("bench-%d", i)), nil)
 				if err == nil && out.Result.Status != loop.StatusSuccess {
 					err = fmt.Errorf("status %s: %s", out.Result.Status, out.Result.Error)
 				}
@@ -387,18 +377,9 @@ func BenchmarkProcessLintOneTurnSlots2(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	self1, kids1 := cpuTime(b)
-	b.StopTimer()
+	m.stop(slices.Concat(lats...))
 	close(errs)
 	for err := range errs {
 		b.Fatal(err)
 	}
-	lat := slices.Concat(lats...)
-	slices.Sort(lat)
-	b.ReportMetric(ms(percentile(lat, 0.50)), "p50-ms")
-	b.ReportMetric(ms(percentile(lat, 0.99)), "p99-ms")
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
-	b.ReportMetric(ms(self1-self0+kids1-kids0)/float64(b.N), "cpu-ms")
-	b.ReportMetric((load0+loadAvg())/2, "load")
 }

@@ -51,22 +51,34 @@ func realAgents(t *testing.T) map[string]*agents.Definition {
 
 const stockPath = "src/inventory/stock.py"
 
-// demoRequest is a lint job on the demo project's stock.py.
-func demoRequest(t *testing.T, jobID string) *queue.RunRequest {
-	t.Helper()
+// demoFiles are the demo project's files a lint request on stock.py
+// carries.
+func demoFiles(tb testing.TB) map[string]string {
+	tb.Helper()
 	files := map[string]string{}
 	for _, p := range []string{stockPath, "pyproject.toml"} {
 		b, err := os.ReadFile(filepath.Join("../../testdata/demo", p))
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		files[p] = string(b)
 	}
+	return files
+}
+
+// lintRequest is a lint job on stock.py carrying files.
+func lintRequest(files map[string]string, jobID string) *queue.RunRequest {
 	return &queue.RunRequest{
 		Version: 1, JobID: jobID, Operation: "lint",
 		Node:  agents.Node{ID: stockPath, Name: "stock.py", Type: "file", FilePath: stockPath, Text: files[stockPath]},
 		Files: files,
 	}
+}
+
+// demoRequest is a lint job on the demo project's stock.py.
+func demoRequest(t *testing.T, jobID string) *queue.RunRequest {
+	t.Helper()
+	return lintRequest(demoFiles(t), jobID)
 }
 
 type recorder struct {
