@@ -50,7 +50,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agentfleet/fleet/agents"
@@ -123,8 +122,7 @@ type Processor struct {
 	cfg    Config
 	runner *loop.Runner // for requests without options
 
-	mu    sync.Mutex
-	store *store // the job store, opened at the first finished job
+	storePath string // the job store's file
 }
 
 var _ queue.Processor = (*Processor)(nil)
@@ -138,7 +136,11 @@ func New(cfg Config) (*Processor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Processor{cfg: cfg, runner: r}, nil
+	sp, err := storePath(cfg.WorkspaceDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: WorkspaceDir: %v", ErrInvalidConfig, err)
+	}
+	return &Processor{cfg: cfg, runner: r, storePath: sp}, nil
 }
 
 // OverlayOperation maps a queue operation to a Cairn overlay operation

@@ -54,21 +54,28 @@ var stores struct {
 	m  map[storeKey]*store
 }
 
-// sharedStore returns the process's handle on the store under root,
-// opening (and creating) it on first use.
-func sharedStore(ctx context.Context, root string, syncCommits bool) (*store, error) {
-	path, err := filepath.Abs(filepath.Join(root, jobsDir, storeFile))
-	if err != nil {
-		return nil, err
-	}
+// storePath is the absolute path of the job store under root.
+func storePath(root string) (string, error) {
+	return filepath.Abs(filepath.Join(root, jobsDir, storeFile))
+}
+
+// sharedStore returns the process's handle on the store file at path
+// (absolute), opening (and creating) it on first use. When the file is
+// gone (someone removed the workspace folder under a running worker), a
+// new store is created and used from then on; the old handle is left open,
+// since another job may be writing through it (its row then goes with the
+// removed file, as it would have gone with the folder).
+func sharedStore(ctx context.Context, path string, syncCommits bool) (*store, error) {
 	k := storeKey{path, syncCommits}
 	stores.mu.Lock()
 	defer stores.mu.Unlock()
 	if s := stores.m[k]; s != nil {
-		return s, nil
+		if _, err := os.Stat(path); err == nil {
+			return s, nil
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, fmt.Errorf("jobrun: jobs folder: %w", err)
+		return nil, fmt.Errorf("jobrun: job folders: %w", err)
 	}
 	s, err := openStore(ctx, path, syncCommits)
 	if err != nil {

@@ -69,8 +69,13 @@ func (w *workspace) close() {
 }
 
 // prepare builds the job's workspace in memory: a stable loaded with the
-// request's files and a new overlay.
+// request's files and a new overlay. The job store is opened first (once
+// per Processor), so that a worker that cannot store jobs fails them
+// before running them.
 func (p *Processor) prepare(ctx context.Context, dir string, req *queue.RunRequest) (*workspace, error) {
+	if _, err := p.jobStore(ctx); err != nil {
+		return nil, err
+	}
 	files := make(map[string][]byte, len(req.Files)+1)
 	for path, c := range req.Files {
 		files[path] = []byte(c)
@@ -141,19 +146,10 @@ func (p *Processor) persist(ctx context.Context, dir string, req *queue.RunReque
 	return nil
 }
 
-// jobStore returns the job store, opening it on first use (an error is
-// tried again at the next job).
+// jobStore returns the job store (opening it on first use, or when its
+// file is gone).
 func (p *Processor) jobStore(ctx context.Context) (*store, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.store == nil {
-		s, err := sharedStore(ctx, p.cfg.WorkspaceDir, p.cfg.SyncWorkspace)
-		if err != nil {
-			return nil, err
-		}
-		p.store = s
-	}
-	return p.store, nil
+	return sharedStore(ctx, p.storePath, p.cfg.SyncWorkspace)
 }
 
 // isCairnInput reports whether err is Cairn refusing the content it was
@@ -230,7 +226,10 @@ func validManifest(m Manifest) bool {
 // folder is complete or absent. When another OpenJob got there first, its
 // folder is kept.
 func writeJobDir(ctx context.Context, root, jobID string) (err error) {
-	path := filepath.Join(root, jobsDir, storeFile)
+	path, err := storePath(root)
+	if err != nil {
+		return err
+	}
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("jobrun: job %s: %w", jobID, err)
 	}

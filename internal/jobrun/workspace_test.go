@@ -192,3 +192,28 @@ func TestCleanupRemovesWorkFolders(t *testing.T) {
 		t.Fatalf("work folder kept: %v", err)
 	}
 }
+
+// A workspace folder removed under a running Processor is made again: the
+// next job is stored in a new store, where OpenJob finds it.
+func TestStoreRemovedUnderProcessor(t *testing.T) {
+	model := looptest.NewScripted(looptest.Submit(`{"summary":"nothing to do","changed_files":[]}`))
+	model.RepeatLast = true
+	p, root := newProcessor(t, model, loop.Config{})
+	if _, err := p.Process(context.Background(), demoRequest(t, "before"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(root, "jobs")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Process(context.Background(), demoRequest(t, "after"), nil); err != nil {
+		t.Fatal(err)
+	}
+	job, err := jobrun.OpenJob(context.Background(), root, "after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job.Close()
+	if _, err := jobrun.OpenJob(context.Background(), root, "before"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a job of the removed store: %v", err)
+	}
+}
