@@ -18,7 +18,7 @@ const absentHash = "absent"
 // openDB opens (and with create, creates) a SQLite file in WAL mode with a
 // busy timeout; write transactions begin IMMEDIATE so that concurrent
 // writers queue on the busy handler instead of failing on lock upgrade.
-func openDB(ctx context.Context, path string, create bool, schema string) (*sql.DB, error) {
+func openDB(ctx context.Context, path string, create bool, schema string) (*stmtDB, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func openDB(ctx context.Context, path string, create bool, schema string) (*sql.
 			return nil, fmt.Errorf("create schema in %s: %w", path, err)
 		}
 	}
-	return db, nil
+	return newStmtDB(db), nil
 }
 
 const filesSchema = `
@@ -82,7 +82,7 @@ func sha256Hex(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// queryer is satisfied by *sql.DB and *sql.Tx.
+// queryer is satisfied by *stmtDB, *stmtTx, *sql.DB, *sql.Tx and *sql.Conn.
 type queryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row

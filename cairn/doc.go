@@ -3,6 +3,15 @@
 // Overlay per agent run, both SQLite files (pure-Go modernc.org/sqlite, WAL
 // mode).
 //
+// Either can also be held in memory (NewMemoryStable, the InMemory overlay
+// option; SQLite's memdb VFS) and handed over at the end as the bytes of
+// its SQLite file (Image): for a run that only has to reach disk when it
+// ends, this saves the file creation, locking, journaling and fsync each
+// SQLite file costs while the run works. A closed in-memory database is
+// emptied (checked, and zeroed) and serves the next one, with its
+// connections and prepared statements (memory.go). Queries reuse prepared
+// statements (stmt.go).
+//
 // # Files
 //
 // A workspace folder holds the overlays of the runs:

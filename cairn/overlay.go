@@ -104,15 +104,17 @@ func OverlayPath(dir, operation, nodeID string) (string, error) {
 // serialised in call order; reads run concurrently with them.
 type Overlay struct {
 	stable    *Stable
-	db        *sql.DB
+	db        *stmtDB
 	path      string
 	id        string
 	operation string
 	nodeID    string
 
-	writeMu sync.Mutex // orders writes, deletes and Accept
+	writeMu sync.Mutex // orders writes, deletes, Accept and Image
 	based   sync.Map   // paths whose base hash is recorded
 	closed  atomic.Bool
+	mem     *memDB // set for InMemory
+	wantMem bool   // the InMemory option
 
 	logger   *slog.Logger
 	logFunc  func(workspaceID, message string)
@@ -155,11 +157,20 @@ const metaKey = "cairn:meta"
 // OverlayID for the name) for a new run over s. dir is created if missing.
 // An existing file for the same operation and node is never reused or
 // overwritten: NewOverlay fails with ErrExists (Reject it, or open it with
-// OpenOverlay, first).
+// OpenOverlay, first). With the InMemory option the disk is not touched
+// (neither created nor checked): the overlay lives in memory (Image hands
+// it over).
 func (s *Stable) NewOverlay(ctx context.Context, dir, operation, nodeID string, opts ...OverlayOption) (*Overlay, error) {
 	id, err := OverlayID(operation, nodeID)
 	if err != nil {
 		return nil, err
+	}
+	probe := &Overlay{}
+	for _, opt := range opts {
+		opt.applyOverlay(probe)
+	}
+	if probe.wantMem {
+		return s.newMemOverlay(ctx, filepath.Join(dir, id+".db"), id, operation, nodeID, opts)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cairn: overlay dir: %w", err)
@@ -215,7 +226,7 @@ func (s *Stable) OpenOverlay(ctx context.Context, path string, opts ...OverlayOp
 	return newOverlay(s, db, path, meta.ID, meta.Operation, meta.NodeID, opts), nil
 }
 
-func newOverlay(s *Stable, db *sql.DB, p, id, op, node string, opts []OverlayOption) *Overlay {
+func newOverlay(s *Stable, db *stmtDB, p, id, op, node string, opts []OverlayOption) *Overlay {
 	o := &Overlay{stable: s, db: db, path: p, id: id, operation: op, nodeID: node}
 	for _, opt := range opts {
 		opt.applyOverlay(o)
@@ -236,7 +247,8 @@ func (o *Overlay) Operation() string { return o.operation }
 // NodeID returns the run's node id (unescaped).
 func (o *Overlay) NodeID() string { return o.nodeID }
 
-// Close closes the overlay's database, keeping the file.
+// Close closes the overlay's database, keeping the file (an in-memory
+// overlay is discarded).
 func (o *Overlay) Close() error {
 	if o.closed.Swap(true) {
 		return nil

@@ -24,8 +24,9 @@ const DefaultMaxSyncFileBytes = 5 << 20
 // mode, mtime) and kv(key, value). Stable is safe for concurrent use; reads
 // run in parallel (WAL mode) and writes are serialised.
 type Stable struct {
-	db   *sql.DB
+	db   *stmtDB
 	path string
+	mem  *memDB     // set for NewMemoryStable
 	mu   sync.Mutex // serialises writers in this process
 }
 
@@ -39,10 +40,10 @@ func OpenStable(ctx context.Context, path string) (*Stable, error) {
 	return &Stable{db: db, path: path}, nil
 }
 
-// Path returns the SQLite file's path.
+// Path returns the SQLite file's path ("" for NewMemoryStable).
 func (s *Stable) Path() string { return s.path }
 
-// Close closes the database.
+// Close closes the database (and discards an in-memory one).
 func (s *Stable) Close() error { return s.db.Close() }
 
 // LoadOptions tunes LoadDir. The zero value is the default behaviour.

@@ -513,7 +513,14 @@ func TestLogCapped(t *testing.T) {
 // changed) through one overlay.
 func TestConcurrentWrites(t *testing.T) {
 	t.Parallel()
-	b := setup(t, map[string]string{"shared.txt": "base"})
+	checkConcurrentWrites(t, setup(t, map[string]string{"shared.txt": "base"}))
+}
+
+// checkConcurrentWrites has 16 goroutines each write a file of its own and
+// shared.txt, then read its file back: every write lands, the reads see
+// them, and shared.txt (stable "base") counts as changed.
+func checkConcurrentWrites(t *testing.T, b *bundle) {
+	t.Helper()
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	const n = 16
@@ -529,8 +536,8 @@ func TestConcurrentWrites(t *testing.T) {
 			if _, err := b.ov.CallExternal(ctx, "write_file", []any{"shared.txt", fmt.Sprint(i)}, nil); err != nil {
 				errs <- err
 			}
-			if _, err := b.ov.CallExternal(ctx, "read_file", []any{p}, nil); err != nil {
-				errs <- err
+			if v, err := b.ov.CallExternal(ctx, "read_file", []any{p}, nil); err != nil || v != fmt.Sprint(i) {
+				errs <- fmt.Errorf("read %s = %v, %v", p, v, err)
 			}
 		}()
 	}

@@ -233,7 +233,7 @@ func (s *slot) runJob(j *job) {
 	}
 	s.setHeartbeat(j)
 	w.st.started.Add(1)
-	actx := context.WithValue(ctx, attemptKey{}, Attempt{Number: j.attempt, Lease: j.lease.Rev})
+	actx := WithAttempt(ctx, Attempt{Number: j.attempt, Lease: j.lease.Rev})
 	out, perr, panicked := s.process(actx, j)
 	// The lease is kept alive until the outcome is written: a result
 	// write retried for a while must not let the job be redelivered.
@@ -310,6 +310,12 @@ type Attempt struct {
 func (a Attempt) Key() string { return "a" + strconv.FormatUint(a.Lease, 10) }
 
 type attemptKey struct{}
+
+// WithAttempt returns ctx carrying a: the worker runs each attempt's
+// Processor with it (tests of a Processor use it too).
+func WithAttempt(ctx context.Context, a Attempt) context.Context {
+	return context.WithValue(ctx, attemptKey{}, a)
+}
 
 // AttemptOf returns the attempt a Processor's ctx belongs to.
 func AttemptOf(ctx context.Context) (Attempt, bool) {

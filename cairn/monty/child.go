@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ type child struct {
 
 	frameLimit uint32
 	runs       int
+	session    bool // configured, not fed yet: ready for a Feed
 
 	killOnce sync.Once
 	wbuf     []byte // frame scratch
@@ -41,17 +43,27 @@ func spawn(binary string, log *slog.Logger, frameLimit uint32) (*child, error) {
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
+	// Our own stdin pipe, to size it: a run started from a snapshot
+	// sends the state (tens of KiB) in one frame, which then fits the
+	// pipe in one write instead of waiting for the child to drain 64 KiB.
+	stdinR, stdin, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
+	growPipe(stdin, stdinPipeBytes)
+	cmd.Stdin = stdinR
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
+		stdinR.Close()
+		stdin.Close()
 		return nil, err
 	}
 	sw := &stderrLog{log: log}
 	cmd.Stderr = sw
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	stdinR.Close() // the child has its copy
+	if err != nil {
+		stdin.Close()
 		return nil, fmt.Errorf("monty: start %s: %w", binary, err)
 	}
 	c := &child{
@@ -75,6 +87,23 @@ func spawn(binary string, log *slog.Logger, frameLimit uint32) (*child, error) {
 		close(c.exited)
 	}()
 	return c, nil
+}
+
+// stdinPipeBytes is the capacity asked for the child's stdin pipe (Linux
+// caps it at /proc/sys/fs/pipe-max-size, 1 MiB by default).
+const stdinPipeBytes = 1 << 20
+
+// growPipe asks for a pipe of n bytes; failing that, the pipe keeps its
+// size (writes then just take more rounds).
+func growPipe(f *os.File, n int) {
+	const fSetPipeSz = 1031 // F_SETPIPE_SZ
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		_, _, _ = syscall.Syscall(syscall.SYS_FCNTL, fd, fSetPipeSz, uintptr(n))
+	})
 }
 
 // kill SIGKILLs the child's process group. Safe to call more than once and
@@ -157,13 +186,20 @@ func (c *child) expectOK(what string, enc func([]byte) []byte) error {
 
 // configure opens a session with the given limits.
 func (c *child) configure(l *limits) error {
-	return c.expectOK("configure", func(b []byte) []byte {
-		return encodeConfigure(b, configureMsg{scriptName: "tool.pym", limits: l, montyVersion: Version})
+	err := c.expectOK("configure", func(b []byte) []byte {
+		return encodeConfigure(b, configureMsg{scriptName: scriptName, limits: l, montyVersion: Version})
 	})
+	c.session = err == nil
+	return err
 }
+
+// scriptName is the Configure script name of every session (tracebacks
+// name the .pym instead, see run.scriptError).
+const scriptName = "tool.pym"
 
 // reset drops the session.
 func (c *child) reset() error {
+	c.session = false
 	return c.expectOK("reset", func(b []byte) []byte { return encodeEmpty(b, reqReset) })
 }
 

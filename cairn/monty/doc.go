@@ -10,7 +10,9 @@
 // the clock. The ctx deadline bounds the run's wall-clock time; memory,
 // recursion and interpreter time are Monty limits; host round trips are
 // counted in Go. Processes are replaced after crashes, limit errors,
-// deadlines and Config.MaxRunsPerProcess runs.
+// deadlines and Config.MaxRunsPerProcess runs. Later runs of a script start
+// from a snapshot of its session at its first suspension instead of parsing
+// it again (snapshot.go).
 //
 // The protocol codec is hand-written on protowire and pinned to 0.0.23 by
 // golden frames; Start verifies the binary's sha256 and self-tests it.

@@ -48,6 +48,11 @@ type Config struct {
 	// GCInterval is passed to Monty's garbage-collector tuning; 0 leaves
 	// Monty's default.
 	GCInterval uint64
+	// SnapshotScripts caps the scripts whose start-up snapshot the pool
+	// keeps (snapshot.go: later runs of a script skip its parse and start
+	// from its first suspension). 0 = 64; -1 = no snapshots, every run is
+	// fed.
+	SnapshotScripts int
 	// StartTimeout bounds spawning and self-testing one process. 0 = 10s.
 	StartTimeout time.Duration
 	// Logger receives process lifecycle messages and the children's stderr.
@@ -66,6 +71,7 @@ const (
 	DefaultMaxOutputBytes    = 64 << 10
 	DefaultMaxValueBytes     = 10 << 20
 	DefaultStartTimeout      = 10 * time.Second
+	DefaultSnapshotScripts   = 64
 )
 
 func (c *Config) validate() error {
@@ -108,6 +114,10 @@ func (c *Config) validate() error {
 	if c.MaxValueBytes > defaultFrameLimit-(1<<20) {
 		return fmt.Errorf("monty: MaxValueBytes must be at most %d", defaultFrameLimit-(1<<20))
 	}
+	if c.SnapshotScripts < -1 {
+		return fmt.Errorf("monty: SnapshotScripts must be >= -1, got %d", c.SnapshotScripts)
+	}
+	c.SnapshotScripts = cmp.Or(c.SnapshotScripts, DefaultSnapshotScripts)
 	if c.StartTimeout < 0 {
 		return fmt.Errorf("monty: StartTimeout must be >= 0, got %v", c.StartTimeout)
 	}
@@ -142,6 +152,11 @@ type Stats struct {
 	// Recycled counts processes retired after a limit error, a crash, a
 	// timeout or MaxRunsPerProcess runs.
 	Recycled int64
+	// Loaded counts the runs started from a script's start-up snapshot
+	// instead of a feed.
+	Loaded int64
+	// Snapshots is the number of scripts with a start-up snapshot.
+	Snapshots int
 }
 
 // Pool is a set of warm Monty processes running .pym tools. Each Run gets one
@@ -163,6 +178,8 @@ type Pool struct {
 	runs    atomic.Int64
 	spawned atomic.Int64
 	recycle atomic.Int64
+	loaded  atomic.Int64
+	snaps   *snapshots
 }
 
 const (
@@ -183,6 +200,7 @@ func NewPool(cfg Config) (*Pool, error) {
 		done:   make(chan struct{}),
 		all:    make(map[*child]struct{}),
 		idle:   make(chan *child, cfg.Size),
+		snaps:  newSnapshots(cfg.SnapshotScripts),
 	}, nil
 }
 
@@ -252,8 +270,8 @@ func (p *Pool) spawnReady(ctx context.Context) (*child, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	defer cancel()
 	stop := context.AfterFunc(ctx, c.kill)
-	err = c.selfTest()
-	if err == nil {
+	err = c.selfTest() // leaves the child without a session
+	if err == nil && p.cfg.SnapshotScripts < 0 {
 		err = c.configure(p.limits)
 	}
 	if !stop() || err != nil {
@@ -309,7 +327,8 @@ func (p *Pool) Stop() {
 
 // Stats returns the pool's counters.
 func (p *Pool) Stats() Stats {
-	return Stats{Runs: p.runs.Load(), Spawned: p.spawned.Load(), Recycled: p.recycle.Load()}
+	return Stats{Runs: p.runs.Load(), Spawned: p.spawned.Load(), Recycled: p.recycle.Load(),
+		Loaded: p.loaded.Load(), Snapshots: p.snaps.len()}
 }
 
 // acquire takes an idle process, waiting for one.
@@ -365,12 +384,14 @@ func (p *Pool) release(c *child, broken bool) {
 	}()
 }
 
-// renew drops the finished session and opens a new one, bounded by
-// StartTimeout.
+// renew drops the finished session, bounded by StartTimeout. With
+// snapshots a run opens its own session (Load needs no Configure; a Feed
+// configures first); without, renew opens the next one here, off the
+// next run's path.
 func (p *Pool) renew(c *child) error {
 	t := time.AfterFunc(p.cfg.StartTimeout, c.kill)
 	err := c.reset()
-	if err == nil {
+	if err == nil && p.cfg.SnapshotScripts < 0 {
 		err = c.configure(p.limits)
 	}
 	if !t.Stop() && err == nil {

@@ -136,6 +136,7 @@ type run struct {
 	susp      int
 	pending   map[uint32]call
 	broken    bool // the process must be replaced
+	loaded    bool // started from the script's snapshot
 
 	mu        sync.Mutex // guards waiting and killed against the watchdog
 	waiting   bool       // Monty is executing; we are blocked reading
@@ -166,7 +167,10 @@ func (r *run) drive(ctx context.Context) (Outcome, error) {
 	})
 	defer stop()
 
-	ev, err := r.exchange(ctx, func(b []byte) []byte { return encodeFeed(b, r.script.Code) })
+	ev, err := r.start(ctx)
+	if r.loaded {
+		r.pool.loaded.Add(1)
+	}
 	for err == nil {
 		var reply func([]byte) []byte
 		switch ev.kind {

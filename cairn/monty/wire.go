@@ -28,6 +28,8 @@ const (
 	reqResumeCall       = 4
 	reqResumeNameLookup = 5
 	reqResumeFutures    = 6
+	reqDump             = 7
+	reqLoad             = 8
 	reqReset            = 9
 	reqShutdown         = 10
 	reqAbortFeed        = 11
@@ -281,6 +283,14 @@ func encodeResumeNameLookup(b []byte, value []byte) []byte {
 func encodeEmpty(b []byte, arm protowire.Number) []byte {
 	b = protowire.AppendTag(b, arm, protowire.BytesType)
 	return protowire.AppendVarint(b, 0)
+}
+
+// encodeLoad builds ParentRequest{load{state}}.
+func encodeLoad(b []byte, state []byte) []byte {
+	return appendSub(b, reqLoad, func(b []byte) []byte {
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		return protowire.AppendBytes(b, state)
+	})
 }
 
 // encodeAbortFeed builds ParentRequest{abort_feed{exception}}.

@@ -52,6 +52,10 @@ func TestGoldenRequests(t *testing.T) {
 			"08000000 2206 0800 1202 1800"},
 		{"7 resume_futures", encodeResumeFutures(nil, []futureResult{{callID: 0, result: extResult{kind: extReturnValue, value: mustEncode(t, "hi")}}}),
 			"0e000000 320c 0a0a 0800 1206 0a04 42026869"},
+		// Not from the §11 trace: dump (arm 7) and load (arm 8, state = 1);
+		// the snapshot tests run them against the binary.
+		{"dump", encodeEmpty(nil, reqDump), "02000000 3a00"},
+		{"load", encodeLoad(nil, []byte{1, 2}), "06000000 4204 0a020102"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

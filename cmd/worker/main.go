@@ -263,7 +263,9 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 				ModelFor:     pick,
 				Loop:         loopCfg,
 				WorkspaceDir: wsDir,
-				Logger:       log.With("slot", slot),
+				// A stored job is as durable as the queue's own writes.
+				SyncWorkspace: cfg.NATS.Embedded.SyncAlways,
+				Logger:        log.With("slot", slot),
 			})
 			if err != nil {
 				return nil, err

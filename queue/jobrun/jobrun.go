@@ -4,65 +4,58 @@
 // the loop's result with the workspace's actual changed files and unified
 // diff.
 //
-// # Workspaces on disk
+// # Workspaces
 //
-// Each attempt of a job gets its own folder, AttemptDir(root, jobID, key) =
-// <root>/jobs/<job_id>/<attempt key>/ (the key names the attempt's lease,
-// queue.AttemptOf, so two attempts of one job never share a workspace, even
-// when a stale attempt still runs beside the one that took its lease over),
-// holding:
+// A job's workspace is a Cairn stable loaded with the request's files (and
+// the node's file when the request does not carry it) and the run's
+// copy-on-write overlay over it. A stable per job, not one shared by all
+// jobs, because requests carry their own version of the files: two jobs on
+// the same path would otherwise overwrite each other's base, and accepting
+// one run would make every other run's base stale.
 //
-//   - stable.db: a Cairn stable workspace loaded with the request's files
-//     (and the node's file when the request does not carry it). A stable per
-//     job, not one shared by all jobs, because requests carry their own
-//     version of the files: two jobs on the same path would otherwise
-//     overwrite each other's base, and accepting one run would make every
-//     other run's base stale.
-//   - agent-<operation>-<node>.db: the run's copy-on-write overlay
-//     (cairn.OverlayID names it; an operation's "-" become "_" since Cairn
-//     operations are [A-Za-z0-9_]). All the run's writes live here.
-//   - job.json: a Manifest (job id, operation, node, workspace id, file
-//     names), so that a later accept or reject (OpenJob) finds them.
+// While the job runs, both are held in memory (cairn.NewMemoryStable,
+// cairn.InMemory): a run that does not finish is run again from a fresh
+// workspace, so nothing it writes needs to reach disk before it ends. When
+// the run has ended, before Process returns (that is before the queue
+// stores the result), the job is stored as one row of the job store
+// <root>/jobs/store.db (store.go): its Manifest and the images of its
+// stable and overlay. A new attempt of the job replaces the row. The row
+// is written to the store's log (it survives a killed worker) and reaches
+// the disk at the log's checkpoints; with Config.SyncWorkspace every
+// commit is fsynced (it survives a power loss too). docs/RELIABILITY.md
+// compares this with the queue's own durability.
 //
-// The folder is kept after the run, for review: Overlay.Accept merges the
-// changes into the job's stable (then Stable.ExportDir or the diff applies
-// them to real files), Overlay.Reject discards them. Cleanup removes job
-// folders older than a retention. A redelivered job (a new attempt) starts
-// from a fresh folder of its own; a job handed back because the worker
-// shut down removes its folder, since it will run again. OpenJob opens the
-// newest attempt's.
+// For review, OpenJob(root, jobID) writes the job's folder JobDir(root,
+// jobID) = <root>/jobs/<job_id>/ from its row the first time and opens it:
+//
+//   - stable.db: the job's stable workspace;
+//   - agent-<operation>-<node>.db: the run's overlay (cairn.OverlayID names
+//     it; an operation's "-" become "_" since Cairn operations are
+//     [A-Za-z0-9_]). All the run's writes live here;
+//   - job.json: the Manifest (job id, operation, node, workspace id, file
+//     names).
+//
+// Overlay.Accept merges the changes into the job's stable (then
+// Stable.ExportDir or the diff applies them to real files), Overlay.Reject
+// discards them; later OpenJob calls reopen the folder as they left it.
+// Cleanup removes the jobs stored, and the folders written, longer ago than
+// a retention. A job handed back because the worker shut down, and a job
+// whose agent cannot run (its template does not render), store nothing.
 package jobrun
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/agentfleet/fleet/agents"
-	"github.com/agentfleet/fleet/cairn"
 	"github.com/agentfleet/fleet/cairn/toolexec"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/wire"
-)
-
-// File names inside a job folder.
-const (
-	// StableFile is the job's stable workspace.
-	StableFile = "stable.db"
-	// ManifestFile describes the job's workspace.
-	ManifestFile = "job.json"
-	// jobsDir is the folder under the workspace root holding job folders.
-	jobsDir = "jobs"
 )
 
 // ErrInvalidConfig is wrapped by every Config validation error.
@@ -89,6 +82,12 @@ type Config struct {
 	// Logger receives the job's logs (tool output at debug level); nil =
 	// discard.
 	Logger *slog.Logger
+	// SyncWorkspace fsyncs the job store's log at every stored job, before
+	// Process returns, so that the workspace of a stored result survives a
+	// power loss or kernel crash too (set it with the queue's
+	// sync_always). Off, it survives a killed worker; a power loss can
+	// lose the jobs stored since the log's last checkpoint.
+	SyncWorkspace bool
 }
 
 func (c *Config) validate() error {
@@ -122,6 +121,8 @@ func (c *Config) validate() error {
 type Processor struct {
 	cfg    Config
 	runner *loop.Runner // for requests without options
+
+	storePath string // the job store's file
 }
 
 var _ queue.Processor = (*Processor)(nil)
@@ -135,37 +136,11 @@ func New(cfg Config) (*Processor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Processor{cfg: cfg, runner: r}, nil
-}
-
-// Manifest is job.json: what a later accept or reject needs to find a job's
-// workspace.
-type Manifest struct {
-	JobID       string      `json:"job_id"`
-	Operation   string      `json:"operation"`
-	Node        agents.Node `json:"node"`
-	WorkspaceID string      `json:"workspace_id"`
-	// Stable and Overlay are file names inside the job folder.
-	Stable  string `json:"stable"`
-	Overlay string `json:"overlay"`
-	// Files are the workspace paths the request carried, sorted.
-	Files     []string  `json:"files"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-// JobDir is the folder of job jobID's attempts under the workspace root.
-func JobDir(root, jobID string) string { return filepath.Join(root, jobsDir, jobID) }
-
-// AttemptDir is the folder of one attempt of job jobID.
-func AttemptDir(root, jobID, key string) string { return filepath.Join(JobDir(root, jobID), key) }
-
-// attemptKey names the attempt ctx belongs to: its lease (queue.AttemptOf),
-// or a unique key when the processor runs outside a worker.
-func attemptKey(ctx context.Context) string {
-	if a, ok := queue.AttemptOf(ctx); ok {
-		return a.Key()
+	sp, err := storePath(cfg.WorkspaceDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: WorkspaceDir: %v", ErrInvalidConfig, err)
 	}
-	return "r" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	return &Processor{cfg: cfg, runner: r, storePath: sp}, nil
 }
 
 // OverlayOperation maps a queue operation to a Cairn overlay operation
@@ -194,14 +169,15 @@ type requestError struct{ err error }
 func (e *requestError) Error() string { return e.err.Error() }
 func (e *requestError) Unwrap() error { return e.err }
 
-// Process runs one job: it builds the job's workspace, runs the agent's loop
-// and returns its result with the actual changed files and the diff.
+// Process runs one job: it builds the job's workspace, runs the agent's loop,
+// stores the workspace (see the package comment) and returns its result
+// with the actual changed files and the diff.
 //
 // A request whose workspace cannot be built (files that clash, an unknown
 // operation) is a failed Outcome with QUEUE_003 or QUEUE_002, never
 // retried. Infrastructure failures (disk, sandbox, a broken .pym) return an
 // error, which the queue retries. A run stopped by a worker shutdown
-// returns the shutdown cause as its error and removes its folder: the queue
+// returns the shutdown cause as its error and stores nothing: the queue
 // hands the job back, it is not failed.
 func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
 	log := p.cfg.Logger.With("job", req.JobID, "operation", req.Operation)
@@ -222,7 +198,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 		return failed(wire.CodeInvalidRequest, err.Error()), nil
 	}
 
-	dir := AttemptDir(p.cfg.WorkspaceDir, req.JobID, attemptKey(ctx))
+	dir := JobDir(p.cfg.WorkspaceDir, req.JobID)
 	ws, err := p.prepare(ctx, dir, req)
 	if err != nil {
 		var re *requestError
@@ -260,12 +236,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 		return failed(wire.CodeInvalidRequest, "cannot run the agent: "+err.Error()), nil
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, queue.ErrShutdown) {
-		ws.close()
-		if rerr := os.RemoveAll(dir); rerr != nil {
-			log.Warn("cannot remove the workspace of a requeued job", "dir", dir, "err", rerr)
-		}
-		_ = os.Remove(filepath.Dir(dir)) // the job's folder, when no other attempt has one
-		return nil, cause
+		return nil, cause // handed back: it runs again, nothing is stored
 	}
 
 	// The run's context may be over (deadline, cancel): the changes are
@@ -286,8 +257,11 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 			return nil, fmt.Errorf("jobrun: diff: %w", err)
 		}
 	}
+	if err := p.persist(dctx, dir, req, ws); err != nil {
+		return nil, err
+	}
 	log.Info("run finished", "status", res.Status, "error_code", res.ErrorCode, "turns", res.Turns,
-		"tool_calls", res.ToolCalls, "changed", len(changed), "workspace", ws.overlay.Path())
+		"tool_calls", res.ToolCalls, "changed", len(changed), "workspace", ws.overlay.ID())
 	return out, nil
 }
 
@@ -341,197 +315,4 @@ func failed(code wire.ErrorCode, msg string) *queue.Outcome {
 		Error:        string(code) + ": " + msg,
 		ErrorCode:    loop.ErrorCode(code),
 	}}
-}
-
-// workspace is a job's open stable and overlay.
-type workspace struct {
-	stable  *cairn.Stable
-	overlay *cairn.Overlay
-}
-
-func (w *workspace) close() {
-	if w.overlay != nil {
-		_ = w.overlay.Close()
-	}
-	if w.stable != nil {
-		_ = w.stable.Close()
-	}
-}
-
-// prepare builds a fresh job folder: stable loaded with the request's files,
-// a new overlay and the manifest.
-func (p *Processor) prepare(ctx context.Context, dir string, req *wire.RunRequest) (*workspace, error) {
-	files := make(map[string][]byte, len(req.Files)+1)
-	for path, c := range req.Files {
-		files[path] = []byte(c)
-	}
-	if fp := req.Node.FilePath; fp != "" {
-		if _, ok := files[fp]; !ok {
-			files[fp] = []byte(req.Node.Text)
-		}
-	}
-	// The attempt's folder is its own; a leftover (the same attempt run
-	// again in a test) starts from scratch.
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("jobrun: clear job folder: %w", err)
-	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("jobrun: job folder: %w", err)
-	}
-	ws := &workspace{}
-	ok := false
-	defer func() {
-		if !ok {
-			ws.close()
-			_ = os.RemoveAll(dir)
-			_ = os.Remove(filepath.Dir(dir))
-		}
-	}()
-	var err error
-	if ws.stable, err = cairn.OpenStable(ctx, filepath.Join(dir, StableFile)); err != nil {
-		return nil, fmt.Errorf("jobrun: %w", err)
-	}
-	if _, err := ws.stable.LoadFiles(ctx, files); err != nil {
-		if isCairnInput(err) {
-			return nil, &requestError{fmt.Errorf("workspace files: %w", err)}
-		}
-		return nil, fmt.Errorf("jobrun: load files: %w", err)
-	}
-	op := OverlayOperation(req.Operation)
-	nodeID := NodeID(req)
-	if ws.overlay, err = ws.stable.NewOverlay(ctx, dir, op, nodeID, cairn.WithLogger(p.cfg.Logger)); err != nil {
-		return nil, fmt.Errorf("jobrun: overlay: %w", err)
-	}
-	m := Manifest{JobID: req.JobID, Operation: req.Operation, Node: agents.Node(req.Node), WorkspaceID: ws.overlay.ID(),
-		Stable: StableFile, Overlay: filepath.Base(ws.overlay.Path()), CreatedAt: time.Now().UTC()}
-	for path := range files {
-		m.Files = append(m.Files, path)
-	}
-	slices.Sort(m.Files)
-	data, err := json.MarshalIndent(&m, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, ManifestFile), append(data, '\n'), 0o640); err != nil {
-		return nil, fmt.Errorf("jobrun: manifest: %w", err)
-	}
-	ok = true
-	return ws, nil
-}
-
-// isCairnInput reports whether err is Cairn refusing the content it was
-// given (bad path, too large, a file/directory clash) rather than failing.
-func isCairnInput(err error) bool {
-	for _, k := range []error{cairn.ErrPathInvalid, cairn.ErrTooLarge, cairn.ErrBadValue, cairn.ErrIsDir, cairn.ErrNotDir, cairn.ErrConflict} {
-		if errors.Is(err, k) {
-			return true
-		}
-	}
-	return false
-}
-
-// Job is a finished job's workspace, opened for review.
-type Job struct {
-	Manifest Manifest
-	Stable   *cairn.Stable
-	Overlay  *cairn.Overlay
-}
-
-// Close closes the overlay and the stable, keeping the files.
-func (j *Job) Close() error {
-	return errors.Join(j.Overlay.Close(), j.Stable.Close())
-}
-
-// OpenJob opens the workspace of job jobID under root: its manifest, stable
-// and overlay. Accept merges the run into the job's stable; Reject deletes
-// the overlay.
-func OpenJob(ctx context.Context, root, jobID string) (*Job, error) {
-	if !wire.ValidJobID(jobID) {
-		return nil, fmt.Errorf("jobrun: invalid job id %q", jobID)
-	}
-	dir, data, err := newestAttempt(JobDir(root, jobID))
-	if err != nil {
-		return nil, fmt.Errorf("jobrun: job %s: %w", jobID, err)
-	}
-	var m Manifest
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("jobrun: job %s manifest: %w", jobID, err)
-	}
-	if m.Stable != StableFile || m.Overlay != filepath.Base(m.Overlay) || !strings.HasSuffix(m.Overlay, ".db") {
-		return nil, fmt.Errorf("jobrun: job %s manifest names unexpected files", jobID)
-	}
-	st, err := cairn.OpenStable(ctx, filepath.Join(dir, m.Stable))
-	if err != nil {
-		return nil, err
-	}
-	ov, err := st.OpenOverlay(ctx, filepath.Join(dir, m.Overlay))
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	return &Job{Manifest: m, Stable: st, Overlay: ov}, nil
-}
-
-// newestAttempt finds the attempt folder of a job folder whose manifest was
-// written last, and returns it with the manifest's bytes.
-func newestAttempt(jobDir string) (string, []byte, error) {
-	entries, err := os.ReadDir(jobDir)
-	if err != nil {
-		return "", nil, err
-	}
-	var best string
-	var bestTime time.Time
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		st, err := os.Stat(filepath.Join(jobDir, e.Name(), ManifestFile))
-		if err == nil && (best == "" || st.ModTime().After(bestTime)) {
-			best, bestTime = filepath.Join(jobDir, e.Name()), st.ModTime()
-		}
-	}
-	if best == "" {
-		return "", nil, fmt.Errorf("no attempt with a %s: %w", ManifestFile, fs.ErrNotExist)
-	}
-	data, err := os.ReadFile(filepath.Join(best, ManifestFile))
-	return best, data, err
-}
-
-// Cleanup removes the job folders under root whose manifest (or folder,
-// when it has none) is older than olderThan, and returns how many it
-// removed. A missing root removes nothing.
-func Cleanup(root string, olderThan time.Duration) (int, error) {
-	base := filepath.Join(root, jobsDir)
-	entries, err := os.ReadDir(base)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	cutoff := time.Now().Add(-olderThan)
-	n := 0
-	var errs []error
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		dir := filepath.Join(base, e.Name())
-		var st fs.FileInfo
-		if best, _, err := newestAttempt(dir); err == nil {
-			st, err = os.Stat(filepath.Join(best, ManifestFile))
-		}
-		if st == nil {
-			st, err = os.Stat(dir)
-		}
-		if err != nil || !st.ModTime().Before(cutoff) {
-			continue
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-	}
-	return n, errors.Join(errs...)
 }

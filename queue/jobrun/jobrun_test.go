@@ -2,8 +2,8 @@ package jobrun_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,22 +52,34 @@ func realAgents(t *testing.T) map[string]*agents.Definition {
 
 const stockPath = "src/inventory/stock.py"
 
-// demoRequest is a lint job on the demo project's stock.py.
-func demoRequest(t testing.TB, jobID string) *wire.RunRequest {
-	t.Helper()
+// demoFiles are the demo project's files a lint request on stock.py
+// carries.
+func demoFiles(tb testing.TB) map[string]string {
+	tb.Helper()
 	files := map[string]string{}
 	for _, p := range []string{stockPath, "pyproject.toml"} {
 		b, err := os.ReadFile(filepath.Join("../../testdata/demo", p))
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		files[p] = string(b)
 	}
+	return files
+}
+
+// lintRequest is a lint job on stock.py carrying files.
+func lintRequest(files map[string]string, jobID string) *wire.RunRequest {
 	return &wire.RunRequest{
 		Version: 1, JobID: jobID, Operation: "lint",
 		Node:  wire.Node{ID: stockPath, Name: "stock.py", Type: "file", FilePath: stockPath, Text: files[stockPath]},
 		Files: files,
 	}
+}
+
+// demoRequest is a lint job on the demo project's stock.py.
+func demoRequest(t testing.TB, jobID string) *wire.RunRequest {
+	t.Helper()
+	return lintRequest(demoFiles(t), jobID)
 }
 
 type recorder struct {
@@ -330,23 +342,25 @@ func TestRedeliveryStartsFresh(t *testing.T) {
 	if err != nil || string(got) != req.Node.Text {
 		t.Fatalf("node file in stable: %q, %v", got, err)
 	}
-	if m := job.Manifest; m.JobID != req.JobID {
-		t.Fatalf("manifest %+v", m)
+	var m jobrun.Manifest
+	data, _ := os.ReadFile(filepath.Join(jobrun.JobDir(root, req.JobID), jobrun.ManifestFile))
+	if err := json.Unmarshal(data, &m); err != nil || m.JobID != req.JobID {
+		t.Fatalf("manifest %s: %v", data, err)
 	}
 }
 
 func TestCleanupRemovesOldJobs(t *testing.T) {
 	root := t.TempDir()
 	for _, id := range []string{"old", "new"} {
-		if err := os.MkdirAll(jobrun.AttemptDir(root, id, "a1"), 0o750); err != nil {
+		if err := os.MkdirAll(jobrun.JobDir(root, id), 0o750); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(jobrun.AttemptDir(root, id, "a1"), jobrun.ManifestFile), []byte("{}"), 0o640); err != nil {
+		if err := os.WriteFile(filepath.Join(jobrun.JobDir(root, id), jobrun.ManifestFile), []byte("{}"), 0o640); err != nil {
 			t.Fatal(err)
 		}
 	}
 	old := time.Now().Add(-2 * time.Hour)
-	if err := os.Chtimes(filepath.Join(jobrun.AttemptDir(root, "old", "a1"), jobrun.ManifestFile), old, old); err != nil {
+	if err := os.Chtimes(filepath.Join(jobrun.JobDir(root, "old"), jobrun.ManifestFile), old, old); err != nil {
 		t.Fatal(err)
 	}
 	n, err := jobrun.Cleanup(root, time.Hour)
@@ -381,38 +395,37 @@ func (nopSandbox) Run(context.Context, *monty.Script, map[string]any, monty.Exte
 	return monty.Outcome{}, nil
 }
 
-// BenchmarkProcessNoop is one job's lifecycle cost around the loop: a fresh
-// job folder, stable loaded with the demo project's files, overlay,
-// manifest, one submit_result run through the real Monty sandbox, changed
-// files and diff.
-func BenchmarkProcessNoop(b *testing.B) {
-	defs, err := agents.LoadDirWith("../../agents", agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
-	if err != nil {
-		b.Fatal(err)
+// TestStaleAttemptDoesNotReplaceNewerWorkspace: two attempts of one job (a
+// stale one whose lease was taken over, and the one that took it over)
+// both finish; the stale one finishes last. The job store keeps the newer
+// attempt's workspace, by lease revision, not the last one written.
+func TestStaleAttemptDoesNotReplaceNewerWorkspace(t *testing.T) {
+	submit := func(summary string) *looptest.Scripted {
+		return looptest.NewScripted(looptest.Submit(`{"summary":"` + summary + `","changed_files":[]}`))
 	}
-	pool := montytest.Pool(b, monty.Config{Size: 1})
-	model := looptest.NewScripted(looptest.Submit(`{"summary":"nothing to do","changed_files":[]}`))
-	model.RepeatLast, model.DiscardRequests = true, true
-	p, err := jobrun.New(jobrun.Config{Agents: defs, Sandbox: pool, Model: model, WorkspaceDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	files := map[string]string{}
-	for _, f := range []string{stockPath, "pyproject.toml"} {
-		data, err := os.ReadFile(filepath.Join("../../testdata/demo", f))
+	pool := montytest.Pool(t, monty.Config{Size: 1})
+	root := t.TempDir()
+	run := func(lease uint64, node string) {
+		t.Helper()
+		p, err := jobrun.New(jobrun.Config{Agents: realAgents(t), Sandbox: pool, Model: submit(node), WorkspaceDir: root})
 		if err != nil {
-			b.Fatal(err)
+			t.Fatal(err)
 		}
-		files[f] = string(data)
+		req := demoRequest(t, "job-stale-1")
+		req.Node.ID = node // names the overlay: tells the attempts' workspaces apart
+		ctx := queue.WithAttempt(context.Background(), queue.Attempt{Number: int(lease), Lease: lease})
+		if _, err := p.Process(ctx, req, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		req := &wire.RunRequest{Version: 1, JobID: fmt.Sprintf("bench-%d", i), Operation: "lint",
-			Node:  wire.Node{ID: stockPath, Name: "stock.py", Type: "file", FilePath: stockPath, Text: files[stockPath]},
-			Files: files}
-		out, err := p.Process(context.Background(), req, nil)
-		if err != nil || out.Result.Status != loop.StatusSuccess {
-			b.Fatalf("%+v %v", out, err)
-		}
+	run(20, "newer")
+	run(10, "stale") // finishes last, with the older lease
+	job, err := jobrun.OpenJob(context.Background(), root, "job-stale-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer job.Close()
+	if job.Manifest.Node.ID != "newer" {
+		t.Fatalf("the store holds attempt %q's workspace, want the newer attempt's", job.Manifest.Node.ID)
 	}
 }
