@@ -1,12 +1,10 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"mime"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -72,48 +70,6 @@ func (e Encoding) Unmarshal(data []byte, v any) error {
 		return msgpack.Unmarshal(data, v)
 	}
 	return json.Unmarshal(data, v)
-}
-
-// DecodeRunRequest decodes and validates a run request. contentType is the
-// Content-Type header ("" = JSON). Every failure is a *RequestError:
-// CodeUndecodable when the bytes cannot be read as a RunRequest,
-// CodeInvalidRequest when a field is wrong. Whether the operation is served
-// is the worker's check (CodeUnknownOperation).
-func DecodeRunRequest(data []byte, contentType string) (*RunRequest, error) {
-	enc, err := EncodingFor(contentType)
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxRequestBytes {
-		return nil, Invalid("", "request is %d bytes, more than %d", len(data), MaxRequestBytes)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, &RequestError{Code: CodeUndecodable, Reason: "empty payload"}
-	}
-	req := new(RunRequest)
-	if enc == Msgpack {
-		// One msgpack value, nothing after it.
-		r := bytes.NewReader(data)
-		dec := msgpack.NewDecoder(r)
-		if err := dec.Decode(req); err != nil {
-			return nil, &RequestError{Code: CodeUndecodable, Reason: fmt.Sprintf("not a msgpack RunRequest: %v", err)}
-		}
-		if r.Len() != 0 {
-			return nil, &RequestError{Code: CodeUndecodable, Reason: fmt.Sprintf("%d bytes of trailing data after the msgpack value", r.Len())}
-		}
-	} else if !utf8.Valid(data) {
-		// encoding/json would quietly turn invalid UTF-8 into U+FFFD, so a
-		// file's bytes would change on the way in: refuse instead, as the
-		// msgpack path does.
-		return nil, &RequestError{Code: CodeUndecodable, Reason: "JSON payload is not valid UTF-8"}
-	} else if err := json.Unmarshal(data, req); err != nil {
-		// json.Unmarshal also refuses trailing data.
-		return nil, &RequestError{Code: CodeUndecodable, Reason: fmt.Sprintf("not a JSON RunRequest: %v", err)}
-	}
-	if err := req.Validate(); err != nil {
-		return nil, err
-	}
-	return req, nil
 }
 
 // DecodeAgentResult decodes a result message's body.

@@ -1,10 +1,10 @@
 // Package wire is the fleet protocol on the wire (fleet protocol v1,
 // docs/PROTOCOL.md): subjects, headers, stream names, the messages
-// (RunRequest, AgentResult, Event, StatusRecord: also the lease record
-// of protocol 1.2), their JSON and
-// msgpack codecs, validation and error codes. It imports neither the loop
-// nor the agents: the worker maps its loop's events and results onto these
-// types, so a coordinator links only this package and nats.go.
+// (RunRequest, AgentResult, Event, and StatusRecord, which is also the lease
+// record of protocol 1.2), their JSON and msgpack codecs, validation and
+// error codes. It imports neither the loop nor the agents: the worker maps
+// its loop's events and results onto these types, so a coordinator links
+// only this package and nats.go.
 //
 // Everything a coordinator in another language needs is in docs/PROTOCOL.md;
 // the Go types here are that document's reference implementation.
