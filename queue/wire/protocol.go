@@ -55,7 +55,8 @@ const (
 	// StreamAdvisories captures FLEET_RUNS's max-deliveries advisories so the
 	// dead-letter mover sees them even when no worker was up at the time.
 	StreamAdvisories = "FLEET_ADVISORIES"
-	// BucketJobs is the KV bucket of job status, keyed by job id.
+	// BucketJobs is the KV bucket of the records clients may write for a
+	// job (queued, canceled), keyed by job id; workers only read it.
 	BucketJobs = "fleet_jobs"
 	// ConsumerDLQMover is the durable consumer of StreamAdvisories.
 	ConsumerDLQMover = "dlq_mover"
@@ -67,7 +68,8 @@ const (
 // Header names (docs/PROTOCOL.md §4).
 const (
 	// HeaderMsgID is JetStream's dedupe id: the job id on requests,
-	// "<job_id>-result" on results, "<job_id>-dlq" on dead letters.
+	// "<job_id>-result-<lease rev>" on results (ResultMsgID), "<job_id>-dlq"
+	// or "seq-<n>-dlq" on dead letters.
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderContentType selects the encoding: application/json (the default
 	// when absent) or application/msgpack (also application/x-msgpack).
@@ -92,17 +94,17 @@ const (
 	HeaderOrigSeq     = "Fleet-Original-Seq"
 	// HeaderDeliveries is how many times a dead letter was delivered.
 	HeaderDeliveries = "Fleet-Deliveries"
-	// HeaderStatusRev (optional, on a request) is the revision of the
-	// job's queued status record, created by the client before it
-	// published the request. A worker claims the job on its first attempt
-	// with one compare-and-set on that revision instead of reading the
-	// record first; without the header it claims with a create (revision
-	// 0). A failed claim falls back to reading the record (docs/PROTOCOL.md
-	// §8).
+	// HeaderStatusRev (optional, on a request; protocol 1.1) is the
+	// revision of the job's queued record, created by the client before it
+	// published the request. 1.1 workers claimed the job with a
+	// compare-and-set on it; 1.2 workers claim with a lease record and
+	// accept and ignore the header (docs/PROTOCOL.md §8.7).
 	HeaderStatusRev = "Fleet-Status-Rev"
 	// HeaderExpectedLastSubjSeq and HeaderExpectedLastSubjSeqSubj make a
 	// write a compare-and-set on the last sequence of a subject of the same
-	// stream: a result names its lease's revision and subject.
+	// stream: a lease record names the previous lease record's sequence (0:
+	// none), a result its lease's revision and subject (docs/PROTOCOL.md
+	// §8.2).
 	HeaderExpectedLastSubjSeq     = "Nats-Expected-Last-Subject-Sequence"
 	HeaderExpectedLastSubjSeqSubj = "Nats-Expected-Last-Subject-Sequence-Subject"
 	// HeaderEvents (optional, on a request) chooses the events the worker
@@ -271,8 +273,8 @@ type RunRequest struct {
 	CreatedAt time.Time `json:"created_at" msgpack:"created_at"`
 }
 
-// JobState is a job's lifecycle state, as stored in the fleet_jobs bucket and
-// reported in AgentResult.State.
+// JobState is a job's lifecycle state: a status record's state
+// (docs/PROTOCOL.md §8.1) and AgentResult.State.
 type JobState string
 
 // Job states. Succeeded, failed, dead and canceled are terminal.
@@ -294,9 +296,11 @@ func (s JobState) Terminal() bool {
 	return false
 }
 
-// StatusRecord is the value of a job's key in the fleet_jobs bucket. It is
-// always JSON, whatever the request's encoding. Writers update it with
-// compare-and-set on the key's revision.
+// StatusRecord is a job's status (docs/PROTOCOL.md §8.1), always JSON
+// whatever the request's encoding. It is the shape of a worker's lease
+// record on agents.leases.<job_id> (running, or queued when handed back),
+// of a client's record in the fleet_jobs bucket (queued or canceled), and
+// of the status a reader derives from a stored result.
 type StatusRecord struct {
 	JobID     string   `json:"job_id"`
 	Operation string   `json:"operation,omitempty"`
@@ -305,12 +309,14 @@ type StatusRecord struct {
 	Worker string `json:"worker,omitempty"`
 	// Attempt is the delivery attempt that wrote it (0 for clients).
 	Attempt int `json:"attempt,omitempty"`
-	// Code and Reason explain a failed, dead or canceled state.
+	// Code and Reason explain a failed, dead or canceled state; on a
+	// queued lease record Reason says why the job was handed back.
 	Code   ErrorCode `json:"code,omitempty"`
 	Reason string    `json:"reason,omitempty"`
 	// Seq is the request's FLEET_RUNS stream sequence when known (lets a
 	// client delete a queued request).
-	Seq       uint64    `json:"seq,omitempty"`
+	Seq uint64 `json:"seq,omitempty"`
+	// UpdatedAt is when the record was written (a result's finished_at).
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
@@ -331,9 +337,10 @@ type ResultTimings struct {
 	Tools time.Duration `json:"tools_ns" msgpack:"tools_ns"`
 }
 
-// AgentResult is a job's final message, published on agents.results.<job_id>
-// (and <Reply-To>.result) with Nats-Msg-Id "<job_id>-result". It carries the
-// loop's Result fields plus the job's accounting.
+// AgentResult is a job's final message, stored on agents.results.<job_id>
+// under its writer's lease (Nats-Msg-Id "<job_id>-result-<rev>") and sent
+// to <Reply-To>.result. It carries the loop's Result fields plus the job's
+// accounting.
 type AgentResult struct {
 	Version   int    `json:"version" msgpack:"version"`
 	JobID     string `json:"job_id" msgpack:"job_id"`
@@ -375,8 +382,9 @@ type Event struct {
 	// ignore events of an attempt older than the newest they have seen.
 	Attempt int       `json:"attempt" msgpack:"attempt"`
 	Kind    EventKind `json:"kind" msgpack:"kind"`
-	// Seq numbers the attempt's events from 1; a gap means events were
-	// dropped (or left out by the request's Fleet-Events choice).
+	// Seq numbers the attempt's events from 1, counting the kinds left out
+	// by Fleet-Events or the worker's configuration too: only
+	// AgentResult.EventsDropped counts lost events.
 	Seq  int       `json:"seq" msgpack:"seq"`
 	Turn int       `json:"turn" msgpack:"turn"`
 	Time time.Time `json:"time" msgpack:"time"`
