@@ -27,6 +27,7 @@ reliability-report: monty ## reliability tests at the CI size (or FLEET_RELIABIL
 	echo "full log: $(RELIABILITY_LOG)"; \
 	exit $$status
 
-fuzz-reliability: ## run the request-decoding and FunctionGemma call-parser fuzzers for FUZZTIME each
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRunRequest$$' -fuzztime $(FUZZTIME) ./queue/
+fuzz-reliability: ## run the request-decoding (and its UTF-8 field finder) and FunctionGemma call-parser fuzzers for FUZZTIME each
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRunRequest$$' -fuzztime $(FUZZTIME) ./queue/wire/
+	$(GO) test -run '^$$' -fuzz '^FuzzJSONInvalidUTF8$$' -fuzztime $(FUZZTIME) ./queue/wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCalls$$' -fuzztime $(FUZZTIME) ./inference/functiongemma/

@@ -4,7 +4,9 @@
 //
 //   node run.mjs --operation lint --file src/app.py [--node load] [--server nats://127.0.0.1:4222]
 //
-// It publishes a JSON RunRequest for the file to agents.run.<operation>
+// It first checks that a worker serves the operation (§9.1: the durable
+// consumer named after it exists on FLEET_RUNS), then publishes a JSON
+// RunRequest for the file to agents.run.<operation>
 // through JetStream (headers Nats-Msg-Id, Content-Type, Fleet-Protocol),
 // then reads the job's stored events (agents.events.<job_id>) and its result
 // (agents.results.<job_id>) from stream FLEET_RESULTS with an ordered
@@ -15,7 +17,8 @@
 //   {"type":"result","subject":"agents.results.<id>","result":{...the AgentResult...}}
 //
 // Exit status: 0 when a result arrived (whatever its state), 1 on timeout,
-// 2 on bad usage or a connection/publish error.
+// 2 on bad usage (an operation no worker serves included) or a
+// connection/publish error.
 
 import { readFileSync } from "node:fs";
 import { basename, relative, sep } from "node:path";
@@ -133,6 +136,21 @@ const timer = setTimeout(() => {
 }, timeoutSec * 1000);
 
 try {
+  // §9.1: a request for an operation without a consumer would wait in
+  // FLEET_RUNS until a worker dead-letters it (QUEUE_002); refuse it here.
+  const jsm = await nc.jetstreamManager();
+  try {
+    await jsm.consumers.info("FLEET_RUNS", operation);
+  } catch (err) {
+    const api = err.api_error;
+    if (api && api.err_code === 10014) {
+      throw new Error(`no worker serves operation ${JSON.stringify(operation)} on ${args.server}`);
+    }
+    if (api && api.err_code === 10059) {
+      throw new Error(`the fleet streams do not exist on ${args.server} (start a worker first)`);
+    }
+    throw err;
+  }
   const js = nc.jetstream();
 
   // §4: the job id is the dedupe key; JSON body; protocol version 1.
@@ -146,7 +164,8 @@ try {
   // §3, §7: events and the result are stored in FLEET_RESULTS; an ordered
   // consumer reads them from the start (the ordered consumer's default is
   // every stored message), in stream order: all events are stored before
-  // the result.
+  // the result. The two filters leave out the job's lease records (1.2),
+  // which the stream holds too.
   const consumer = await js.consumers.get("FLEET_RESULTS", {
     filterSubjects: [`agents.events.${jobId}`, `agents.results.${jobId}`],
   });

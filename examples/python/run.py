@@ -6,12 +6,14 @@ The Python twin of examples/node/run.mjs, written from docs/PROTOCOL.md:
     pip install nats-py==2.16.0
     python3 run.py --operation lint --file src/app.py [--node load] [--server nats://127.0.0.1:4222]
 
-It publishes a JSON RunRequest to agents.run.<operation> through JetStream
-(headers Nats-Msg-Id, Content-Type, Fleet-Protocol), then reads the job's
-stored events and result from FLEET_RESULTS with an ordered consumer and
-prints one JSON object per line ("queued", then "event"s, then "result").
-Exit status: 0 when a result arrived, 1 on timeout, 2 on bad usage or a
-connection/publish error.
+It checks that a worker serves the operation (the durable consumer named
+after it exists on FLEET_RUNS), publishes a JSON RunRequest to
+agents.run.<operation> through JetStream (headers Nats-Msg-Id, Content-Type,
+Fleet-Protocol), then reads the job's stored events and result from
+FLEET_RESULTS with an ordered consumer and prints one JSON object per line
+("queued", then "event"s, then "result").
+Exit status: 0 when a result arrived, 1 on timeout, 2 on bad usage (an
+operation no worker serves included) or a connection/publish error.
 """
 
 import argparse
@@ -25,6 +27,7 @@ import uuid
 
 import nats
 import nats.errors
+from nats.js.errors import NotFoundError
 
 
 def fail(code, msg):
@@ -79,10 +82,20 @@ async def run(args, request):
     try:
         js = nc.jetstream()
         job_id = request["job_id"]
+        # Protocol §9.1: a request for an operation without a consumer would
+        # wait until a worker dead-letters it (QUEUE_002); refuse it here.
+        try:
+            await js.consumer_info("FLEET_RUNS", request["operation"])
+        except NotFoundError as e:
+            what = "the fleet streams do not exist (start a worker first)" if e.err_code == 10059 \
+                else f"no worker serves operation {request['operation']!r}"
+            print(f"run.py: {what}", file=sys.stderr)
+            return 2
         # Subscribe first: the ordered consumer replays everything stored, so
         # the order does not matter, but this way nothing is missed either.
-        # FLEET_RESULTS only holds agents.results.> and agents.events.>, so
-        # agents.*.<job_id> selects exactly this job's events and result.
+        # nats-py's ordered consumer takes one filter, so agents.*.<job_id>:
+        # that also matches the job's lease records (agents.leases.<job_id>,
+        # protocol 1.2), which are skipped below.
         sub = await js.subscribe(f"agents.*.{job_id}", stream="FLEET_RESULTS", ordered_consumer=True)
         ack = await js.publish(
             f"agents.run.{request['operation']}",
@@ -97,11 +110,10 @@ async def run(args, request):
             if left <= 0:
                 raise nats.errors.TimeoutError
             msg = await sub.next_msg(timeout=left)
-            body = json.loads(msg.data)
             if msg.subject.startswith("agents.events."):
-                emit({"type": "event", "subject": msg.subject, "event": body})
-            else:
-                emit({"type": "result", "subject": msg.subject, "result": body})
+                emit({"type": "event", "subject": msg.subject, "event": json.loads(msg.data)})
+            elif msg.subject.startswith("agents.results."):
+                emit({"type": "result", "subject": msg.subject, "result": json.loads(msg.data)})
                 return 0
     except nats.errors.TimeoutError:
         print(f"run.py: no result for job {request['job_id']} within {args.timeout}s", file=sys.stderr)

@@ -21,6 +21,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/embedded"
@@ -272,6 +275,41 @@ func TestNodeExampleTimesOut(t *testing.T) {
 	}
 	if len(lines) != 1 || lines[0].Type != "queued" || !strings.Contains(stderr, "no result") {
 		t.Fatalf("lines %+v stderr %q", lines, stderr)
+	}
+}
+
+// TestNodeExampleRefusesUnservedOperation: the example checks, as
+// docs/PROTOCOL.md §9.1 tells clients to, that the operation has a consumer
+// before it publishes, and publishes nothing when it has none.
+func TestNodeExampleRefusesUnservedOperation(t *testing.T) {
+	nodeScript(t)
+	url := inProcessWorker(t, &scriptedProcessor{})
+	dir := writeSample(t)
+	lines, stderr, code := runNode(t, dir, "--server", url, "--operation", "nosuchop", "--file", "src/app.py", "--timeout", "10")
+	if code != 2 || len(lines) != 0 || !strings.Contains(stderr, `no worker serves operation "nosuchop"`) {
+		t.Fatalf("exit %d, lines %+v, stderr %q; want exit 2 and the reason", code, lines, stderr)
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, wire.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Fatalf("%d requests stored, want none", info.State.Msgs)
 	}
 }
 

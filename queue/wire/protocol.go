@@ -1,27 +1,24 @@
 // Package wire is the fleet protocol on the wire (fleet protocol v1,
 // docs/PROTOCOL.md): subjects, headers, stream names, the messages
-// (RunRequest, AgentResult, Event, StatusRecord, LeaseRecord), their JSON and
-// msgpack codecs, validation and error codes. It imports neither the loop
-// nor the agents: the worker maps its loop's events and results onto these
-// types, so a coordinator links only this package and nats.go.
+// (RunRequest, AgentResult, Event, and StatusRecord, which is also the lease
+// record of protocol 1.2), their JSON and msgpack codecs, validation and
+// error codes. It imports neither the loop nor the agents: the worker maps
+// its loop's events and results onto these types, so a coordinator links
+// only this package and nats.go.
 //
 // Everything a coordinator in another language needs is in docs/PROTOCOL.md;
 // the Go types here are that document's reference implementation.
 package wire
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // ProtocolVersion is the version of the fleet protocol this package speaks.
@@ -58,7 +55,8 @@ const (
 	// StreamAdvisories captures FLEET_RUNS's max-deliveries advisories so the
 	// dead-letter mover sees them even when no worker was up at the time.
 	StreamAdvisories = "FLEET_ADVISORIES"
-	// BucketJobs is the KV bucket of job status, keyed by job id.
+	// BucketJobs is the KV bucket of the records clients may write for a
+	// job (queued, canceled), keyed by job id; workers only read it.
 	BucketJobs = "fleet_jobs"
 	// ConsumerDLQMover is the durable consumer of StreamAdvisories.
 	ConsumerDLQMover = "dlq_mover"
@@ -70,7 +68,8 @@ const (
 // Header names (docs/PROTOCOL.md §4).
 const (
 	// HeaderMsgID is JetStream's dedupe id: the job id on requests,
-	// "<job_id>-result" on results, "<job_id>-dlq" on dead letters.
+	// "<job_id>-result-<lease rev>" on results (ResultMsgID), "<job_id>-dlq"
+	// or "seq-<n>-dlq" on dead letters.
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderContentType selects the encoding: application/json (the default
 	// when absent) or application/msgpack (also application/x-msgpack).
@@ -95,17 +94,17 @@ const (
 	HeaderOrigSeq     = "Fleet-Original-Seq"
 	// HeaderDeliveries is how many times a dead letter was delivered.
 	HeaderDeliveries = "Fleet-Deliveries"
-	// HeaderStatusRev (optional, on a request) is the revision of the
-	// job's queued status record, created by the client before it
-	// published the request. A worker claims the job on its first attempt
-	// with one compare-and-set on that revision instead of reading the
-	// record first; without the header it claims with a create (revision
-	// 0). A failed claim falls back to reading the record (docs/PROTOCOL.md
-	// §8).
+	// HeaderStatusRev (optional, on a request; protocol 1.1) is the
+	// revision of the job's queued record, created by the client before it
+	// published the request. 1.1 workers claimed the job with a
+	// compare-and-set on it; 1.2 workers claim with a lease record and
+	// accept and ignore the header (docs/PROTOCOL.md §8.7).
 	HeaderStatusRev = "Fleet-Status-Rev"
 	// HeaderExpectedLastSubjSeq and HeaderExpectedLastSubjSeqSubj make a
 	// write a compare-and-set on the last sequence of a subject of the same
-	// stream: a result names its lease's revision and subject.
+	// stream: a lease record names the previous lease record's sequence (0:
+	// none), a result its lease's revision and subject (docs/PROTOCOL.md
+	// §8.2).
 	HeaderExpectedLastSubjSeq     = "Nats-Expected-Last-Subject-Sequence"
 	HeaderExpectedLastSubjSeqSubj = "Nats-Expected-Last-Subject-Sequence-Subject"
 	// HeaderEvents (optional, on a request) chooses the events the worker
@@ -224,69 +223,6 @@ func Invalid(field, format string, args ...any) *RequestError {
 	return &RequestError{Code: CodeInvalidRequest, Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// Encoding is a payload encoding, chosen by Content-Type.
-type Encoding uint8
-
-// Encodings.
-const (
-	// JSON is application/json, the default.
-	JSON Encoding = iota
-	// Msgpack is application/msgpack (or application/x-msgpack).
-	Msgpack
-)
-
-// String returns the encoding's content type.
-func (e Encoding) String() string { return e.ContentType() }
-
-// ContentType returns the encoding's canonical Content-Type value.
-func (e Encoding) ContentType() string {
-	if e == Msgpack {
-		return ContentTypeMsgpack
-	}
-	return ContentTypeJSON
-}
-
-// EncodingFor maps a Content-Type header value to an Encoding. An empty value
-// means JSON; parameters (";charset=utf-8") are ignored. Other types are an
-// error matching ErrUndecodable.
-func EncodingFor(contentType string) (Encoding, error) {
-	switch contentType {
-	case "", ContentTypeJSON:
-		return JSON, nil
-	case ContentTypeMsgpack, ContentTypeXMsgpack:
-		return Msgpack, nil
-	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err == nil {
-		switch strings.ToLower(mt) {
-		case ContentTypeJSON:
-			return JSON, nil
-		case ContentTypeMsgpack, ContentTypeXMsgpack:
-			return Msgpack, nil
-		}
-	}
-	return JSON, &RequestError{Code: CodeUndecodable, Field: HeaderContentType,
-		Reason: fmt.Sprintf("unsupported content type %q (want %s or %s)", contentType, ContentTypeJSON, ContentTypeMsgpack)}
-}
-
-// Marshal encodes v.
-func (e Encoding) Marshal(v any) ([]byte, error) {
-	if e == Msgpack {
-		return msgpack.Marshal(v)
-	}
-	return json.Marshal(v)
-}
-
-// Unmarshal decodes data into v. JSON decoding refuses unknown fields only
-// where the caller asks (DecodeRunRequest does not: newer clients may add
-// fields).
-func (e Encoding) Unmarshal(data []byte, v any) error {
-	if e == Msgpack {
-		return msgpack.Unmarshal(data, v)
-	}
-	return json.Unmarshal(data, v)
-}
-
 // RunOptions are a request's per-run limits. Zero means "the worker's
 // default".
 type RunOptions struct {
@@ -337,8 +273,8 @@ type RunRequest struct {
 	CreatedAt time.Time `json:"created_at" msgpack:"created_at"`
 }
 
-// JobState is a job's lifecycle state, as stored in the fleet_jobs bucket and
-// reported in AgentResult.State.
+// JobState is a job's lifecycle state: a status record's state
+// (docs/PROTOCOL.md §8.1) and AgentResult.State.
 type JobState string
 
 // Job states. Succeeded, failed, dead and canceled are terminal.
@@ -360,9 +296,11 @@ func (s JobState) Terminal() bool {
 	return false
 }
 
-// StatusRecord is the value of a job's key in the fleet_jobs bucket. It is
-// always JSON, whatever the request's encoding. Writers update it with
-// compare-and-set on the key's revision.
+// StatusRecord is a job's status (docs/PROTOCOL.md §8.1), always JSON
+// whatever the request's encoding. It is the shape of a worker's lease
+// record on agents.leases.<job_id> (running, or queued when handed back),
+// of a client's record in the fleet_jobs bucket (queued or canceled), and
+// of the status a reader derives from a stored result.
 type StatusRecord struct {
 	JobID     string   `json:"job_id"`
 	Operation string   `json:"operation,omitempty"`
@@ -371,12 +309,14 @@ type StatusRecord struct {
 	Worker string `json:"worker,omitempty"`
 	// Attempt is the delivery attempt that wrote it (0 for clients).
 	Attempt int `json:"attempt,omitempty"`
-	// Code and Reason explain a failed, dead or canceled state.
+	// Code and Reason explain a failed, dead or canceled state; on a
+	// queued lease record Reason says why the job was handed back.
 	Code   ErrorCode `json:"code,omitempty"`
 	Reason string    `json:"reason,omitempty"`
 	// Seq is the request's FLEET_RUNS stream sequence when known (lets a
 	// client delete a queued request).
-	Seq       uint64    `json:"seq,omitempty"`
+	Seq uint64 `json:"seq,omitempty"`
+	// UpdatedAt is when the record was written (a result's finished_at).
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
@@ -397,9 +337,10 @@ type ResultTimings struct {
 	Tools time.Duration `json:"tools_ns" msgpack:"tools_ns"`
 }
 
-// AgentResult is a job's final message, published on agents.results.<job_id>
-// (and <Reply-To>.result) with Nats-Msg-Id "<job_id>-result". It carries the
-// loop's Result fields plus the job's accounting.
+// AgentResult is a job's final message, stored on agents.results.<job_id>
+// under its writer's lease (Nats-Msg-Id "<job_id>-result-<rev>") and sent
+// to <Reply-To>.result. It carries the loop's Result fields plus the job's
+// accounting.
 type AgentResult struct {
 	Version   int    `json:"version" msgpack:"version"`
 	JobID     string `json:"job_id" msgpack:"job_id"`
@@ -441,8 +382,9 @@ type Event struct {
 	// ignore events of an attempt older than the newest they have seen.
 	Attempt int       `json:"attempt" msgpack:"attempt"`
 	Kind    EventKind `json:"kind" msgpack:"kind"`
-	// Seq numbers the attempt's events from 1; a gap means events were
-	// dropped (or left out by the request's Fleet-Events choice).
+	// Seq numbers the attempt's events from 1, counting the kinds left out
+	// by Fleet-Events or the worker's configuration too: only
+	// AgentResult.EventsDropped counts lost events.
 	Seq  int       `json:"seq" msgpack:"seq"`
 	Turn int       `json:"turn" msgpack:"turn"`
 	Time time.Time `json:"time" msgpack:"time"`
@@ -546,72 +488,4 @@ func NewRequestMsg(req *RunRequest, enc Encoding, replyTo string) (*nats.Msg, er
 		m.Header.Set(HeaderReplyTo, replyTo)
 	}
 	return m, nil
-}
-
-// DecodeRunRequest decodes and validates a run request. contentType is the
-// Content-Type header ("" = JSON). Every failure is a *RequestError:
-// CodeUndecodable when the bytes cannot be read as a RunRequest,
-// CodeInvalidRequest when a field is wrong. Whether the operation is served
-// is the worker's check (CodeUnknownOperation).
-func DecodeRunRequest(data []byte, contentType string) (*RunRequest, error) {
-	enc, err := EncodingFor(contentType)
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxRequestBytes {
-		return nil, Invalid("", "request is %d bytes, more than %d", len(data), MaxRequestBytes)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, &RequestError{Code: CodeUndecodable, Reason: "empty payload"}
-	}
-	req := new(RunRequest)
-	if enc == Msgpack {
-		// One msgpack value, nothing after it.
-		r := bytes.NewReader(data)
-		dec := msgpack.NewDecoder(r)
-		if err := dec.Decode(req); err != nil {
-			return nil, &RequestError{Code: CodeUndecodable, Reason: fmt.Sprintf("not a msgpack RunRequest: %v", err)}
-		}
-		if r.Len() != 0 {
-			return nil, &RequestError{Code: CodeUndecodable, Reason: fmt.Sprintf("%d bytes of trailing data after the msgpack value", r.Len())}
-		}
-	} else if !utf8.Valid(data) {
-		// encoding/json would quietly turn invalid UTF-8 into U+FFFD, so a
-		// file's bytes would change on the way in: refuse instead, as the
-		// msgpack path does.
-		return nil, &RequestError{Code: CodeUndecodable, Reason: "JSON payload is not valid UTF-8"}
-	} else if err := json.Unmarshal(data, req); err != nil {
-		// json.Unmarshal also refuses trailing data.
-		return nil, &RequestError{Code: CodeUndecodable, Reason: fmt.Sprintf("not a JSON RunRequest: %v", err)}
-	}
-	if err := req.Validate(); err != nil {
-		return nil, err
-	}
-	return req, nil
-}
-
-// DecodeAgentResult decodes a result message's body.
-func DecodeAgentResult(data []byte, contentType string) (*AgentResult, error) {
-	enc, err := EncodingFor(contentType)
-	if err != nil {
-		return nil, err
-	}
-	r := new(AgentResult)
-	if err := enc.Unmarshal(data, r); err != nil {
-		return nil, fmt.Errorf("queue: decode result: %w", err)
-	}
-	return r, nil
-}
-
-// DecodeEvent decodes an event message's body.
-func DecodeEvent(data []byte, contentType string) (*Event, error) {
-	enc, err := EncodingFor(contentType)
-	if err != nil {
-		return nil, err
-	}
-	e := new(Event)
-	if err := enc.Unmarshal(data, e); err != nil {
-		return nil, fmt.Errorf("queue: decode event: %w", err)
-	}
-	return e, nil
 }

@@ -21,7 +21,9 @@ func TestProtocolDocExamples(t *testing.T) {
 	for _, part := range strings.Split(string(doc), "```json\n")[1:] {
 		blocks = append(blocks, part[:strings.Index(part, "```")])
 	}
-	targets := []any{&RunRequest{}, &AgentResult{}, &Event{}, &StatusRecord{}}
+	// The request, the result, an event, then §8.1's lease record and a
+	// client's queued and canceled records.
+	targets := []any{&RunRequest{}, &AgentResult{}, &Event{}, &StatusRecord{}, &StatusRecord{}, &StatusRecord{}}
 	if len(blocks) != len(targets) {
 		t.Fatalf("PROTOCOL.md has %d JSON examples, the test knows %d", len(blocks), len(targets))
 	}
@@ -41,5 +43,23 @@ func TestProtocolDocExamples(t *testing.T) {
 	}
 	if r := targets[1].(*AgentResult); !r.State.Terminal() || r.Diff == "" {
 		t.Errorf("result example decoded to %+v", r)
+	}
+	// A lease record as a worker writes it: running, with the worker, the
+	// attempt and the request's sequence; and written the way
+	// MarshalStatus writes it.
+	if l := targets[3].(*StatusRecord); l.State != StateRunning || l.Worker == "" || l.Attempt < 1 || l.Seq == 0 || l.UpdatedAt.IsZero() {
+		t.Errorf("lease record example decoded to %+v", l)
+	} else if b, err := MarshalStatus(l); err != nil || !bytes.Equal(b, []byte(strings.Join(strings.Fields(blocks[3]), ""))) {
+		t.Errorf("lease record example is not what a worker writes:\n doc  %s\n code %s", strings.Join(strings.Fields(blocks[3]), ""), b)
+	}
+	// Client records: no worker fields, the states clients write.
+	for i, want := range map[int]JobState{4: StateQueued, 5: StateCanceled} {
+		c := targets[i].(*StatusRecord)
+		if c.State != want || c.JobID == "" || c.Worker != "" || c.Attempt != 0 {
+			t.Errorf("client record example %d decoded to %+v", i+1, c)
+		}
+	}
+	if c := targets[5].(*StatusRecord); c.Code != CodeCanceled {
+		t.Errorf("canceled record example has code %q", c.Code)
 	}
 }

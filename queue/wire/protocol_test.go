@@ -159,7 +159,7 @@ func TestDecodeRefusals(t *testing.T) {
 		{"not json", "", []byte("hello"), ErrUndecodable, ""},
 		{"json array", "", []byte("[1,2]"), ErrUndecodable, ""},
 		{"trailing json", "", append(enc(func(*RunRequest) {}), []byte(" {}")...), ErrUndecodable, ""},
-		{"wrong type", "", []byte(`{"job_id":7}`), ErrUndecodable, ""},
+		{"wrong type", "", []byte(`{"job_id":7}`), ErrUndecodable, "job_id"},
 		{"bad content type", "text/plain", enc(func(*RunRequest) {}), ErrUndecodable, HeaderContentType},
 		{"msgpack garbage", ContentTypeMsgpack, []byte{0xc1, 0x00}, ErrUndecodable, ""},
 		{"msgpack trailing", ContentTypeMsgpack, append(mp(sampleRequest()), 0x01), ErrUndecodable, ""},
