@@ -261,30 +261,44 @@ func (s *slot) runJob(j *job) {
 
 // claim takes the job's lease; false when the delivery was settled here
 // (the job has its result, another copy holds it, it was canceled, or the
-// claim failed and the delivery goes back).
+// claim kept failing and the delivery goes back). A transient failure (a
+// stream leader being elected, a reconnect) is tried again within this
+// delivery, which is kept alive meanwhile, for up to half the ack wait: a
+// failed claim must not use up one of the job's deliveries each time.
 func (s *slot) claim(ctx context.Context, j *job) bool {
 	w := s.w
-	l, err := w.ledger.Claim(ctx, j.d)
-	var ce *ledger.CanceledError
-	switch {
-	case err == nil:
-		j.lease = l
-		return true
-	case errors.As(err, &ce):
-		j.lease = ce.Lease
-		s.cancelled(j, &CanceledError{JobID: j.id, Reason: ce.Reason})
-	case errors.Is(err, ledger.ErrDone), errors.Is(err, ledger.ErrDuplicate):
-		w.st.duplicates.Add(1)
-		s.log.Info("job already ended or held by another copy; settling without running", "job", j.id, "why", err)
-		if err := w.ledger.Settle(ctx, j.d); err != nil {
-			s.log.Warn("settle failed", "job", j.id, "err", err)
+	giveUp := time.Now().Add(w.cfg.Streams.FirstAckWait() / 2)
+	backoff := 25 * time.Millisecond
+	for {
+		l, err := w.ledger.Claim(ctx, j.d)
+		var ce *ledger.CanceledError
+		switch {
+		case err == nil:
+			j.lease = l
+			return true
+		case errors.As(err, &ce):
+			j.lease = ce.Lease
+			s.cancelled(j, &CanceledError{JobID: j.id, Reason: ce.Reason})
+			return false
+		case errors.Is(err, ledger.ErrDone), errors.Is(err, ledger.ErrDuplicate):
+			w.st.duplicates.Add(1)
+			s.log.Info("job already ended or held by another copy; settling without running", "job", j.id, "why", err)
+			if err := w.ledger.Settle(ctx, j.d); err != nil {
+				s.log.Warn("settle failed", "job", j.id, "err", err)
+			}
+			return false
 		}
-	default:
-		s.log.Warn("cannot claim job; retrying later", "job", j.id, "err", err)
-		w.st.retried.Add(1)
-		_ = j.msg.NakWithDelay(w.backoff(j.attempt))
+		if time.Now().Add(backoff).After(giveUp) || ctx.Err() != nil || s.stopping() {
+			s.log.Warn("cannot claim job; retrying later", "job", j.id, "err", err)
+			w.st.retried.Add(1)
+			_ = j.msg.NakWithDelay(w.backoff(j.attempt))
+			return false
+		}
+		s.log.Debug("claim failed; trying again", "job", j.id, "err", err, "in", backoff)
+		_ = j.msg.InProgress()
+		s.pause(backoff)
+		backoff = min(2*backoff, 2*time.Second)
 	}
-	return false
 }
 
 func (s *slot) process(ctx context.Context, j *job) (out *Outcome, err error, panicked string) {

@@ -17,8 +17,8 @@ const (
 	DefaultResultsMaxAge = 24 * time.Hour
 	DefaultDLQMaxAge     = 30 * 24 * time.Hour
 	DefaultStatusTTL     = 72 * time.Hour
-	DefaultAckWait       = 60 * time.Second
-	DefaultMaxDeliver    = 4
+	DefaultAckWait       = 30 * time.Second
+	DefaultMaxDeliver    = 5
 	DefaultMaxAckPending = 1000
 	DefaultMaxWaiting    = 512
 )
