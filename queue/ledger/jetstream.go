@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,6 +56,9 @@ type JetStream struct {
 	cfg  JetStreamConfig
 	js   jetstream.JetStream
 	free chan *pubAcks
+	// claimHook, when set (tests), runs in Claim between its reads and its
+	// lease write on the takeover path.
+	claimHook atomic.Pointer[func(*Delivery)]
 }
 
 // NewJetStream returns the JetStream ledger. Close releases its
@@ -113,6 +118,19 @@ func (j *JetStream) write(m *nats.Msg) pubAck {
 	}
 	r, _ := a.wait(id, 0)
 	return r
+}
+
+// NewDelivery describes a message pulled from a FLEET_RUNS consumer, with
+// meta its metadata (m.Metadata()). JobID is the message's Nats-Msg-Id (the
+// caller falls back to the body's job_id); ReplyTo is left to the caller,
+// which validates it.
+func NewDelivery(m *nats.Msg, meta *nats.MsgMetadata) *Delivery {
+	d := &Delivery{JobID: m.Header.Get(wire.HeaderMsgID), Operation: strings.TrimPrefix(m.Subject, wire.SubjectRunPrefix),
+		Seq: meta.Sequence.Stream, Attempt: int(meta.NumDelivered), Enqueued: meta.Timestamp,
+		Subject: m.Subject, Header: m.Header, Data: m.Data}
+	d.Encoding, _ = wire.EncodingFor(m.Header.Get(wire.HeaderContentType))
+	d.SetHandle(m)
+	return d
 }
 
 func msgOf(d *Delivery) (*nats.Msg, bool) {
@@ -175,6 +193,9 @@ func (j *JetStream) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
 			if other != nil {
 				return nil, ErrDuplicate
 			}
+		}
+		if h := j.claimHook.Load(); h != nil {
+			(*h)(d)
 		}
 		l, err := j.tryLease(ctx, d, rev)
 		if IsConflict(err) {

@@ -88,8 +88,8 @@ type Delivery struct {
 	handle any
 }
 
-// NewDelivery wraps an implementation's handle (the JetStream ledger's
-// *nats.Msg); implementations read it back with Handle.
+// SetHandle sets the implementation's handle of the delivery (the
+// JetStream ledger's *nats.Msg); implementations read it back with Handle.
 func (d *Delivery) SetHandle(h any) { d.handle = h }
 
 // Handle is the implementation's handle of the delivery.
