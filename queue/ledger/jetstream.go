@@ -295,8 +295,11 @@ func resultMsg(l *Lease, r *wire.AgentResult) (*nats.Msg, []byte, error) {
 // fenced, or ctx ends: a finished run is never computed again because its
 // result could not be written once.
 func (j *JetStream) Complete(ctx context.Context, l *Lease, r *wire.AgentResult) error {
-	if err := j.storeResult(ctx, l, r, true); err != nil {
-		return err
+	if !l.completed.Load() {
+		if err := j.storeResult(ctx, l, r, true); err != nil {
+			return err
+		}
+		l.completed.Store(true)
 	}
 	if m, ok := msgOf(l.Delivery); ok {
 		// Not waited for: a lost ack means a redelivery, which finds the
