@@ -249,23 +249,21 @@ func (j *JetStream) checkCanceled(ctx context.Context, l *Lease) (*Lease, error)
 	return l, nil
 }
 
-// Heartbeat implements Ledger: +WPI on the delivery, then the lease check
-// (a direct read: a takeover is seen within a heartbeat or two).
+// Heartbeat implements Ledger: +WPI on the delivery, then the lease check,
+// a read of the last lease record from the stream's leader (a direct get
+// could be answered by a replica that has not seen the takeover yet, or not
+// even this lease).
 func (j *JetStream) Heartbeat(ctx context.Context, l *Lease) error {
 	if m, ok := msgOf(l.Delivery); ok {
 		if err := m.InProgress(); err != nil {
 			return fmt.Errorf("ledger: heartbeat: %w", err)
 		}
 	}
-	st, err := j.js.Stream(ctx, wire.StreamResults)
+	_, rev, err := j.lastLease(ctx, l.JobID())
 	if err != nil {
 		return fmt.Errorf("ledger: heartbeat: %w", err)
 	}
-	last, err := st.GetLastMsgForSubject(ctx, wire.LeaseSubject(l.JobID()))
-	if err != nil {
-		return fmt.Errorf("ledger: heartbeat: %w", err)
-	}
-	if last.Sequence > l.Rev {
+	if rev != l.Rev {
 		return ErrFenced
 	}
 	return nil
