@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -120,6 +121,24 @@ func (j reader) clientRecord(ctx context.Context, jobID string) (*wire.StatusRec
 	}
 	var rec wire.StatusRecord
 	if json.Unmarshal(m.Data, &rec) != nil {
+		return nil, nil
+	}
+	return &rec, nil
+}
+
+// clientRecordDirect reads the job's record with kv.Get (a direct get): the
+// same answer as clientRecord when the bucket has one replica, at about half
+// the cost.
+func (j reader) clientRecordDirect(ctx context.Context, jobID string) (*wire.StatusRecord, error) {
+	e, err := j.kv.Get(ctx, jobID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec wire.StatusRecord
+	if json.Unmarshal(e.Value(), &rec) != nil {
 		return nil, nil
 	}
 	return &rec, nil
