@@ -7,9 +7,9 @@ import (
 	"github.com/agentfleet/fleet/queue/ledger/ledgertest"
 )
 
-// The conformance suite on the three targets of docs: the in-memory fake,
-// the JetStream ledger on one embedded server, and on a 3-node cluster with
-// R3 streams.
+// The conformance suite on its three targets: the in-memory fake, the
+// JetStream ledger on one embedded server, and the JetStream ledger on a
+// 3-node cluster with R3 streams.
 
 func TestConformanceMemory(t *testing.T) {
 	ledgertest.Run(t, ledgertest.MemoryHarness)

@@ -264,9 +264,9 @@ func (h *jsHarness) Expire(d *ledger.Delivery) *ledger.Delivery {
 
 func (h *jsHarness) Stored(seq uint64, attempts int) *ledger.Delivery {
 	h.t.Helper()
-	raw, err := h.streams.Runs.GetMsg(h.ctx(), seq)
-	if err != nil {
-		h.t.Fatalf("read request %d: %v", seq, err)
+	raw := h.leaderGet(wire.StreamRuns, fmt.Sprintf(`{"seq":%d}`, seq))
+	if raw == nil {
+		h.t.Fatalf("request %d is not queued", seq)
 	}
 	d := &ledger.Delivery{JobID: raw.Header.Get(wire.HeaderMsgID), Operation: strings.TrimPrefix(raw.Subject, wire.SubjectRunPrefix),
 		Seq: raw.Sequence, Attempt: attempts, Enqueued: raw.Time, Subject: raw.Subject, Header: raw.Header, Data: raw.Data}
@@ -287,8 +287,11 @@ func (h *jsHarness) leaderGet(stream, req string) *jetstream.RawStreamMsg {
 	var r struct {
 		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
-			Seq    uint64 `json:"seq"`
-			Header []byte `json:"hdrs"`
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Header  []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
@@ -300,7 +303,7 @@ func (h *jsHarness) leaderGet(stream, req string) *jetstream.RawStreamMsg {
 		}
 		h.t.Fatalf("read %s: %v", stream, r.Error)
 	}
-	m := &jetstream.RawStreamMsg{Sequence: r.Message.Seq}
+	m := &jetstream.RawStreamMsg{Subject: r.Message.Subject, Sequence: r.Message.Seq, Data: r.Message.Data, Time: r.Message.Time}
 	if len(r.Message.Header) > 0 {
 		if m.Header, err = nats.DecodeHeadersMsg(r.Message.Header); err != nil {
 			h.t.Fatal(err)
