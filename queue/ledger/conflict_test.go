@@ -173,8 +173,11 @@ func TestR3ConcurrentCompareAndSets(t *testing.T) {
 	job := fmt.Sprintf("cas-%d", time.Now().UnixNano())
 	codes := map[jetstream.ErrorCode]int{}
 	var rev uint64
-	rounds := 0
-	for ; rounds < maxRounds && (rounds < 30 || codes[jetstream.JSErrCodeStreamWrongLastSequenceConstant] == 0); rounds++ {
+	rounds, noWin := 0, 0
+	bothSeen := func() bool {
+		return codes[jetstream.JSErrCodeStreamWrongLastSequence] > 0 && codes[jetstream.JSErrCodeStreamWrongLastSequenceConstant] > 0
+	}
+	for ; rounds < maxRounds && (rounds < 30 || !bothSeen()); rounds++ {
 		errs := make([]error, writers)
 		seqs := make([]uint64, writers)
 		start := make(chan struct{})
@@ -197,6 +200,7 @@ func TestR3ConcurrentCompareAndSets(t *testing.T) {
 		close(start)
 		wg.Wait()
 		won := 0
+		var lost []jetstream.ErrorCode
 		for w, err := range errs {
 			switch {
 			case err == nil:
@@ -204,21 +208,32 @@ func TestR3ConcurrentCompareAndSets(t *testing.T) {
 				rev = seqs[w]
 			case IsConflict(err):
 				codes[apiCode(err)]++
+				lost = append(lost, apiCode(err))
 			default:
 				t.Fatalf("round %d: writer %d: %v, neither a win nor a conflict", rounds, w, err)
 			}
 		}
-		if won != 1 {
-			t.Fatalf("round %d: %d compare-and-sets on one revision won, want exactly 1", rounds, won)
+		switch {
+		case won > 1:
+			t.Fatalf("round %d: %d compare-and-sets on one revision won", rounds, won)
+		case won == 0:
+			// The server may refuse every writer of a round while it
+			// still counts a write to the subject as in flight; a
+			// claim reads again and retries then.
+			noWin++
+			t.Logf("round %d: no writer won (codes %v)", rounds, lost)
 		}
 	}
-	t.Logf("%d rounds of %d writers on 3 servers: lost compare-and-sets by code %v", rounds, writers, codes)
+	t.Logf("%d rounds of %d writers on 3 servers (%d without a winner): lost compare-and-sets by code %v", rounds, writers, noWin, codes)
+	if noWin > rounds/4 {
+		t.Fatalf("%d of %d rounds without a winner", noWin, rounds)
+	}
 	for code := range codes {
 		if code != jetstream.JSErrCodeStreamWrongLastSequence && code != jetstream.JSErrCodeStreamWrongLastSequenceConstant {
 			t.Fatalf("conflict with code %d", code)
 		}
 	}
-	if codes[jetstream.JSErrCodeStreamWrongLastSequence] == 0 || codes[jetstream.JSErrCodeStreamWrongLastSequenceConstant] == 0 {
+	if !bothSeen() {
 		t.Fatalf("codes seen %v: want both %d and %d", codes, jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 	}
 
