@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,16 +140,6 @@ func (s *slot) run() {
 	}
 }
 
-// delivery describes a pulled message for the ledger.
-func delivery(m *nats.Msg, meta *nats.MsgMetadata) *ledger.Delivery {
-	d := &ledger.Delivery{JobID: m.Header.Get(wire.HeaderMsgID), Operation: strings.TrimPrefix(m.Subject, wire.SubjectRunPrefix),
-		Seq: meta.Sequence.Stream, Attempt: int(meta.NumDelivered), Enqueued: meta.Timestamp,
-		Subject: m.Subject, Header: m.Header, Data: m.Data}
-	d.Encoding, _ = wire.EncodingFor(m.Header.Get(wire.HeaderContentType))
-	d.SetHandle(m)
-	return d
-}
-
 // handle processes one delivery end to end.
 func (s *slot) handle(m *nats.Msg) {
 	meta, err := m.Metadata()
@@ -159,7 +148,7 @@ func (s *slot) handle(m *nats.Msg) {
 		_ = m.Term()
 		return
 	}
-	d := delivery(m, meta)
+	d := ledger.NewDelivery(m, meta)
 	j := &job{d: d, msg: m, op: d.Operation, attempt: d.Attempt, started: time.Now(), enqueued: meta.Timestamp,
 		id: d.JobID, enc: d.Encoding}
 	j.evLimit, j.evKinds = parseEventsHeader(m.Header.Get(wire.HeaderEvents))

@@ -16,6 +16,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentfleet/fleet/queue/wire"
@@ -88,8 +89,8 @@ type Delivery struct {
 	handle any
 }
 
-// NewDelivery wraps an implementation's handle (the JetStream ledger's
-// *nats.Msg); implementations read it back with Handle.
+// SetHandle sets the implementation's handle of the delivery (the
+// JetStream ledger's *nats.Msg); implementations read it back with Handle.
 func (d *Delivery) SetHandle(h any) { d.handle = h }
 
 // Handle is the implementation's handle of the delivery.
@@ -103,6 +104,10 @@ type Lease struct {
 	Rev uint64
 	// TookOver is true when the claim replaced an earlier attempt's lease.
 	TookOver bool
+
+	// completed is set once Complete stored the result and sent its live
+	// copy: Complete called again only acknowledges.
+	completed atomic.Bool
 }
 
 // JobID is the leased job's id.
@@ -122,8 +127,9 @@ type Ledger interface {
 	// Complete stores the job's result under the lease, sends its live
 	// copy to the request's Reply-To, and acknowledges the delivery. It is
 	// safe to call again after an error: a result already stored by this
-	// lease is not stored twice. ErrFenced when the lease was taken over
-	// (nothing is written or sent).
+	// lease is not stored twice, and once Complete succeeded, calling it
+	// again sends no second live copy. ErrFenced when the lease was taken
+	// over (nothing is written or sent).
 	Complete(ctx context.Context, l *Lease, r *wire.AgentResult) error
 	// Requeue hands the job back to the queue after delay (0 = now): its
 	// status becomes queued with reason. ErrFenced when the lease was
