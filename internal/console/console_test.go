@@ -97,7 +97,7 @@ func TestPages(t *testing.T) {
 	mustContain(t, "jobs?state=failed", body, `<span id="total">0</span>`)
 	body = get(t, base, "/jobs/"+enq.JobID, http.StatusOK)
 	mustContain(t, "job page", body, "Turn 1", "run_linter", "apply_fix", "stripped trailing whitespace",
-		`<td class="del">def total(xs):   </td>`, `<td class="add">def total(xs):</td>`, "shop/cart.py")
+		`<td class="del">def total(xs):<mark>   </mark></td>`, `<td class="add">def total(xs):</td>`, "shop/cart.py")
 	if strings.Contains(body, "live.js") {
 		t.Error("a finished job's page streams")
 	}

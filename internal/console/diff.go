@@ -2,6 +2,7 @@ package console
 
 import (
 	"strings"
+	"unicode/utf8"
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
 )
@@ -33,9 +34,31 @@ type diffHunk struct {
 // empty cell.
 type diffRow struct {
 	OldNo, NewNo int64
-	Old, New     string
+	// Old and New are the line split around what changed within it:
+	// prefix, changed part, suffix (a deleted line facing an added one is
+	// marked only where they differ; a lone one is all "changed").
+	Old, New [3]string
 	// OldKind and NewKind are "ctx", "del", "add" or "" (empty cell).
 	OldKind, NewKind string
+}
+
+// splitChange splits a and b around their common prefix and suffix.
+func splitChange(a, b string) (pa, pb [3]string) {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	for i > 0 && i < len(a) && !utf8.RuneStart(a[i]) { // cut on a rune boundary
+		i--
+	}
+	j := 0
+	for j < len(a)-i && j < len(b)-i && a[len(a)-1-j] == b[len(b)-1-j] {
+		j++
+	}
+	for j > 0 && !utf8.RuneStart(a[len(a)-j]) {
+		j--
+	}
+	return [3]string{a[:i], a[i : len(a)-j], a[len(a)-j:]}, [3]string{b[:i], b[i : len(b)-j], b[len(b)-j:]}
 }
 
 // renderDiff parses a unified diff (git's format or the plain one) with
@@ -45,8 +68,14 @@ func renderDiff(diff string) *diffView {
 	if err != nil {
 		return &diffView{Raw: diff, Err: err.Error()}
 	}
+	// A plain unified diff keeps git's a/ and b/ prefixes in its names
+	// (go-gitdiff strips them only from a "diff --git" header).
+	plain := !strings.HasPrefix(diff, "diff --git ")
 	v := &diffView{}
 	for _, f := range files {
+		if plain {
+			f.OldName, f.NewName = strings.TrimPrefix(f.OldName, "a/"), strings.TrimPrefix(f.NewName, "b/")
+		}
 		df := diffFile{Name: f.NewName, What: "modified"}
 		switch {
 		case f.IsNew:
@@ -78,12 +107,20 @@ func sideBySide(frag *gitdiff.TextFragment) diffHunk {
 	flush := func() {
 		for i := range max(len(dels), len(adds)) {
 			var r diffRow
+			switch {
+			case i < len(dels) && i < len(adds):
+				r.Old, r.New = splitChange(dels[i], adds[i])
+			case i < len(dels):
+				r.Old[1] = dels[i]
+			default:
+				r.New[1] = adds[i]
+			}
 			if i < len(dels) {
-				r.OldNo, r.Old, r.OldKind = oldNo, dels[i], "del"
+				r.OldNo, r.OldKind = oldNo, "del"
 				oldNo++
 			}
 			if i < len(adds) {
-				r.NewNo, r.New, r.NewKind = newNo, adds[i], "add"
+				r.NewNo, r.NewKind = newNo, "add"
 				newNo++
 			}
 			h.Rows = append(h.Rows, r)
@@ -102,7 +139,7 @@ func sideBySide(frag *gitdiff.TextFragment) diffHunk {
 			adds = append(adds, text)
 		default:
 			flush()
-			h.Rows = append(h.Rows, diffRow{OldNo: oldNo, NewNo: newNo, Old: text, New: text, OldKind: "ctx", NewKind: "ctx"})
+			h.Rows = append(h.Rows, diffRow{OldNo: oldNo, NewNo: newNo, Old: [3]string{text}, New: [3]string{text}, OldKind: "ctx", NewKind: "ctx"})
 			oldNo++
 			newNo++
 		}

@@ -46,7 +46,7 @@ func ago(t time.Time) string {
 		return ""
 	}
 	d := time.Since(t)
-	if d < 0 {
+	if d < time.Second {
 		return "just now"
 	}
 	return dur(d.Truncate(time.Second)) + " ago"

@@ -78,7 +78,7 @@ func Start(tb testing.TB, o Options) *Fleet {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(srv.Shutdown)
-	f := &Fleet{Server: srv, Model: &Model{holds: map[string]chan struct{}{}}}
+	f := &Fleet{Server: srv, Model: &Model{holds: map[hold]chan struct{}{}}}
 	if f.Conn, err = srv.Connect(); err != nil {
 		tb.Fatal(err)
 	}
@@ -185,19 +185,24 @@ func RepoRoot(tb testing.TB) string {
 type Model struct {
 	down  atomic.Bool
 	mu    sync.Mutex
-	holds map[string]chan struct{} // file -> closed when released
+	holds map[hold]chan struct{} // closed when released
+}
+
+type hold struct {
+	file string
+	turn int
 }
 
 // SetDown makes the model unreachable (true): each job's processor fails
 // transiently, so the job is retried and, after MaxDeliver, dead-lettered.
 func (m *Model) SetDown(down bool) { m.down.Store(down) }
 
-// Hold keeps the jobs on file from starting their first turn until the
-// returned function is called.
-func (m *Model) Hold(file string) (release func()) {
+// Hold keeps the jobs on file from starting turn (from 0: the first
+// model call) until the returned function is called.
+func (m *Model) Hold(file string, turn int) (release func()) {
 	ch := make(chan struct{})
 	m.mu.Lock()
-	m.holds[file] = ch
+	m.holds[hold{file, turn}] = ch
 	m.mu.Unlock()
 	var once sync.Once
 	return func() { once.Do(func() { close(ch) }) }
@@ -215,16 +220,14 @@ func (m *Model) Complete(ctx context.Context, req *loop.Request) (*loop.Response
 			file, _, _ = strings.Cut(f, "\n")
 		}
 	}
-	if turn == 0 {
-		m.mu.Lock()
-		hold := m.holds[file]
-		m.mu.Unlock()
-		if hold != nil {
-			select {
-			case <-hold:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
+	m.mu.Lock()
+	held := m.holds[hold{file, turn}]
+	m.mu.Unlock()
+	if held != nil {
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 	}
 	call := loop.ToolCall{ID: "call_1", Name: "run_linter", Arguments: json.RawMessage(`{}`)}

@@ -23,6 +23,11 @@
     li.dataset.shownAt = String(now());
     li.classList.add("fresh");
     list.appendChild(li);
+    var badge = document.querySelector("#status .state");
+    if (badge && badge.textContent === "queued") { // the page was loaded before the job started
+      badge.textContent = "running";
+      badge.className = "state st-running";
+    }
   });
   src.addEventListener("result", function () {
     src.close();
