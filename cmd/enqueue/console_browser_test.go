@@ -125,7 +125,7 @@ func (u *consoleUI) wait(what, predicate string) {
 	u.t.Helper()
 	var last error
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		ok, err := chromedp.Run(u.tab, chromedp.Evaluate[bool]("!!(" + predicate + ")"))
+		ok, err := chromedp.Run(u.tab, chromedp.Evaluate[bool]("!!("+predicate+")"))
 		if err == nil && ok {
 			return
 		}
@@ -414,7 +414,7 @@ func checkLatency(t *testing.T, u *consoleUI, pub map[string]time.Time) {
 			t.Errorf("event %s was published but never shown live", key)
 			continue
 		}
-		d := time.UnixMicro(int64(ms*1000)).Sub(at)
+		d := time.UnixMicro(int64(ms * 1000)).Sub(at)
 		lat = append(lat, d)
 	}
 	if len(lat) == 0 {
