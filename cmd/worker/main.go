@@ -55,6 +55,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/config"
 	"github.com/agentfleet/fleet/internal/metrics"
+	"github.com/agentfleet/fleet/internal/presence"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/embedded"
@@ -241,6 +242,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	met.AddOperations(ops...)
 
 	loopCfg := cfg.Loop.LoopConfig()
+	tracker := presence.NewTracker() // the running jobs, for the presence record
 	wcfg := queue.Config{
 		Conn:       nc,
 		Operations: ops,
@@ -262,7 +264,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 			if err != nil {
 				return nil, err
 			}
-			return met.Processor(p), nil
+			return met.Processor(tracker.Processor(slot, p)), nil
 		},
 		Streams: ledger.StreamsConfig{
 			AckWait:       cfg.Queue.AckWait,
@@ -313,6 +315,10 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	}
 	if err := w.Start(ctx); err != nil {
 		return fmt.Errorf("start: %w", err)
+	}
+	if err := startOperatorViews(ctx, cfg, nc, w, tracker, describe(be.Describe()), log, &done); err != nil {
+		_ = w.Stop()
+		return err
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
