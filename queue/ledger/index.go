@@ -36,7 +36,6 @@ type Index struct {
 	kvTTL   time.Duration
 	msgsAge time.Duration
 
-	ready   chan struct{} // closed once both stores are read
 	stop    context.CancelFunc
 	done    chan struct{}
 	started bool
@@ -53,7 +52,7 @@ type indexEntry struct {
 // NewIndex returns an index over the fleet's stores; nothing is read until
 // Start.
 func NewIndex(js jetstream.JetStream, kv jetstream.KeyValue) *Index {
-	return &Index{js: js, kv: kv, jobs: map[string]*indexEntry{}, ready: make(chan struct{}), done: make(chan struct{})}
+	return &Index{js: js, kv: kv, jobs: map[string]*indexEntry{}, done: make(chan struct{})}
 }
 
 // Start reads both stores and follows them until ctx ends or Stop. It
@@ -73,32 +72,39 @@ func (x *Index) Start(ctx context.Context) error {
 	if s, err := x.js.Stream(ctx, wire.StreamResults); err == nil {
 		x.msgsAge = s.CachedInfo().Config.MaxAge
 	}
-	w, err := x.kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("ledger: index %s: %w", wire.BucketJobs, err)
+	// The watcher and the consumer live until Stop, not as long as ctx:
+	// the caller's context (a page request) only bounds the first read.
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	x.mu.Lock()
+	x.stop = stop
+	x.mu.Unlock()
+	fail := func(err error) error { // before the readers start
+		stop()
+		close(x.done)
+		return fmt.Errorf("ledger: index: %w", err)
 	}
-	cons, err := x.js.OrderedConsumer(ctx, wire.StreamResults, jetstream.OrderedConsumerConfig{
+	w, err := x.kv.WatchAll(rctx)
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", wire.BucketJobs, err))
+	}
+	cons, err := x.js.OrderedConsumer(rctx, wire.StreamResults, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{wire.SubjectLeasesPrefix + ">", wire.SubjectResultsPrefix + ">"},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
 		_ = w.Stop()
-		return fmt.Errorf("ledger: index %s: %w", wire.StreamResults, err)
+		return fail(fmt.Errorf("%s: %w", wire.StreamResults, err))
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
 		_ = w.Stop()
-		return fmt.Errorf("ledger: index %s: %w", wire.StreamResults, err)
+		return fail(fmt.Errorf("%s: %w", wire.StreamResults, err))
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(512))
 	if err != nil {
 		_ = w.Stop()
-		return fmt.Errorf("ledger: index %s: %w", wire.StreamResults, err)
+		return fail(fmt.Errorf("%s: %w", wire.StreamResults, err))
 	}
-	rctx, stop := context.WithCancel(context.Background())
-	x.mu.Lock()
-	x.stop = stop
-	x.mu.Unlock()
 	kvReady, msgsReady := make(chan struct{}), make(chan struct{})
 	if info.NumPending == 0 {
 		close(msgsReady)
@@ -123,11 +129,11 @@ func (x *Index) Start(ctx context.Context) error {
 			return x.Err()
 		}
 	}
-	close(x.ready)
 	return x.Err()
 }
 
-// Stop ends the index's readers and waits for them.
+// Stop ends the index's readers and waits for them. It is safe to call
+// after a failed Start.
 func (x *Index) Stop() {
 	x.mu.RLock()
 	stop := x.stop

@@ -103,9 +103,13 @@ func TestIndexFollowsTheStores(t *testing.T) {
 
 	ctx := context.Background()
 	idx := ledger.NewIndex(js, kv)
-	if err := idx.Start(ctx); err != nil {
+	// Start's context bounds the first read only (a page request's): the
+	// index goes on following the stores after it ends.
+	sctx, scancel := context.WithCancel(ctx)
+	if err := idx.Start(sctx); err != nil {
 		t.Fatal(err)
 	}
+	scancel()
 	defer idx.Stop()
 	want, err := ledger.ListStatus(ctx, js, kv)
 	if err != nil {
