@@ -252,6 +252,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		if rec, err := loadRecord(project, liveJob); err != nil || rec.Review != reviewAccepted {
 			t.Errorf("record after accept: %+v, %v", rec, err)
 		}
+		if n, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll("#review form").length`)); err != nil || n != 0 {
+			t.Errorf("an accepted job still offers %d review forms (%v)", n, err)
+		}
 	})
 
 	t.Run("queues, workers and jobs", func(t *testing.T) {
