@@ -6,9 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/agentfleet/fleet/internal/console"
 	"github.com/agentfleet/fleet/internal/console/consoletest"
@@ -118,5 +121,65 @@ func TestPages(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("purge on a read-only console: %d", resp.StatusCode)
+	}
+}
+
+// With actions allowed the forms work, and only with the console's token:
+// a running job is canceled from its page; a purge needs its confirmation.
+func TestActions(t *testing.T) {
+	f := consoletest.Start(t, consoletest.Options{})
+	s := startConsole(t, f, true)
+	base := s.URL()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	release := f.Model.Hold("held.py", 0)
+	defer release()
+	enq, err := f.Client.Enqueue(ctx, consoletest.LintRequest("held.py", consoletest.Untidy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := get(t, base, "/jobs/"+enq.JobID, http.StatusOK)
+	m := regexp.MustCompile(`name="token" value="([0-9a-f]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no form token on the job page:\n%s", page)
+	}
+	post := func(path string, form url.Values, want int) string {
+		t.Helper()
+		resp, err := http.PostForm(base+path, form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != want {
+			t.Fatalf("POST %s: %d, want %d\n%s", path, resp.StatusCode, want, body)
+		}
+		return string(body)
+	}
+	post("/jobs/"+enq.JobID+"/cancel", url.Values{"token": {"forged"}}, http.StatusForbidden)
+	body := post("/jobs/"+enq.JobID+"/cancel", url.Values{"token": {m[1]}}, http.StatusOK)
+	mustContain(t, "cancel", body, "Cancel requested.")
+	res, err := f.Client.Wait(ctx, enq.JobID)
+	if err != nil || res.State != wire.StateCanceled {
+		t.Fatalf("after the cancel: %+v, %v", res, err)
+	}
+	body = post("/dlq/purge", url.Values{"token": {m[1]}}, http.StatusBadRequest)
+	mustContain(t, "unconfirmed purge", body, "tick the confirmation box")
+	body = post("/dlq/purge", url.Values{"token": {m[1]}, "confirm": {"yes"}}, http.StatusOK)
+	mustContain(t, "purge", body, "Purged 0 dead letter(s) of every operation.")
+	body = post("/jobs/"+enq.JobID+"/accept", url.Values{"token": {m[1]}}, http.StatusForbidden)
+	mustContain(t, "accept without a project", body, "no project to apply diffs to")
+}
+
+func TestConfigValidation(t *testing.T) {
+	for name, cfg := range map[string]console.Config{
+		"no listen":      {Conn: nil},
+		"no connection":  {Listen: "127.0.0.1:0"},
+		"bad listen":     {Listen: "nowhere", Conn: &nats.Conn{}},
+		"negative pages": {Listen: "127.0.0.1:0", Conn: &nats.Conn{}, PageSize: -1},
+	} {
+		if _, err := console.New(cfg); !errors.Is(err, console.ErrInvalidConfig) {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
