@@ -154,6 +154,18 @@ type Worker struct {
 	// MetricsListen is the address of the Prometheus /metrics endpoint
 	// ("127.0.0.1:9090"). Default "" = off.
 	MetricsListen string `yaml:"metrics_listen"`
+	// ConsoleListen is the address of the web console (internal/console:
+	// queues, workers, jobs, dead letters; "127.0.0.1:8080"). Default "" =
+	// off.
+	ConsoleListen string `yaml:"console_listen"`
+	// ConsoleActions lets the console change things (cancel jobs, replay
+	// and purge dead letters) with the worker's NATS permissions. Default
+	// false = read-only.
+	ConsoleActions bool `yaml:"console_actions"`
+	// PresenceEvery is how often the worker writes its presence record
+	// (slots, running jobs, model, tokens/s) to the fleet_workers bucket
+	// for the console. Default 5s; 0 = never.
+	PresenceEvery time.Duration `yaml:"presence_every"`
 	// WorkspaceDir holds the Cairn workspace files (stable and overlays).
 	// Default ./data/workspaces.
 	WorkspaceDir string `yaml:"workspace_dir"`
@@ -305,6 +317,7 @@ const (
 	DefaultUnservedAfter   = 2 * time.Minute
 	DefaultAgentsDir       = "./agents"
 	DefaultWorkspaceDir    = "./data/workspaces"
+	DefaultPresenceEvery   = 5 * time.Second
 	DefaultModelPath       = "./models/functiongemma-270m-random-q8_0.gguf"
 	DefaultBatchSize       = 128
 	DefaultContextSize     = 4096
@@ -355,10 +368,11 @@ func Default() *Config {
 			UnservedAfter: DefaultUnservedAfter,
 		},
 		Worker: Worker{
-			Slots:        runtime.NumCPU(),
-			AgentsDir:    DefaultAgentsDir,
-			Name:         host,
-			WorkspaceDir: DefaultWorkspaceDir,
+			Slots:         runtime.NumCPU(),
+			AgentsDir:     DefaultAgentsDir,
+			Name:          host,
+			WorkspaceDir:  DefaultWorkspaceDir,
+			PresenceEvery: DefaultPresenceEvery,
 		},
 		Model: Model{
 			Backend:     BackendLlama,

@@ -215,6 +215,15 @@ func (w *Worker) validate(k *checker) {
 	if w.MetricsListen != "" {
 		k.hostPort("worker.metrics_listen", w.MetricsListen)
 	}
+	if w.ConsoleListen != "" {
+		k.hostPort("worker.console_listen", w.ConsoleListen)
+		if w.ConsoleListen == w.MetricsListen {
+			k.add("worker.console_listen", "is worker.metrics_listen's address too, %q", w.ConsoleListen)
+		}
+	}
+	if w.PresenceEvery < 0 {
+		k.add("worker.presence_every", "must not be negative, got %s", w.PresenceEvery)
+	}
 	k.nonEmpty("worker.workspace_dir", w.WorkspaceDir)
 }
 

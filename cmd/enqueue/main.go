@@ -86,6 +86,14 @@ Dead letters (FLEET_DLQ):
   dlq purge [--operation OP] [--yes]
         Delete the dead letters (asks on a terminal unless --yes).
 
+Console:
+  console [--listen ADDR] [--allow-actions] [--dir D]
+        Serve the web console (queues, workers, jobs with live turns, dead
+        letters) on ADDR (default 127.0.0.1:8080) until interrupted.
+        Read-only unless --allow-actions: then it cancels jobs, replays and
+        purges dead letters, and accepts or rejects diffs into the project
+        root D like accept and reject. NATS permissions apply.
+
 Connection flags (shared with the worker):
   -config FILE      the worker's YAML configuration (nats section: url, creds,
                     nkey_seed, user/password, token, tls); FLEET_* variables apply too
@@ -115,6 +123,9 @@ type cli struct {
 	stdout, stderr io.Writer
 	configPath     string
 	natsURL        string
+	// reconnect keeps reconnecting to NATS (the console); commands that
+	// end soon fail fast instead.
+	reconnect bool
 }
 
 // exitError carries an exit code and a message for stderr.
@@ -166,6 +177,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdReject(cargs)
 	case "dlq":
 		err = c.cmdDLQ(cargs)
+	case "console":
+		err = c.cmdConsole(cargs)
 	case "help":
 		fmt.Fprint(stdout, helpText)
 		return exitOK
@@ -257,6 +270,9 @@ func (c *cli) connect(ctx context.Context, enc wire.Encoding) (*nats.Conn, *clie
 	// none apply to the embedded server's address.
 	opts := natsconn.Options(n, url, "fleet-enqueue")
 	opts.MaxReconnects = -1
+	if c.reconnect {
+		opts.MaxReconnects = 0 // unlimited
+	}
 	nc, err := client.Connect(ctx, opts)
 	if err != nil {
 		return nil, nil, fail(exitConnect, "%v (is a worker running? start one with `worker`, or pass --nats-url)", err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -29,18 +30,10 @@ func (c *cli) cmdAccept(args []string) error {
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
-	rec, err := loadRecord(root, jobID)
-	switch {
-	case notExist(err):
-		rec = nil
-	case err != nil:
-		return &exitError{code: exitUsage, err: err}
-	case rec.Review == reviewAccepted:
-		return fail(exitConflict, "job %s was already accepted (%s)", jobID, rec.ReviewedAt.Local().Format(time.RFC3339))
-	case rec.Review == reviewRejected && !*force:
-		return fail(exitConflict, "job %s was rejected; --force accepts it anyway", jobID)
+	rec, err := reviewable(root, jobID, *force)
+	if err != nil {
+		return err
 	}
-
 	ctx, cancel := quick()
 	defer cancel()
 	nc, cl, err := c.connect(ctx, wire.JSON)
@@ -48,52 +41,97 @@ func (c *cli) cmdAccept(args []string) error {
 		return err
 	}
 	defer nc.Close()
+	out, err := acceptResult(ctx, cl, root, rec, jobID, *force)
+	if err != nil {
+		return err
+	}
+	for _, ch := range out.changes {
+		fmt.Fprintf(c.stdout, "%-8s %s\n", ch.what, ch.path)
+	}
+	if out.note != "" {
+		fmt.Fprintln(c.stdout, out.note)
+	}
+	if out.saveErr != nil {
+		fmt.Fprintf(c.stderr, "note: applied, but the record was not updated: %v\n", out.saveErr)
+	}
+	fmt.Fprintf(c.stdout, "accepted job %s into %s\n", jobID, root)
+	return nil
+}
+
+// reviewable loads the job's record under root and refuses a job already
+// reviewed (a rejected one is accepted with force); a missing record is
+// nil, not an error.
+func reviewable(root, jobID string, force bool) (*jobRecord, error) {
+	rec, err := loadRecord(root, jobID)
+	switch {
+	case notExist(err):
+		return nil, nil
+	case err != nil:
+		return nil, &exitError{code: exitUsage, err: err}
+	case rec.Review == reviewAccepted:
+		return nil, fail(exitConflict, "job %s was already accepted (%s)", jobID, rec.ReviewedAt.Local().Format(time.RFC3339))
+	case rec.Review == reviewRejected && !force:
+		return nil, fail(exitConflict, "job %s was rejected; --force accepts it anyway", jobID)
+	}
+	return rec, nil
+}
+
+// accepted is what acceptResult did.
+type accepted struct {
+	changes []change
+	// note says why nothing was written, when nothing was.
+	note string
+	// saveErr: the files were written but the record was not updated.
+	saveErr error
+}
+
+// acceptResult applies the job's stored diff to the project under root
+// (all of it or nothing) and marks its record accepted: the work of
+// `enqueue accept` and of the console's Accept. rec is the job's record
+// (reviewable), nil when there is none.
+func acceptResult(ctx context.Context, cl *client.Client, root string, rec *jobRecord, jobID string, force bool) (*accepted, error) {
 	res, err := cl.Result(ctx, jobID)
 	if errors.Is(err, client.ErrNoResult) {
-		rec, serr := cl.Status(ctx, jobID)
+		st, serr := cl.Status(ctx, jobID)
 		if serr != nil {
-			return connErr(serr)
+			return nil, connErr(serr)
 		}
-		return fail(exitJobFailed, "job %s has not finished (%s); wait with: enqueue attach %s", jobID, rec.State, jobID)
+		return nil, fail(exitJobFailed, "job %s has not finished (%s); wait with: enqueue attach %s", jobID, st.State, jobID)
 	}
 	if err != nil {
-		return connErr(err)
+		return nil, connErr(err)
 	}
-	if res.State != wire.StateSucceeded && !*force {
-		return fail(exitJobFailed, "job %s ended %s (%s); --force applies its changes anyway", jobID, res.State, res.Error)
+	if res.State != wire.StateSucceeded && !force {
+		return nil, fail(exitJobFailed, "job %s ended %s (%s); --force applies its changes anyway", jobID, res.State, res.Error)
 	}
+	out := &accepted{}
 	var applied []string
 	if res.Diff == "" {
-		fmt.Fprintf(c.stdout, "job %s changed nothing; nothing to apply\n", jobID)
+		out.note = fmt.Sprintf("job %s changed nothing; nothing to apply", jobID)
 	} else {
 		patches, err := readDiff(res.Diff)
 		if err != nil {
-			return fail(exitConflict, "job %s: cannot read its diff: %v", jobID, err)
+			return nil, fail(exitConflict, "job %s: cannot read its diff: %v", jobID, err)
 		}
-		changes, conflicts := planAccept(root, rec, patches, *force)
+		changes, conflicts := planAccept(root, rec, patches, force)
 		if len(conflicts) > 0 {
-			return fail(exitConflict, "job %s not accepted, nothing written:\n  %s", jobID, strings.Join(conflicts, "\n  "))
+			return nil, fail(exitConflict, "job %s not accepted, nothing written:\n  %s", jobID, strings.Join(conflicts, "\n  "))
 		}
 		applied, err = writeChanges(changes)
 		if err != nil {
-			return fail(exitConflict, "job %s not accepted: %v", jobID, err)
+			return nil, fail(exitConflict, "job %s not accepted: %v", jobID, err)
 		}
-		for _, ch := range changes {
-			fmt.Fprintf(c.stdout, "%-8s %s\n", ch.what, ch.path)
-		}
+		out.changes = changes
 		if len(changes) == 0 {
-			fmt.Fprintln(c.stdout, "the local files already hold the job's changes")
+			out.note = "the local files already hold the job's changes"
 		}
 	}
 	if rec == nil {
 		rec = &jobRecord{JobID: jobID, Operation: res.Operation, Root: root, Files: map[string]string{}, CreatedAt: time.Now().UTC()}
 	}
 	rec.Review, rec.ReviewedAt, rec.Applied = reviewAccepted, time.Now().UTC(), applied
-	if err := rec.save(root); err != nil {
-		fmt.Fprintf(c.stderr, "note: applied, but the record was not updated: %v\n", err)
-	}
-	fmt.Fprintf(c.stdout, "accepted job %s into %s\n", jobID, root)
-	return nil
+	out.saveErr = rec.save(root)
+	return out, nil
 }
 
 func (c *cli) cmdReject(args []string) error {
@@ -111,10 +149,8 @@ func (c *cli) cmdReject(args []string) error {
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
-	rec, err := loadRecord(root, jobID)
-	switch {
-	case notExist(err):
-		// No record here: make sure the job exists before remembering it.
+	// Without a record, the job must exist before it is remembered.
+	exists := func() error {
 		ctx, cancel := quick()
 		defer cancel()
 		nc, cl, err := c.connect(ctx, wire.JSON)
@@ -122,24 +158,51 @@ func (c *cli) cmdReject(args []string) error {
 			return err
 		}
 		defer nc.Close()
-		if _, serr := cl.Status(ctx, jobID); serr != nil {
-			if _, rerr := cl.Result(ctx, jobID); rerr != nil {
-				return connErr(serr)
-			}
-		}
-		rec = &jobRecord{JobID: jobID, Root: root, Files: map[string]string{}, CreatedAt: time.Now().UTC()}
-	case err != nil:
-		return &exitError{code: exitUsage, err: err}
-	case rec.Review == reviewAccepted:
-		return fail(exitConflict, "job %s was already accepted: undo its changes with your version control", jobID)
-	case rec.Review == reviewRejected:
+		return jobExists(ctx, cl, jobID)
+	}
+	already, err := rejectJob(root, jobID, exists)
+	if err != nil {
+		return err
+	}
+	if already {
 		fmt.Fprintf(c.stdout, "job %s was already rejected\n", jobID)
 		return nil
 	}
-	rec.Review, rec.ReviewedAt = reviewRejected, time.Now().UTC()
-	if err := rec.save(root); err != nil {
-		return &exitError{code: exitUsage, err: err}
-	}
 	fmt.Fprintf(c.stdout, "rejected job %s (no local file was changed)\n", jobID)
 	return nil
+}
+
+// jobExists says whether the fleet knows the job (a status or a result).
+func jobExists(ctx context.Context, cl *client.Client, jobID string) error {
+	if _, serr := cl.Status(ctx, jobID); serr != nil {
+		if _, rerr := cl.Result(ctx, jobID); rerr != nil {
+			return connErr(serr)
+		}
+	}
+	return nil
+}
+
+// rejectJob marks the job rejected in its record under root, creating the
+// record when exists says the job is real; already is true when it was
+// rejected before. The work of `enqueue reject` and the console's Reject.
+func rejectJob(root, jobID string, exists func() error) (already bool, err error) {
+	rec, err := loadRecord(root, jobID)
+	switch {
+	case notExist(err):
+		if err := exists(); err != nil {
+			return false, err
+		}
+		rec = &jobRecord{JobID: jobID, Root: root, Files: map[string]string{}, CreatedAt: time.Now().UTC()}
+	case err != nil:
+		return false, &exitError{code: exitUsage, err: err}
+	case rec.Review == reviewAccepted:
+		return false, fail(exitConflict, "job %s was already accepted: undo its changes with your version control", jobID)
+	case rec.Review == reviewRejected:
+		return true, nil
+	}
+	rec.Review, rec.ReviewedAt = reviewRejected, time.Now().UTC()
+	if err := rec.save(root); err != nil {
+		return false, &exitError{code: exitUsage, err: err}
+	}
+	return false, nil
 }

@@ -62,6 +62,7 @@ import (
 	"github.com/agentfleet/fleet/internal/logging"
 	"github.com/agentfleet/fleet/internal/metrics"
 	"github.com/agentfleet/fleet/internal/natsconn"
+	"github.com/agentfleet/fleet/internal/presence"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -247,6 +248,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	}
 
 	loopCfg := cfg.Loop.LoopConfig()
+	tracker := presence.NewTracker() // the running jobs, for the presence record
 	wcfg := queue.Config{
 		Conn:       nc,
 		Operations: ops,
@@ -270,7 +272,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 			if err != nil {
 				return nil, err
 			}
-			return met.Processor(p), nil
+			return met.Processor(tracker.Processor(slot, p)), nil
 		},
 		Streams: ledger.StreamsConfig{
 			AckWait:       cfg.Queue.AckWait,
@@ -308,6 +310,10 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	}
 	readyFn := metrics.WorkerReady(nc, w)
 	ready.Store(&readyFn)
+	if err := startOperatorViews(ctx, cfg, nc, w, tracker, describe(be.Describe()), log, &done); err != nil {
+		_ = w.Stop()
+		return err
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
