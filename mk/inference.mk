@@ -57,7 +57,7 @@ TEST_DEPS  += llama-headers model-tiny model-tiny-gemma3
 BENCH_DEPS += llama-headers model model-tiny
 BENCH_TARGETS += bench-inference
 
-.PHONY: llama-headers check-llama-headers model model-tiny model-tiny-gemma3 gemma3-vocab bench-inference
+.PHONY: llama-headers check-llama-headers model model-tiny model-tiny-gemma3 gemma3-vocab bench-inference soak-inference
 
 llama-headers: check-llama-headers $(MINIAUDIO) ## check/assemble the headers the llama.cpp cgo build needs
 
@@ -113,3 +113,6 @@ model-tiny-gemma3: $(GEMMA3_JSON) ## generate the tiny test GGUF with Gemma 3's 
 
 bench-inference: llama-headers model model-tiny ## llama.cpp inference figures on the 270M Q8_0 model
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./inference/llama/ ./internal/membw/
+
+soak-inference: llama-headers model-tiny-gemma3 ## strict decoding on the real vocabulary: 1,000 calls across the four agents' catalogs (FLEET_GEMMA3_CALLS)
+	FLEET_GEMMA3_CALLS=$${FLEET_GEMMA3_CALLS:-1000} $(GO) test -count=1 -v -timeout 30m -run '^TestGemma3StrictCalls$$' ./inference/llama/ | grep -v '^=== '
