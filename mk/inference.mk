@@ -116,3 +116,19 @@ bench-inference: llama-headers model model-tiny ## llama.cpp inference figures o
 
 soak-inference: llama-headers model-tiny-gemma3 ## strict decoding on the real vocabulary: 1,000 calls across the four agents' catalogs (FLEET_GEMMA3_CALLS)
 	FLEET_GEMMA3_CALLS=$${FLEET_GEMMA3_CALLS:-1000} $(GO) test -count=1 -v -timeout 30m -run '^TestGemma3StrictCalls$$' ./inference/llama/ | grep -v '^=== '
+
+# ollama built from the same module (github.com/ollama/ollama, the version in
+# go.mod) with the same cgo flags: the peer of internal/ollamapeer's tests
+# and of bench-inference's side-by-side. When it cannot be built the reason
+# is left in $(OLLAMA_BIN).unavailable and those tests skip with it.
+OLLAMA_BIN := .build/ollama/ollama
+export FLEET_OLLAMA_BIN := $(CURDIR)/$(OLLAMA_BIN)
+TEST_DEPS += ollama-peer
+
+.PHONY: ollama-peer
+ollama-peer: llama-headers ## build ollama from the module fleet uses (peer for tests and bench-inference)
+	@mkdir -p $(dir $(OLLAMA_BIN))
+	@rm -f $(OLLAMA_BIN).unavailable
+	@$(GO) build -o $(OLLAMA_BIN) github.com/ollama/ollama 2>$(OLLAMA_BIN).log || { \
+	  echo "ollama-peer: go build github.com/ollama/ollama failed (see $(OLLAMA_BIN).log); the ollama peer tests will skip" >&2; \
+	  { echo "go build github.com/ollama/ollama failed:"; tail -5 $(OLLAMA_BIN).log; } >$(OLLAMA_BIN).unavailable; rm -f $(OLLAMA_BIN); }
