@@ -111,8 +111,23 @@ model-tiny: ## generate the tiny test GGUF (same architecture, synthetic vocabul
 model-tiny-gemma3: $(GEMMA3_JSON) ## generate the tiny test GGUF with Gemma 3's real vocabulary (24 MiB)
 	@$(GENMODEL) -variant tiny -vocab $(GEMMA3_JSON) -o $(MODEL_TINY_GEMMA3)
 
-bench-inference: llama-headers model model-tiny ## llama.cpp inference figures on the 270M Q8_0 model
+# The host build for the A/B: -march=native, without AMX on CPUs that have
+# it (the module build leaves out ggml's AMX sources and would not link).
+NATIVE_ARCHFLAGS := -O3 -march=native $(shell grep -q amx_tile /proc/cpuinfo 2>/dev/null && echo -mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+AB_ROUNDS ?= 3
+
+bench-inference: llama-headers model model-tiny ollama-peer ## llama.cpp inference figures on the 270M model, fleet vs ollama, local vs remote job, portable vs -march=native
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./inference/llama/ ./internal/membw/
+	$(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 60m ./internal/ollamapeer/
+	@$(MAKE) --no-print-directory bench-arch-ab
+
+.PHONY: bench-arch-ab
+bench-arch-ab: llama-headers model ## interleaved A/B: the portable build vs -march=native (decode and prefill, AB_ROUNDS rounds)
+	@mkdir -p .build/bench
+	@echo "building the portable ($(ARCHFLAGS)) and native ($(NATIVE_ARCHFLAGS)) benchmarks (the first native build compiles llama.cpp, minutes)"
+	@$(GO) test -c -o .build/bench/portable.test ./inference/llama/
+	@CGO_CFLAGS='$(NATIVE_ARCHFLAGS) -w' CGO_CXXFLAGS='$(NATIVE_ARCHFLAGS) -w' $(GO) test -c -o .build/bench/native.test ./inference/llama/
+	@bash mk/arch-ab.sh $(CURDIR)/.build/bench/portable.test $(CURDIR)/.build/bench/native.test $(AB_ROUNDS)
 
 soak-inference: llama-headers model-tiny-gemma3 ## strict decoding on the real vocabulary: 1,000 calls across the four agents' catalogs (FLEET_GEMMA3_CALLS)
 	FLEET_GEMMA3_CALLS=$${FLEET_GEMMA3_CALLS:-1000} $(GO) test -count=1 -v -timeout 30m -run '^TestGemma3StrictCalls$$' ./inference/llama/ | grep -v '^=== '

@@ -322,3 +322,33 @@ func BenchmarkInference(b *testing.B) {
 	}
 	fmt.Print("\n--- inference figures ---\n" + out.String())
 }
+
+// BenchmarkDecode reports only prefill and decode speed on one slot (best
+// of 3), for `make bench-inference`'s interleaved build A/B.
+func BenchmarkDecode(b *testing.B) {
+	be := newBench(b, nil)
+	s, _ := be.NewSlot()
+	k, err := s.contextFor(be.cfg.Model)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prompt, err := tokenizePrompt(k.model, benchRequest("Has job 7f3a finished? If it failed, retry it with at most 3 attempts."))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const genN = 64
+	decodeRun(b, s, prompt, 8)
+	var bestPre, bestDec time.Duration
+	for i := range 3 {
+		pre, dec := decodeRun(b, s, prompt, genN)
+		if i == 0 || pre < bestPre {
+			bestPre = pre
+		}
+		if i == 0 || dec < bestDec {
+			bestDec = dec
+		}
+	}
+	b.ReportMetric(float64(len(prompt))/bestPre.Seconds(), "prefill-tok/s")
+	b.ReportMetric(float64(genN)/bestDec.Seconds(), "decode-tok/s")
+	b.ReportMetric(0, "ns/op")
+}
