@@ -3,6 +3,7 @@ package llama
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -51,7 +52,7 @@ func benchRequest(user string) *loop.Request {
 }
 
 func newBench(b *testing.B, mut func(*Config)) *Backend {
-	cfg := Config{Model: ModelRef{Path: benchModel(b)}, ContextSize: 4096, MaxTokens: 128}
+	cfg := Config{Model: ModelRef{Path: benchModel(b)}, ContextSize: 4096, MaxTokens: DefaultMaxTokens}
 	if mut != nil {
 		mut(&cfg)
 	}
@@ -246,6 +247,16 @@ func BenchmarkInference(b *testing.B) {
 		prefilled, ctxTokens := 0, 0
 		for turn := range 6 {
 			resp, err := s.Complete(context.Background(), req)
+			var bad *loop.InvalidResponseError
+			if errors.As(err, &bad) && bad.Kind == loop.InvalidTruncated {
+				// Random weights filled every string to the cap: the turn's
+				// tokens count, and the model tries again after a
+				// corrective message, as the loop does.
+				prefilled += bad.Usage.PromptTokens - bad.Usage.CachedTokens
+				ctxTokens = bad.Usage.PromptTokens + bad.Usage.CompletionTokens
+				req.Messages = append(req.Messages, loop.Message{Role: loop.RoleUser, Content: "Your last reply was cut off at the token limit: call one tool."})
+				continue
+			}
 			if err != nil {
 				b.Fatalf("job turn %d: %v", turn, err)
 			}

@@ -268,3 +268,15 @@ func fmtIDs(m *model, ids []int) string {
 	}
 	return b.String()
 }
+
+// reservedPiece catches Gemma's placeholders whatever a GGUF typed them,
+// and nothing that is text.
+func TestReservedPiece(t *testing.T) {
+	t.Parallel()
+	for p, want := range map[string]bool{"<unused0>": true, "<unused3210>": true, "<mask>": true,
+		"<unused>": false, "<unused3210": false, "<unusedx>": false, "<table>": false, "unused3": false, "<escape>": false} {
+		if got := reservedPiece(p); got != want {
+			t.Errorf("reservedPiece(%q) = %v, want %v", p, got, want)
+		}
+	}
+}

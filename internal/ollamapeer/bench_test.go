@@ -241,7 +241,7 @@ func BenchmarkPeer(b *testing.B) {
 	pf("  local vs remote: %.2fx faster per job (target >= 1.5x)\n", rt/lt)
 	b.ReportMetric(rt/lt, "job-local-speedup")
 	b.ReportMetric(0, "ns/op")
-	b.Log("\n" + out.String())
+	fmt.Print("\n--- fleet vs ollama ---\n" + out.String())
 }
 
 // lintJob returns the requests of a five-turn lint job on the demo file:
