@@ -10,6 +10,7 @@ package functiongemma
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"path/filepath"
 	"reflect"
@@ -65,9 +66,9 @@ func peerValue(rng *rand.Rand, s map[string]any, depth int) any {
 			return out
 		}
 		req, _ := s["required"].([]any)
-		for k, ps := range props {
+		for _, k := range slices.Sorted(maps.Keys(props)) {
 			if slices.Contains(req, any(k)) || rng.IntN(2) == 0 {
-				out[k] = peerValue(rng, ps.(map[string]any), depth+1)
+				out[k] = peerValue(rng, props[k].(map[string]any), depth+1)
 			}
 		}
 		return out
