@@ -36,6 +36,9 @@ type InvalidResponseError struct {
 	Detail string
 	// Raw is the model's raw output, capped.
 	Raw string
+	// Usage is what producing the unusable answer cost (the loop adds it to
+	// the run's usage like a valid answer's).
+	Usage Usage
 }
 
 // Error implements error.

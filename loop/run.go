@@ -219,6 +219,7 @@ func (s *run) callModel(ctx context.Context, tools []ToolSpec, require string, l
 			bad = &InvalidResponseError{Kind: InvalidStepTimeout,
 				Detail: fmt.Sprintf("the model did not answer within the step timeout (%s)", s.cfg.StepTimeout)}
 		case errors.As(err, &bad):
+			s.usage.Add(bad.Usage)
 		case errors.Is(err, ErrInvalidResponse):
 			bad = &InvalidResponseError{Kind: InvalidMalformedCall, Detail: err.Error()}
 		default:

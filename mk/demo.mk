@@ -15,7 +15,11 @@ build: llama-headers monty ## build bin/worker (llama.cpp backend included) and 
 	$(GO) build -tags llama -o $(BIN)/worker ./cmd/worker
 	$(GO) build -o $(BIN)/enqueue ./cmd/enqueue
 
-demo: model monty ## run a real lint job end to end: worker + embedded NATS + llama.cpp, enqueue, diff
+demo: monty ## run a real lint job end to end: worker + embedded NATS + llama.cpp, enqueue, diff
+	@if [ -z "$${FLEET_MODEL_PATH:-}" ] && ! $(MAKE) --no-print-directory model; then \
+		echo "demo: THE REAL GEMMA 3 VOCABULARY COULD NOT BE FETCHED (see above): building the model with the SYNTHETIC vocabulary" >&2; \
+		$(MAKE) --no-print-directory model VOCAB=synthetic; \
+	fi
 	@backend=$${DEMO_BACKEND:-llama}; \
 	if [ "$$backend" = llama ] && ! $(MAKE) --no-print-directory llama-headers; then \
 		echo "demo: the llama.cpp build cannot work here (see above): USING THE SCRIPTED BACKEND INSTEAD" >&2; \

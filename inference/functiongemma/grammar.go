@@ -1,6 +1,7 @@
 package functiongemma
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -71,9 +72,11 @@ func WithMaxCalls(n int) GrammarOption { return maxCallsOpt(n) }
 // are true/false, null is null; enum and const become alternations of their
 // literals; arrays and nested objects are compiled recursively; a type list
 // or anyOf/oneOf is an alternation of its branches; a property with no type
-// admits any scalar; an object without properties admits only {}. Length,
-// range and pattern keywords are not enforced: validate the parsed
-// arguments against the schema as always.
+// admits any scalar; an object without properties admits only {}. A string's
+// pattern is enforced when it is anchored (^…$) and over ASCII without '<'
+// (see patternStr), and a number's minimum or exclusiveMinimum of 0 or more
+// drops the minus sign; other length, range and pattern keywords are not
+// enforced: validate the parsed arguments against the schema as always.
 type Grammar struct {
 	maxCalls  int
 	classes   [256]uint8 // byte -> class
@@ -329,11 +332,13 @@ func (b *nfaBuilder) value(from, to int32, s map[string]any, depth int) error {
 		var err error
 		switch t {
 		case "string":
-			b.str(from, to)
+			if p, ok := s["pattern"].(string); !ok || !b.patternStr(from, to, p) {
+				b.str(from, to)
+			}
 		case "integer":
-			b.integer(from, to, false)
+			b.integer(from, to, false, nonNegative(s))
 		case "number":
-			b.integer(from, to, true)
+			b.integer(from, to, true, nonNegative(s))
 		case "boolean":
 			b.eps(b.lit(from, "true"), to)
 			b.eps(b.lit(from, "false"), to)
@@ -452,12 +457,26 @@ func mergeEdges(es []nfaEdge) []nfaEdge {
 	return out
 }
 
+// nonNegative reports whether schema s bounds a number below by 0 or more.
+func nonNegative(s map[string]any) bool {
+	for _, k := range []string{"minimum", "exclusiveMinimum"} {
+		if n, ok := s[k].(json.Number); ok {
+			if v, err := n.Float64(); err == nil && v >= 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // integer adds -?(0|[1-9][0-9]*), plus (\.[0-9]+)?([eE][+-]?[0-9]+)? when
-// frac is set.
-func (b *nfaBuilder) integer(from, to int32, frac bool) {
+// frac is set; without the minus sign when unsigned is set.
+func (b *nfaBuilder) integer(from, to int32, frac, unsigned bool) {
 	sign, zero, nz := b.state(), b.state(), b.state()
 	b.eps(from, sign)
-	b.sym(from, '-', sign)
+	if !unsigned {
+		b.sym(from, '-', sign)
+	}
 	b.sym(sign, '0', zero)
 	b.edge(sign, '1', '9', nz)
 	b.edge(nz, '0', '9', nz)

@@ -606,3 +606,55 @@ func TestGrammarConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Patterns (anchored, ASCII without '<') and non-negative minimums are
+// enforced token by token; other patterns fall back to any string.
+func TestGrammarPatternAndMinimum(t *testing.T) {
+	t.Parallel()
+	tools := []loop.ToolSpec{{Name: "fix", Parameters: json.RawMessage(`{"type":"object","properties":{
+		"code":{"type":"string","pattern":"^[A-Za-z][0-9]{3}$"},
+		"name":{"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_]*$"},
+		"opt":{"type":"string","pattern":"^(ab|c)?d{2,}$"},
+		"free":{"type":"string","pattern":"x.*"},
+		"line":{"type":"integer","minimum":0}},"required":["code"]}`)}}
+	g, err := NewGrammar(tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pieces, special := testVocab()
+	v := NewVocab(pieces, special)
+	accepts := func(text string) bool {
+		m := g.NewMatcher(v, "")
+		for _, id := range tokenize(t, pieces, special, text) {
+			if m.Accept(id) != nil {
+				return false
+			}
+		}
+		return m.CanStop()
+	}
+	for _, ok := range []string{
+		"<start_function_call>call:fix{code:<escape>W291<escape>}<end_function_call>",
+		"<start_function_call>call:fix{code:<escape>e501<escape>,line:0}<end_function_call>",
+		"<start_function_call>call:fix{code:<escape>F401<escape>,line:12,name:<escape>_a9<escape>}<end_function_call>",
+		"<start_function_call>call:fix{code:<escape>F401<escape>,opt:<escape>abddd<escape>}<end_function_call>",
+		"<start_function_call>call:fix{code:<escape>F401<escape>,opt:<escape>dd<escape>}<end_function_call>",
+		"<start_function_call>call:fix{code:<escape>F401<escape>,free:<escape>any <thing>, {}<escape>}<end_function_call>",
+	} {
+		if !accepts(ok) {
+			t.Errorf("rejected %q", ok)
+		}
+	}
+	for _, bad := range []string{
+		"<start_function_call>call:fix{code:<escape>W29<escape>}<end_function_call>",
+		"<start_function_call>call:fix{code:<escape>W2911<escape>}<end_function_call>",
+		"<start_function_call>call:fix{code:<escape>1291<escape>}<end_function_call>",
+		"<start_function_call>call:fix{code:<escape>W291<escape>,line:-1}<end_function_call>",
+		"<start_function_call>call:fix{code:<escape>W291<escape>,name:<escape>9a<escape>}<end_function_call>",
+		"<start_function_call>call:fix{code:<escape>W291<escape>,name:<escape><escape>}<end_function_call>",
+		"<start_function_call>call:fix{code:<escape>W291<escape>,opt:<escape>abd<escape>}<end_function_call>",
+	} {
+		if accepts(bad) {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}

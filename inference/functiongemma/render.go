@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/agentfleet/fleet/loop"
@@ -382,7 +381,8 @@ func declSchema(s map[string]any) map[string]any {
 				names = append(names, ns)
 			}
 		}
-		slices.SortFunc(names, func(a, b any) int { return strings.Compare(a.(string), b.(string)) })
+		// In the schema's order, as Google's template and ollama write it
+		// (docs/PROMPT_FORMAT.md).
 		out["required"] = names
 	}
 	if items, ok := s["items"].(map[string]any); ok {

@@ -74,6 +74,10 @@ func NewVocab(pieces []string, special []bool) *Vocab {
 // Size returns the number of token ids.
 func (v *Vocab) Size() int { return len(v.kind) }
 
+// IsText reports whether token id is ordinary text to the grammar (it may
+// appear inside a string value or a key), not a special token.
+func (v *Vocab) IsText(id int) bool { return id >= 0 && id < len(v.kind) && v.kind[id] == kindNormal }
+
 func specialKind(p string) uint8 {
 	switch p {
 	case TokEscape:

@@ -3,6 +3,7 @@ package llama
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -51,7 +52,7 @@ func benchRequest(user string) *loop.Request {
 }
 
 func newBench(b *testing.B, mut func(*Config)) *Backend {
-	cfg := Config{Model: ModelRef{Path: benchModel(b)}, ContextSize: 4096, MaxTokens: 128}
+	cfg := Config{Model: ModelRef{Path: benchModel(b)}, ContextSize: 4096, MaxTokens: DefaultMaxTokens}
 	if mut != nil {
 		mut(&cfg)
 	}
@@ -246,6 +247,16 @@ func BenchmarkInference(b *testing.B) {
 		prefilled, ctxTokens := 0, 0
 		for turn := range 6 {
 			resp, err := s.Complete(context.Background(), req)
+			var bad *loop.InvalidResponseError
+			if errors.As(err, &bad) && bad.Kind == loop.InvalidTruncated {
+				// Random weights filled every string to the cap: the turn's
+				// tokens count, and the model tries again after a
+				// corrective message, as the loop does.
+				prefilled += bad.Usage.PromptTokens - bad.Usage.CachedTokens
+				ctxTokens = bad.Usage.PromptTokens + bad.Usage.CompletionTokens
+				req.Messages = append(req.Messages, loop.Message{Role: loop.RoleUser, Content: "Your last reply was cut off at the token limit: call one tool."})
+				continue
+			}
 			if err != nil {
 				b.Fatalf("job turn %d: %v", turn, err)
 			}
@@ -321,4 +332,34 @@ func BenchmarkInference(b *testing.B) {
 	for range b.N {
 	}
 	fmt.Print("\n--- inference figures ---\n" + out.String())
+}
+
+// BenchmarkDecode reports only prefill and decode speed on one slot (best
+// of 3), for `make bench-inference`'s interleaved build A/B.
+func BenchmarkDecode(b *testing.B) {
+	be := newBench(b, nil)
+	s, _ := be.NewSlot()
+	k, err := s.contextFor(be.cfg.Model)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prompt, err := tokenizePrompt(k.model, benchRequest("Has job 7f3a finished? If it failed, retry it with at most 3 attempts."))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const genN = 64
+	decodeRun(b, s, prompt, 8)
+	var bestPre, bestDec time.Duration
+	for i := range 3 {
+		pre, dec := decodeRun(b, s, prompt, genN)
+		if i == 0 || pre < bestPre {
+			bestPre = pre
+		}
+		if i == 0 || dec < bestDec {
+			bestDec = dec
+		}
+	}
+	b.ReportMetric(float64(len(prompt))/bestPre.Seconds(), "prefill-tok/s")
+	b.ReportMetric(float64(genN)/bestDec.Seconds(), "decode-tok/s")
+	b.ReportMetric(0, "ns/op")
 }

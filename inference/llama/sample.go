@@ -91,32 +91,23 @@ func (s *Slot) sample(k *kvContext, m matcher) (int, error) {
 			return s.draw(picked), nil
 		}
 	}
-	// Fallback: every token of the vocabulary.
+	// Fallback: every token of the vocabulary the grammar admits (in a
+	// string body that is most of the real vocabulary), of which only the
+	// best TopK are kept: a partial selection, not a sort.
 	t1 := time.Now()
-	picked = picked[:0]
 	s.allowed = m.AllowedTokens(s.allowed)
-	for _, id := range s.allowed {
-		picked = append(picked, candidate{id: id, logit: logits[id]})
+	keep := sp.TopK
+	if sp.Temperature == 0 {
+		keep = 1
 	}
+	picked = topKOf(logits, s.allowed, keep, picked[:0])
 	s.stats.fallbacks++
 	s.stats.fallbackTime += time.Since(t1)
 	s.stats.grammarTime += time.Since(t0)
 	if len(picked) == 0 {
 		return 0, errNoAllowedToken
 	}
-	slices.SortFunc(picked, func(a, b candidate) int {
-		switch {
-		case a.logit > b.logit:
-			return -1
-		case a.logit < b.logit:
-			return 1
-		}
-		return a.id - b.id
-	})
-	if sp.Temperature == 0 {
-		return picked[0].id, nil
-	}
-	return s.draw(picked[:min(len(picked), sp.TopK)]), nil
+	return s.draw(picked), nil
 }
 
 // draw samples from candidates sorted by descending logit: min-p, then
@@ -179,9 +170,19 @@ func argmax(l []float32) int {
 
 // topK returns the k highest logits, sorted descending (ties by id), using
 // a bounded min-heap in dst.
-func topK(l []float32, k int, dst []candidate) []candidate {
-	k = min(k, len(l))
+func topK(l []float32, k int, dst []candidate) []candidate { return topKOf(l, nil, k, dst) }
+
+// topKOf is topK over the token ids in ids only (all of l when ids is nil).
+func topKOf(l []float32, ids []int, k int, dst []candidate) []candidate {
+	n := len(l)
+	if ids != nil {
+		n = len(ids)
+	}
+	k = min(k, n)
 	h := dst[:0]
+	if k <= 0 {
+		return h
+	}
 	less := func(a, b candidate) bool { // a below b in the heap order
 		return a.logit < b.logit || (a.logit == b.logit && a.id > b.id)
 	}
@@ -201,9 +202,14 @@ func topK(l []float32, k int, dst []candidate) []candidate {
 			i = c
 		}
 	}
-	for id, v := range l {
+	for j := range n {
+		id := j
+		if ids != nil {
+			id = ids[j]
+		}
+		c := candidate{id: id, logit: l[id]}
 		if len(h) < k {
-			h = append(h, candidate{id: id, logit: v})
+			h = append(h, c)
 			for i := len(h) - 1; i > 0; {
 				p := (i - 1) / 2
 				if !less(h[i], h[p]) {
@@ -214,8 +220,8 @@ func topK(l []float32, k int, dst []candidate) []candidate {
 			}
 			continue
 		}
-		if v > h[0].logit {
-			h[0] = candidate{id: id, logit: v}
+		if less(h[0], c) {
+			h[0] = c
 			down(0)
 		}
 	}

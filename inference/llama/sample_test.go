@@ -1,6 +1,7 @@
 package llama
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -73,5 +74,36 @@ func TestDraw(t *testing.T) {
 	}
 	if !slices.Equal(da, db) {
 		t.Fatal("equal seeds drew differently")
+	}
+}
+
+// topKOf keeps the best k of the given ids only, in the same order a full
+// sort of those ids would give.
+func TestTopKOf(t *testing.T) {
+	t.Parallel()
+	l := make([]float32, 5000)
+	for i := range l {
+		l[i] = float32((i * 7919) % 1000)
+	}
+	var ids []int
+	for i := 0; i < len(l); i += 3 {
+		ids = append(ids, i)
+	}
+	got := topKOf(l, ids, 10, nil)
+	want := make([]candidate, 0, len(ids))
+	for _, id := range ids {
+		want = append(want, candidate{id: id, logit: l[id]})
+	}
+	slices.SortFunc(want, func(a, b candidate) int {
+		if a.logit != b.logit {
+			return cmp.Compare(b.logit, a.logit)
+		}
+		return a.id - b.id
+	})
+	if !slices.Equal(got, want[:10]) {
+		t.Fatalf("topKOf = %v, want %v", got, want[:10])
+	}
+	if len(topKOf(l, []int{}, 10, nil)) != 0 || len(topKOf(l, ids, 0, nil)) != 0 {
+		t.Fatal("topKOf of nothing returned candidates")
 	}
 }

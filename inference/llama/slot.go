@@ -198,7 +198,12 @@ func (s *Slot) complete(ctx context.Context, ref ModelRef, req *loop.Request) (*
 	if perr != nil {
 		if finish == loop.FinishLength {
 			return nil, &loop.InvalidResponseError{Kind: loop.InvalidTruncated,
-				Detail: fmt.Sprintf("generation hit the %d-token limit: %v", s.cfg.MaxTokens, perr), Raw: capRaw(out)}
+				Detail: fmt.Sprintf("generation hit the %d-token limit: %v", s.cfg.MaxTokens, perr), Raw: capRaw(out), Usage: usage}
+		}
+		var bad *loop.InvalidResponseError
+		if errors.As(perr, &bad) {
+			bad.Usage = usage
+			return nil, bad
 		}
 		return nil, perr
 	}

@@ -2,6 +2,7 @@ package llama
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/loop"
@@ -9,17 +10,34 @@ import (
 
 // grammarVocab returns the model's vocabulary as functiongemma's grammar
 // sees it, built once per model. Control, unknown and unused tokens are
-// special; so are pieces with no text (<0x00> renders as ""), which would
-// otherwise be admissible forever without advancing the grammar.
+// special; so are Gemma's reserved tokens (<unusedN>, <mask>) whatever
+// their type (a GGUF converted without marking them control types them
+// user-defined, and the grammar would then take "<unused3210>" for text),
+// and pieces with no text (<0x00> renders as ""), which would otherwise be
+// admissible forever without advancing the grammar.
 func (m *model) grammarVocab() *functiongemma.Vocab {
 	m.vocabOnce.Do(func() {
 		special := make([]bool, m.nVocab)
 		for id := range special {
-			special[id] = m.isSpecial(id) || m.pieces[id] == ""
+			special[id] = m.isSpecial(id) || m.pieces[id] == "" || reservedPiece(m.pieces[id])
 		}
 		m.vocab = functiongemma.NewVocab(m.pieces, special)
 	})
 	return m.vocab
+}
+
+// reservedPiece reports whether p is one of Gemma's reserved placeholder
+// tokens, <unusedN> or <mask>: never text.
+func reservedPiece(p string) bool {
+	if p == "<mask>" {
+		return true
+	}
+	d, ok := strings.CutPrefix(p, "<unused")
+	if !ok {
+		return false
+	}
+	d, ok = strings.CutSuffix(d, ">")
+	return ok && d != "" && strings.Trim(d, "0123456789") == ""
 }
 
 // strictMatcher adapts functiongemma.Matcher and bounds string values: the

@@ -24,12 +24,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/loop"
@@ -129,7 +132,8 @@ func (c *Config) validate() error {
 
 // Model is a remote chat-completions model. It is safe for concurrent use.
 type Model struct {
-	cfg Config
+	cfg     Config
+	noUsage sync.Once
 }
 
 var _ loop.Model = (*Model)(nil)
@@ -180,9 +184,25 @@ func (m *Model) Complete(ctx context.Context, req *loop.Request) (*loop.Response
 		raw, err := m.attempt(ctx, body)
 		if err == nil {
 			resp, err := decodeResponse(raw)
-			if resp != nil && resp.Usage.CompletionDuration == 0 && resp.Usage.PromptDuration == 0 {
-				// No server timings: count the wall time as generation.
-				resp.Usage.CompletionDuration = time.Since(t0)
+			var u *loop.Usage
+			var bad *loop.InvalidResponseError
+			switch {
+			case resp != nil:
+				u = &resp.Usage
+			case errors.As(err, &bad):
+				u = &bad.Usage
+			}
+			if u != nil {
+				if u.CompletionDuration == 0 && u.PromptDuration == 0 {
+					// No server timings: count the wall time as generation.
+					u.CompletionDuration = time.Since(t0)
+				}
+				if u.PromptTokens == 0 && u.CompletionTokens == 0 {
+					m.noUsage.Do(func() {
+						slog.Warn("remote: the server reported no token usage for an answer; the job's token counts leave it out "+
+							"(ollama omits usage when it aborts a generation that repeats one token)", "model", m.cfg.Model)
+					})
+				}
 			}
 			return resp, err
 		}
@@ -277,9 +297,13 @@ func retryAfter(h string) time.Duration {
 	return 0
 }
 
+// capText cuts s after n bytes, backing up to a character boundary.
 func capText(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "..."
 }
@@ -438,7 +462,7 @@ func decodeResponse(raw []byte) (*loop.Response, error) {
 		if truncated && kind == loop.InvalidMalformedCall {
 			kind = loop.InvalidTruncated
 		}
-		return &loop.InvalidResponseError{Kind: kind, Detail: detail, Raw: capText(string(raw), rawCap)}
+		return &loop.InvalidResponseError{Kind: kind, Detail: detail, Raw: capText(string(raw), rawCap), Usage: resp.Usage}
 	}
 	for i, c := range ch.Message.ToolCalls {
 		if c.Function.Name == "" {

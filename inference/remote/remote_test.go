@@ -395,3 +395,21 @@ func TestConformance(t *testing.T) {
 		return newServer(t, sensible).model(t, nil)
 	}, looptest.CountsTokens())
 }
+
+// An unusable answer still cost tokens: the InvalidResponseError carries
+// the server's usage, so the job's accounting matches the server's.
+func TestInvalidAnswerCarriesUsage(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request, req map[string]any, n int) {
+		answer(w, `{"choices":[{"index":0,"message":{"role":"assistant","content":"<start_function_call>call:get_weather{city:<escape>Par"},
+			"finish_reason":"length"}],"usage":{"prompt_tokens":70,"completion_tokens":9}}`)
+	})
+	_, err := s.model(t, nil).Complete(context.Background(), request())
+	var bad *loop.InvalidResponseError
+	if !errors.As(err, &bad) || bad.Kind != loop.InvalidTruncated {
+		t.Fatalf("err %v, want a truncated InvalidResponseError", err)
+	}
+	if bad.Usage.PromptTokens != 70 || bad.Usage.CompletionTokens != 9 || bad.Usage.CompletionDuration <= 0 {
+		t.Fatalf("usage %+v, want the server's 70 + 9 and a duration", bad.Usage)
+	}
+}

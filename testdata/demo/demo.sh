@@ -6,14 +6,23 @@
 # the diff, then stop the worker with SIGTERM.
 #
 # Environment: GO (go), DEMO_BACKEND (llama, or scripted to skip llama.cpp),
-# FLEET_MODEL_PATH (a real FunctionGemma GGUF instead of the generated one),
+# FLEET_MODEL_PATH (a real FunctionGemma GGUF instead of the generated one;
+# absolute, or relative to the directory the demo was started from),
 # DEMO_MAX_TURNS (6), DEMO_KEEP=1 keeps the temporary folder.
 set -euo pipefail
 
 GO=${GO:-go}
+START_DIR=$PWD
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
-MODEL=${FLEET_MODEL_PATH:-models/functiongemma-270m-random-q8_0.gguf}
+if [ -n "${FLEET_MODEL_PATH:-}" ]; then
+	case "$FLEET_MODEL_PATH" in
+	/*) MODEL=$FLEET_MODEL_PATH ;;
+	*) MODEL=$START_DIR/$FLEET_MODEL_PATH ;;
+	esac
+else
+	MODEL=$ROOT/models/functiongemma-270m-random-q8_0.gguf
+fi
 BACKEND=${DEMO_BACKEND:-llama}
 MAX_TURNS=${DEMO_MAX_TURNS:-6}
 SAMPLE=testdata/demo/src/inventory/stock.py
@@ -66,7 +75,7 @@ worker:
   name: demo-worker
 model:
   backend: $BACKEND
-  path: $ROOT/$MODEL
+  path: $MODEL
   scripted:
     script: $ROOT/testdata/demo/scripts/lint.yaml
 monty:
@@ -75,17 +84,23 @@ queue:
   drain_grace: 20s
 EOF
 if [ "$BACKEND" = llama ]; then
-	[ -f "$MODEL" ] || { echo "demo: model $MODEL is missing: run make model" >&2; exit 1; }
-	if [ -z "${FLEET_MODEL_PATH:-}" ]; then
-		banner "MODEL: $MODEL" \
-			"This GGUF was GENERATED with RANDOM WEIGHTS (make model): it has FunctionGemma-270M's" \
-			"shape and tokenizer, and strict mode keeps every tool call grammar-valid, but its" \
-			"choices are MEANINGLESS. Expect odd calls, a failed job or an empty diff." \
+	[ -f "$MODEL" ] || { echo "demo: model $MODEL is missing: run make model (or check FLEET_MODEL_PATH)" >&2; exit 1; }
+	# What the file says it is (fleet's generator writes general.description).
+	WHAT=$("$GO" run ./internal/cmd/genmodel -describe "$MODEL" 2>&1) || WHAT="(could not read the file: $WHAT)"
+	case "$WHAT" in
+	*"random weights"*)
+		RANDOM_WEIGHTS=1
+		banner "MODEL: $MODEL" "  $WHAT" \
+			"This GGUF was GENERATED with RANDOM WEIGHTS (make model): FunctionGemma-270M's shape" \
+			"and the vocabulary named above. Strict mode keeps every tool call grammar-valid, but" \
+			"its choices are MEANINGLESS: expect odd calls, a failed job or an empty diff. Watch the" \
+			"machinery instead: the figures after the result say what was measured." \
 			"For real answers point the worker at a real FunctionGemma GGUF:" \
-			"  model.path in the worker's YAML config, or FLEET_MODEL_PATH=/path/model.gguf make demo"
-	else
-		banner "MODEL: $MODEL (from FLEET_MODEL_PATH)"
-	fi
+			"  model.path in the worker's YAML config, or FLEET_MODEL_PATH=/path/model.gguf make demo" ;;
+	*)
+		RANDOM_WEIGHTS=0
+		banner "MODEL: $MODEL (from FLEET_MODEL_PATH)" "  $WHAT" ;;
+	esac
 fi
 
 say "starting the worker (backend $BACKEND, embedded NATS, data in $TMP)"
@@ -119,7 +134,7 @@ wait "$WORKER_PID" || true
 WORKER_PID=""
 grep -E 'signal received|drained' "$TMP/worker.log" | sed 's/^/  worker: /' || true
 
-if [ "$BACKEND" = llama ] && [ -z "${FLEET_MODEL_PATH:-}" ]; then
+if [ "$BACKEND" = llama ] && [ "${RANDOM_WEIGHTS:-0}" = 1 ]; then
 	echo
 	banner "Reminder: the model above has RANDOM WEIGHTS; its tool calls are valid but meaningless." \
 		"Use a real FunctionGemma GGUF via model.path or FLEET_MODEL_PATH for real fixes."

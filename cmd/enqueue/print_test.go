@@ -1,0 +1,44 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/agentfleet/fleet/queue/wire"
+)
+
+// capLine cuts on characters: Devanagari text (three bytes a character)
+// stays valid UTF-8 at every length.
+func TestCapLineCutsCharacters(t *testing.T) {
+	s := strings.Repeat("नमस्ते ", 30)
+	for n := 0; n < 60; n++ {
+		got := capLine(s, n)
+		if !utf8.ValidString(got) {
+			t.Fatalf("capLine(%d) = %q: not UTF-8", n, got)
+		}
+		if c := utf8.RuneCountInString(strings.TrimSuffix(got, "…")); c != n {
+			t.Fatalf("capLine(%d) kept %d characters", n, c)
+		}
+	}
+	if got := capLine("short", 10); got != "short" {
+		t.Fatalf("capLine cut a short line: %q", got)
+	}
+}
+
+func TestPrintUsage(t *testing.T) {
+	var b bytes.Buffer
+	printUsage(&b, &wire.AgentResult{
+		Usage: wire.Usage{PromptTokens: 3000, CachedTokens: 2000, CompletionTokens: 100, ForcedTokens: 40,
+			PromptDuration: time.Second, CompletionDuration: 2 * time.Second},
+		Timings: wire.ResultTimings{Queued: time.Millisecond, Run: 5 * time.Second, Model: 3 * time.Second, Tools: time.Second},
+	})
+	for _, want := range []string{"2000 reused from the KV cache, 1000 prefilled (1s, 1000 tok/s)",
+		"100 tokens generated: 60 sampled, 40 forced by the grammar (2s, 50 tok/s)", "ran 5s = model 3s + tools 1s + other 1s"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("missing %q in\n%s", want, b.String())
+		}
+	}
+}

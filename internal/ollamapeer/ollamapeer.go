@@ -1,0 +1,137 @@
+// Package ollamapeer runs ollama, built from the same Go module fleet takes
+// llama.cpp from (github.com/ollama/ollama v0.17.4), as a peer for tests and
+// benchmarks: `make ollama-peer` builds the binary into .build/ollama and
+// names it in FLEET_OLLAMA_BIN; Start serves it on a loopback port with its
+// own model store, and Create registers a GGUF with ollama's FunctionGemma
+// renderer and parser (Modelfile RENDERER/PARSER functiongemma).
+package ollamapeer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// ErrUnavailable is returned by Binary when no ollama binary was built; its
+// message says why.
+var ErrUnavailable = errors.New("ollamapeer: no ollama binary")
+
+// Binary returns the ollama binary named by FLEET_OLLAMA_BIN. When the
+// build failed, `make ollama-peer` leaves the reason next to the binary's
+// path (<bin>.unavailable) and Binary returns it wrapped in ErrUnavailable.
+func Binary() (string, error) {
+	p := os.Getenv("FLEET_OLLAMA_BIN")
+	if p == "" {
+		return "", fmt.Errorf("%w: FLEET_OLLAMA_BIN is unset (make ollama-peer builds it; make test sets it)", ErrUnavailable)
+	}
+	if _, err := os.Stat(p); err != nil {
+		why, _ := os.ReadFile(p + ".unavailable")
+		return "", fmt.Errorf("%w: %s is missing: %s", ErrUnavailable, p, bytes.TrimSpace(why))
+	}
+	return p, nil
+}
+
+// Server is a running `ollama serve`.
+type Server struct {
+	// URL is the server's root, http://127.0.0.1:PORT.
+	URL  string
+	bin  string
+	env  []string
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan error
+}
+
+// Start runs `ollama serve` on a free loopback port with its model store,
+// home and log under dir, and waits until it answers. Stop ends it.
+func Start(ctx context.Context, bin, dir string) (*Server, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logf, err := os.Create(filepath.Join(dir, "ollama.log"))
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{URL: "http://" + addr, bin: bin, log: logf, done: make(chan error, 1)}
+	s.env = append(os.Environ(), "OLLAMA_HOST="+addr, "OLLAMA_MODELS="+filepath.Join(dir, "models"),
+		"HOME="+dir, "OLLAMA_LIBRARY_PATH=", "OLLAMA_NUM_PARALLEL=1", "OLLAMA_MAX_LOADED_MODELS=1",
+		"OLLAMA_KEEP_ALIVE=1h", "OLLAMA_NOPRUNE=1")
+	s.cmd = exec.Command(bin, "serve")
+	s.cmd.Env = s.env
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	go func() { s.done <- s.cmd.Wait() }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/api/version", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		select {
+		case err := <-s.done:
+			s.done <- err
+			return nil, fmt.Errorf("ollamapeer: ollama serve exited: %v (log %s)", err, logf.Name())
+		case <-ctx.Done():
+			s.Stop()
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// Create registers gguf as model name with ollama's FunctionGemma renderer
+// and parser, greedy decoding and the given number of threads.
+func (s *Server) Create(ctx context.Context, name, gguf string, threads int) error {
+	mf := fmt.Sprintf("FROM %s\nRENDERER functiongemma\nPARSER functiongemma\nPARAMETER temperature 0\nPARAMETER num_thread %d\nPARAMETER num_ctx 4096\n", gguf, threads)
+	path := filepath.Join(filepath.Dir(s.log.Name()), name+".Modelfile")
+	if err := os.WriteFile(path, []byte(mf), 0o644); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, s.bin, "create", name, "-f", path)
+	cmd.Env = s.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ollamapeer: ollama create %s: %v: %s", name, err, lastLine(out))
+	}
+	return nil
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
+}
+
+// LogPath is the server's log file.
+func (s *Server) LogPath() string { return s.log.Name() }
+
+// Stop interrupts the server and waits for it.
+func (s *Server) Stop() {
+	if s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-s.done:
+		case <-time.After(10 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.done
+		}
+	}
+	s.log.Close()
+}
