@@ -120,6 +120,10 @@ type Queue struct {
 	ResultsMaxAge time.Duration `yaml:"results_max_age"`
 	// DLQMaxAge is how long dead letters are kept. Default 720h (30 days).
 	DLQMaxAge time.Duration `yaml:"dlq_max_age"`
+	// TranscriptsMaxAge is how long run transcripts and review records are
+	// kept (FLEET_TRANSCRIPTS); at least results_max_age. Default 2160h
+	// (90 days).
+	TranscriptsMaxAge time.Duration `yaml:"transcripts_max_age"`
 	// Backoff is the delay before a job that failed transiently is
 	// redelivered (delayed Nak), by attempt; the last entry repeats.
 	// Default [1s, 5s, 15s, 30s].
@@ -313,25 +317,27 @@ const (
 	DefaultMaxDeliver      = 5
 	DefaultResultsMaxAge   = 24 * time.Hour
 	DefaultDLQMaxAge       = 30 * 24 * time.Hour
-	DefaultDrainGrace      = 30 * time.Second
-	DefaultUnservedAfter   = 2 * time.Minute
-	DefaultAgentsDir       = "./agents"
-	DefaultWorkspaceDir    = "./data/workspaces"
-	DefaultPresenceEvery   = 5 * time.Second
-	DefaultModelPath       = "./models/functiongemma-270m-random-q8_0.gguf"
-	DefaultBatchSize       = 128
-	DefaultContextSize     = 4096
-	DefaultMaxTokens       = 256
-	DefaultMaxContexts     = 2
-	DefaultTopK            = 64
-	DefaultRemoteTimeout   = 60 * time.Second
-	DefaultRemoteRetries   = 2
-	DefaultMontyBinary     = "./.build/monty/monty"
-	DefaultMontyMaxRuns    = 500
-	DefaultMontyMemory     = 128 * MiB
-	DefaultMontyRecursion  = 400
-	DefaultMontyTimeout    = 10 * time.Second
-	fallbackWorkerHostname = "fleet-worker"
+	// DefaultTranscriptsMaxAge is queue.transcripts_max_age's default.
+	DefaultTranscriptsMaxAge = 90 * 24 * time.Hour
+	DefaultDrainGrace        = 30 * time.Second
+	DefaultUnservedAfter     = 2 * time.Minute
+	DefaultAgentsDir         = "./agents"
+	DefaultWorkspaceDir      = "./data/workspaces"
+	DefaultPresenceEvery     = 5 * time.Second
+	DefaultModelPath         = "./models/functiongemma-270m-random-q8_0.gguf"
+	DefaultBatchSize         = 128
+	DefaultContextSize       = 4096
+	DefaultMaxTokens         = 256
+	DefaultMaxContexts       = 2
+	DefaultTopK              = 64
+	DefaultRemoteTimeout     = 60 * time.Second
+	DefaultRemoteRetries     = 2
+	DefaultMontyBinary       = "./.build/monty/monty"
+	DefaultMontyMaxRuns      = 500
+	DefaultMontyMemory       = 128 * MiB
+	DefaultMontyRecursion    = 400
+	DefaultMontyTimeout      = 10 * time.Second
+	fallbackWorkerHostname   = "fleet-worker"
 )
 
 // DefaultBackoff is Queue.Backoff's default.
@@ -359,13 +365,14 @@ func Default() *Config {
 			},
 		},
 		Queue: Queue{
-			AckWait:       DefaultAckWait,
-			MaxDeliver:    DefaultMaxDeliver,
-			ResultsMaxAge: DefaultResultsMaxAge,
-			DLQMaxAge:     DefaultDLQMaxAge,
-			Backoff:       DefaultBackoff(),
-			DrainGrace:    DefaultDrainGrace,
-			UnservedAfter: DefaultUnservedAfter,
+			AckWait:           DefaultAckWait,
+			MaxDeliver:        DefaultMaxDeliver,
+			ResultsMaxAge:     DefaultResultsMaxAge,
+			DLQMaxAge:         DefaultDLQMaxAge,
+			TranscriptsMaxAge: DefaultTranscriptsMaxAge,
+			Backoff:           DefaultBackoff(),
+			DrainGrace:        DefaultDrainGrace,
+			UnservedAfter:     DefaultUnservedAfter,
 		},
 		Worker: Worker{
 			Slots:         runtime.NumCPU(),

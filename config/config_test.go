@@ -53,6 +53,7 @@ func TestDefaults(t *testing.T) {
 		{"queue.ack_wait", c.Queue.AckWait, 30 * time.Second},
 		{"queue.max_deliver", c.Queue.MaxDeliver, 5},
 		{"queue.results_max_age", c.Queue.ResultsMaxAge, 24 * time.Hour},
+		{"queue.transcripts_max_age", c.Queue.TranscriptsMaxAge, 90 * 24 * time.Hour},
 		{"queue.drain_grace", c.Queue.DrainGrace, 30 * time.Second},
 		{"queue.heartbeat_every", c.Queue.HeartbeatEvery, 10 * time.Second}, // ack_wait / 3
 		{"queue.backoff", c.Queue.Backoff, []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}},
@@ -257,6 +258,8 @@ func TestValidationErrors(t *testing.T) {
 			"monty.memory_limit must be > 0, got 0 (line 3)",
 			"monty.timeout must be > 0, got 0s (line 4)",
 		}},
+		{"transcripts too short", "queue:\n  results_max_age: 48h\n  transcripts_max_age: 24h\n", nil, []string{"queue.transcripts_max_age must be >= queue.results_max_age (48h0m0s), got 24h0m0s (line 3)"}},
+		{"transcripts zero", "queue:\n  transcripts_max_age: 0s\n", nil, []string{"queue.transcripts_max_age must be > 0, got 0s (line 2)"}},
 		{"negative unserved_after", "queue:\n  unserved_after: -1s\n", nil, []string{"queue.unserved_after must be >= 0 (0 = never), got -1s (line 2)"}},
 		{"negative connect retry", "nats:\n  url: nats://h:4222\n  connect_retry_for: -1s\n", nil, []string{
 			"nats.connect_retry_for must be >= 0 (0 = a single try), got -1s (line 3)"}},

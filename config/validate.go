@@ -182,6 +182,10 @@ func (q *Queue) validate(k *checker) {
 	}
 	k.positive("queue.results_max_age", q.ResultsMaxAge)
 	k.positive("queue.dlq_max_age", q.DLQMaxAge)
+	k.positive("queue.transcripts_max_age", q.TranscriptsMaxAge)
+	if q.TranscriptsMaxAge > 0 && q.TranscriptsMaxAge < q.ResultsMaxAge {
+		k.add("queue.transcripts_max_age", "must be >= queue.results_max_age (%s), got %s", q.ResultsMaxAge, q.TranscriptsMaxAge)
+	}
 	for i, b := range q.Backoff {
 		if b <= 0 {
 			k.add(fmt.Sprintf("queue.backoff[%d]", i), "must be > 0, got %s", b)

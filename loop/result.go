@@ -70,6 +70,14 @@ type Result struct {
 	Usage Usage `json:"usage" msgpack:"usage"`
 	// Timings splits the run's wall time.
 	Timings Timings `json:"timings" msgpack:"timings"`
+
+	// Messages is the conversation as the model last saw it (after any
+	// trimming, with the summary message), followed by the tool answers of
+	// its last turn; Tools is the catalog offered on every turn. The
+	// transcript of the run (queue/jobrun) is made from them; they are
+	// not part of the result's encoding.
+	Messages []Message  `json:"-" msgpack:"-"`
+	Tools    []ToolSpec `json:"-" msgpack:"-"`
 }
 
 // Timings splits a run's wall-clock time.

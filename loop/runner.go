@@ -113,6 +113,8 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	res.Turns = s.turns
 	res.ToolCalls = s.dispatch
 	res.Usage = s.usage
+	res.Messages = s.msgs
+	res.Tools = s.catalog
 	if len(s.win.trimmed) > 0 {
 		res.Details[DetailTrimmedTurns] = s.win.trimmed
 	}

@@ -58,6 +58,9 @@ func (s *slot) complete(j *job, out *Outcome) {
 		res.ChangedFiles = []string{}
 	}
 	res.Diff = out.Diff
+	if !s.storeTranscript(j, res, out.Transcript) {
+		return
+	}
 	if s.store(j, res) != nil {
 		return
 	}

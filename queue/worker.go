@@ -49,6 +49,10 @@ type Outcome struct {
 	Result loop.Result
 	// Diff is the unified diff of the run's workspace changes.
 	Diff string
+	// Transcript, when set, is the run's conversation (messages, tools,
+	// model). The worker fills in the job's identity and outcome and
+	// stores it before the result, which names it (transcript.go).
+	Transcript *wire.Transcript
 }
 
 // ErrShutdown is the context cause of jobs canceled because the worker

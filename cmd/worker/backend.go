@@ -6,7 +6,9 @@ import (
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/config"
+	"github.com/agentfleet/fleet/internal/filedigest"
 	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // modelPicker returns the model a job of the given agent runs on.
@@ -19,6 +21,9 @@ type backend interface {
 	// ForSlot returns slot i's model picker. Each slot gets its own model
 	// instance (one llama.cpp context per slot over shared weights).
 	ForSlot(i int) (modelPicker, error)
+	// ModelInfo names the model a job of def runs on, for its transcript
+	// (with the model file's sha256, computed once per process).
+	ModelInfo(def *agents.Definition) wire.ModelInfo
 	// Close frees the backend after every slot has stopped.
 	Close() error
 }
@@ -54,4 +59,20 @@ func (b *scriptedBackend) ForSlot(int) (modelPicker, error) {
 	return func(*agents.Definition) (loop.Model, error) { return b.s.model(), nil }, nil
 }
 
+// ModelInfo names the script (and its file's digest): a stable
+// description of a backend that has no model file.
+func (b *scriptedBackend) ModelInfo(*agents.Definition) wire.ModelInfo {
+	return fileModel(config.BackendScripted, b.path)
+}
+
 func (b *scriptedBackend) Close() error { return nil }
+
+// fileModel describes a model file: its path and sha256 (left out when the
+// file cannot be read; the run itself did not need it).
+func fileModel(backend, path string) wire.ModelInfo {
+	mi := wire.ModelInfo{Backend: backend, Name: path}
+	if d, err := filedigest.SHA256(path); err == nil {
+		mi.Digest = d
+	}
+	return mi
+}

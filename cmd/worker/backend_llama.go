@@ -9,6 +9,7 @@ import (
 	"github.com/agentfleet/fleet/config"
 	"github.com/agentfleet/fleet/inference/llama"
 	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // llamaBuilt says whether this binary has the llama.cpp backend.
@@ -62,6 +63,16 @@ func (l *llamaBackend) ForSlot(int) (modelPicker, error) {
 		}
 		return s, nil
 	}, nil
+}
+
+// ModelInfo names the GGUF a job of def runs on (the agent's own, else
+// the worker's) with its sha256.
+func (l *llamaBackend) ModelInfo(def *agents.Definition) wire.ModelInfo {
+	p := l.path
+	if dp := def.ModelPath(); dp != "" {
+		p = dp
+	}
+	return fileModel(config.BackendLlama, p)
 }
 
 func (l *llamaBackend) Close() error { return l.b.Close() }

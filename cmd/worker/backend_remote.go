@@ -8,6 +8,7 @@ import (
 	"github.com/agentfleet/fleet/config"
 	"github.com/agentfleet/fleet/inference/remote"
 	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // remoteBackend is an OpenAI-compatible chat-completions server; the model is
@@ -48,6 +49,11 @@ func (b *remoteBackend) Describe() []any {
 
 func (b *remoteBackend) ForSlot(int) (modelPicker, error) {
 	return func(*agents.Definition) (loop.Model, error) { return b.m, nil }, nil
+}
+
+// ModelInfo names the server's model; a remote model has no digest here.
+func (b *remoteBackend) ModelInfo(*agents.Definition) wire.ModelInfo {
+	return wire.ModelInfo{Backend: config.BackendRemote, Name: b.cfg.BaseURL + " " + b.cfg.Model}
 }
 
 func (b *remoteBackend) Close() error { return nil }

@@ -263,6 +263,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 				Agents:       defs,
 				Sandbox:      pool,
 				ModelFor:     pick,
+				ModelInfo:    be.ModelInfo,
 				Loop:         loopCfg,
 				WorkspaceDir: wsDir,
 				// A stored job is as durable as the queue's own writes.
@@ -281,6 +282,8 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 			ResultsMaxAge: cfg.Queue.ResultsMaxAge,
 			DedupeWindow:  min(ledger.DefaultDedupeWindow, cfg.Queue.ResultsMaxAge),
 			DLQMaxAge:     cfg.Queue.DLQMaxAge,
+			// Transcripts and reviews: kept far longer than results.
+			TranscriptsMaxAge: cfg.Queue.TranscriptsMaxAge,
 		},
 		// An idle slot long-polls one operation at a time: a short expiry
 		// bounds how long a job of another operation waits for it.

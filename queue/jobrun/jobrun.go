@@ -74,6 +74,9 @@ type Config struct {
 	// ModelFor, when set, picks the model for an agent (for example the
 	// llama slot bound to the agent's own GGUF); it may return Model.
 	ModelFor func(def *agents.Definition) (loop.Model, error)
+	// ModelInfo, when set, names the model (and its digest) a job of the
+	// agent runs on, for the job's transcript; nil = the model's Go type.
+	ModelInfo func(def *agents.Definition) wire.ModelInfo
 	// Loop is the worker's loop configuration; a request's options override
 	// its turn limit and timeouts.
 	Loop loop.Config
@@ -243,7 +246,8 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	// still read, under a short deadline of their own.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	out := &queue.Outcome{Result: *res}
+	out := &queue.Outcome{Result: *res, Transcript: p.transcript(def, model, res)}
+	out.Result.Messages, out.Result.Tools = nil, nil
 	changed, err := ws.overlay.ChangedFiles(dctx)
 	if err != nil {
 		return nil, fmt.Errorf("jobrun: changed files: %w", err)

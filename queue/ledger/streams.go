@@ -16,11 +16,13 @@ const (
 	DefaultDedupeWindow  = 10 * time.Minute
 	DefaultResultsMaxAge = 24 * time.Hour
 	DefaultDLQMaxAge     = 30 * 24 * time.Hour
-	DefaultStatusTTL     = 72 * time.Hour
-	DefaultAckWait       = 30 * time.Second
-	DefaultMaxDeliver    = 5
-	DefaultMaxAckPending = 1000
-	DefaultMaxWaiting    = 512
+	// DefaultTranscriptsMaxAge is how long transcripts and reviews are kept.
+	DefaultTranscriptsMaxAge = 90 * 24 * time.Hour
+	DefaultStatusTTL         = 72 * time.Hour
+	DefaultAckWait           = 30 * time.Second
+	DefaultMaxDeliver        = 5
+	DefaultMaxAckPending     = 1000
+	DefaultMaxWaiting        = 512
 )
 
 // ErrInvalidConfig is wrapped by every configuration error of this package.
@@ -49,6 +51,9 @@ type StreamsConfig struct {
 	ResultsMaxAge time.Duration
 	// DLQMaxAge is how long dead letters are kept.
 	DLQMaxAge time.Duration
+	// TranscriptsMaxAge is how long transcripts and reviews are kept
+	// (FLEET_TRANSCRIPTS).
+	TranscriptsMaxAge time.Duration
 	// StatusTTL is how long a job's status key lives after its last write.
 	StatusTTL time.Duration
 	// AckWait is how long a delivered job may go without an ack or a
@@ -88,7 +93,7 @@ func (c *StreamsConfig) Validate() error {
 		return fmt.Errorf("%w: Replicas must be 0..5, got %d", ErrInvalidConfig, c.Replicas)
 	}
 	for name, d := range map[string]time.Duration{"DedupeWindow": c.DedupeWindow, "ResultsMaxAge": c.ResultsMaxAge,
-		"DLQMaxAge": c.DLQMaxAge, "StatusTTL": c.StatusTTL, "AckWait": c.AckWait} {
+		"DLQMaxAge": c.DLQMaxAge, "TranscriptsMaxAge": c.TranscriptsMaxAge, "StatusTTL": c.StatusTTL, "AckWait": c.AckWait} {
 		if d < 0 {
 			return fmt.Errorf("%w: %s must not be negative, got %s", ErrInvalidConfig, name, d)
 		}
@@ -102,6 +107,7 @@ func (c *StreamsConfig) Validate() error {
 	c.DedupeWindow = cmp.Or(c.DedupeWindow, DefaultDedupeWindow)
 	c.ResultsMaxAge = cmp.Or(c.ResultsMaxAge, DefaultResultsMaxAge)
 	c.DLQMaxAge = cmp.Or(c.DLQMaxAge, DefaultDLQMaxAge)
+	c.TranscriptsMaxAge = cmp.Or(c.TranscriptsMaxAge, DefaultTranscriptsMaxAge)
 	c.StatusTTL = cmp.Or(c.StatusTTL, DefaultStatusTTL)
 	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
@@ -138,6 +144,8 @@ func (c *StreamsConfig) FirstAckWait() time.Duration {
 // Streams are the handles EnsureStreams created or found.
 type Streams struct {
 	Runs, Results, DLQ, Advisories jetstream.Stream
+	// Transcripts is FLEET_TRANSCRIPTS (transcripts and reviews).
+	Transcripts jetstream.Stream
 	// Status is the fleet_jobs bucket.
 	Status jetstream.KeyValue
 	// StatusStream is the bucket's stream (KV_fleet_jobs), for reading a
@@ -149,7 +157,7 @@ type Streams struct {
 	Config StreamsConfig
 }
 
-// EnsureStreams creates or updates FLEET_RUNS, FLEET_RESULTS, FLEET_DLQ,
+// EnsureStreams creates or updates FLEET_RUNS, FLEET_RESULTS, FLEET_TRANSCRIPTS, FLEET_DLQ,
 // FLEET_ADVISORIES, the fleet_jobs bucket and one durable consumer per
 // operation, so that several workers may call it concurrently and
 // repeatedly. An existing stream whose settings cannot be changed in place
@@ -198,6 +206,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		AllowDirect: true,
 	}); err != nil {
 		return nil, fmt.Errorf("queue: stream %s: %w", wire.StreamResults, err)
+	}
+	if s.Transcripts, err = ensureTranscripts(ctx, js, cfg, storage); err != nil {
+		return nil, err
 	}
 	if s.DLQ, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        wire.StreamDLQ,

@@ -140,7 +140,7 @@ var (
 	fastResultFields = "version/int job_id/string operation/string state/JobState status/Status " +
 		"workspace_id/string changed_files/[]string summary/string details,omitempty/ " +
 		"error,omitempty/string error_code,omitempty/ErrorCode turns/int tool_calls/int usage/Usage " +
-		"diff,omitempty/string worker/string attempts/int events_dropped,omitempty/int64 timings/ResultTimings"
+		"diff,omitempty/string worker/string attempts/int events_dropped,omitempty/int64 timings/ResultTimings transcript_seq,omitempty/uint64"
 	fastTimingsFields = "enqueued_at/Time started_at/Time finished_at/Time queued_ns/Duration run_ns/Duration " +
 		"model_ns/Duration tools_ns/Duration"
 	fastJSON = jsonFields(reflect.TypeFor[Event]()) == fastEventFields &&
@@ -316,7 +316,12 @@ func appendResultJSON(dst []byte, r *AgentResult) (_ []byte, ok bool) {
 	dst = strconv.AppendInt(dst, int64(t.Model), 10)
 	dst = append(dst, `,"tools_ns":`...)
 	dst = strconv.AppendInt(dst, int64(t.Tools), 10)
-	return append(dst, "}}"...), true
+	dst = append(dst, '}')
+	if r.TranscriptSeq != 0 {
+		dst = append(dst, `,"transcript_seq":`...)
+		dst = strconv.AppendUint(dst, r.TranscriptSeq, 10)
+	}
+	return append(dst, '}'), true
 }
 
 // MarshalResult encodes a result in enc.

@@ -371,6 +371,9 @@ type AgentResult struct {
 	// EventsDropped counts events the worker could not publish.
 	EventsDropped int64         `json:"events_dropped,omitempty" msgpack:"events_dropped,omitempty"`
 	Timings       ResultTimings `json:"timings" msgpack:"timings"`
+	// TranscriptSeq is the FLEET_TRANSCRIPTS sequence of the run's
+	// transcript (0: none was stored, e.g. a queue failure).
+	TranscriptSeq uint64 `json:"transcript_seq,omitempty" msgpack:"transcript_seq,omitempty"`
 }
 
 // Event is one loop event of a job, published in order on

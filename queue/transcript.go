@@ -1,0 +1,44 @@
+package queue
+
+import (
+	"context"
+	"errors"
+
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
+)
+
+// transcriptWriter is a ledger that stores transcripts (ledger.JetStream).
+// A ledger without it (the in-memory one) keeps none.
+type transcriptWriter interface {
+	PutTranscript(ctx context.Context, l *ledger.Lease, t *wire.Transcript) (uint64, error)
+}
+
+// storeTranscript stores the run's transcript t, if any, before its result
+// res, and makes res name it: a stored result implies its transcript. The
+// engine writes it rather than the processor because the engine holds the
+// lease: the write is checked against it and keyed by its revision. False
+// means the job was dropped (fenced) or handed back (shutdown): nothing
+// more is written.
+func (s *slot) storeTranscript(j *job, res *wire.AgentResult, t *wire.Transcript) bool {
+	tw, ok := s.w.ledger.(transcriptWriter)
+	if t == nil || !ok {
+		return true
+	}
+	t.Version = wire.ProtocolVersion
+	t.JobID, t.Operation, t.Worker, t.Attempt = res.JobID, res.Operation, res.Worker, res.Attempts
+	t.State, t.Status, t.Error, t.ErrorCode = res.State, res.Status, res.Error, res.ErrorCode
+	t.Turns, t.ToolCalls, t.Usage, t.Timings = res.Turns, res.ToolCalls, res.Usage, res.Timings
+	seq, err := tw.PutTranscript(s.w.runCtx, j.lease, t)
+	switch {
+	case err == nil:
+		res.TranscriptSeq = seq
+		return true
+	case errors.Is(err, ledger.ErrFenced):
+		s.fenced(j)
+	default:
+		s.log.Warn("transcript not stored before shutdown; handing the job back", "job", j.id, "err", err)
+		s.requeue(j, 0, "worker shutdown before the transcript was stored")
+	}
+	return false
+}
