@@ -1,0 +1,113 @@
+package ledger_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/ledger/ledgertest"
+	"github.com/agentfleet/fleet/queue/wire"
+)
+
+// A stale attempt cannot replace the transcript of the job's result: it is
+// refused once its lease is taken over, and a transcript it wrote in the
+// race (between its check and the takeover) is not the one read by job id,
+// neither while the result is kept nor after results expired.
+func TestTranscriptOfTheStoredResult(t *testing.T) {
+	h := newJSHarness(t, ledger.SingleNode(t))
+	l := h.ledgers[0]
+	ctx := h.ctx()
+	const job = "tx-stale-1"
+	h.Publish(ledgertest.Request{JobID: job})
+	d1 := h.Next()
+	stale, err := l.Claim(ctx, d1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stale attempt wrote its transcript while it still held the job.
+	seqStale, err := l.PutTranscript(ctx, stale, &wire.Transcript{JobID: job, Worker: "stale"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another attempt takes the job over and finishes it.
+	cur, err := l.Claim(ctx, h.Expire(d1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cur.TookOver || cur.Rev <= stale.Rev {
+		t.Fatalf("takeover: %+v (stale rev %d)", cur, stale.Rev)
+	}
+	if _, err := l.PutTranscript(ctx, stale, &wire.Transcript{JobID: job, Worker: "stale"}); !errors.Is(err, ledger.ErrFenced) {
+		t.Fatalf("stale transcript after the takeover: %v, want ErrFenced", err)
+	}
+	seq, err := l.PutTranscript(ctx, cur, &wire.Transcript{JobID: job, Worker: "current",
+		Messages: []wire.TranscriptMessage{{Role: "user", Content: "lint this"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A retried write of the same lease is stored once.
+	if again, err := l.PutTranscript(ctx, cur, &wire.Transcript{JobID: job, Worker: "current"}); err != nil || again != seq {
+		t.Fatalf("retried transcript: seq %d, %v; want %d", again, err, seq)
+	}
+	res := &wire.AgentResult{Version: 1, JobID: job, Operation: h.op, State: wire.StateSucceeded, Status: wire.StatusSuccess,
+		ChangedFiles: []string{}, TranscriptSeq: seq}
+	if err := l.Complete(ctx, cur, res); err != nil {
+		t.Fatal(err)
+	}
+	// The race: a stale transcript stored after the result (the stale
+	// attempt passed its lease check before the takeover).
+	raced, _ := json.Marshal(&wire.Transcript{JobID: job, Worker: "stale", Lease: stale.Rev})
+	if _, err := h.js.Publish(ctx, wire.TranscriptSubject(job), raced); err != nil {
+		t.Fatal(err)
+	}
+	if seqStale >= seq {
+		t.Fatalf("sequences: stale %d, current %d", seqStale, seq)
+	}
+	nc := h.srv.Conns[0]
+	check := func(when string) {
+		t.Helper()
+		v, err := ledger.ReadTranscript(ctx, nc, job)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if tr := v.Transcript; tr.Worker != "current" || tr.Lease != cur.Rev || len(tr.Messages) != 1 {
+			t.Fatalf("%s: read %+v, want the current attempt's (lease %d)", when, tr, cur.Rev)
+		}
+	}
+	check("with the result")
+	// Results and leases expire before transcripts: the highest lease wins.
+	if err := h.streams.Results.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("after results expired")
+
+	// Reviews join the transcript; the last one is the verdict.
+	for _, v := range []wire.Verdict{wire.VerdictRejected, wire.VerdictAccepted} {
+		b, _ := json.Marshal(&wire.Review{Version: 1, JobID: job, Verdict: v, Reviewer: "ann", Time: time.Now().UTC()})
+		if _, err := h.js.PublishMsg(ctx, &nats.Msg{Subject: wire.ReviewSubject(job), Data: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := ledger.ReadTranscript(ctx, nc, job)
+	if err != nil || v.Review == nil || v.Review.Verdict != wire.VerdictAccepted {
+		t.Fatalf("joined review: %+v, %v", v, err)
+	}
+	if _, err := ledger.ReadTranscript(ctx, nc, "tx-unknown"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("unknown job: %v, want ErrNotFound", err)
+	}
+}
+
+func TestTranscriptsMaxAgeValidated(t *testing.T) {
+	c := ledger.StreamsConfig{Operations: []string{"lint"}, TranscriptsMaxAge: -time.Hour}
+	if err := c.Validate(); !errors.Is(err, ledger.ErrInvalidConfig) {
+		t.Fatalf("negative TranscriptsMaxAge: %v", err)
+	}
+	c = ledger.StreamsConfig{Operations: []string{"lint"}}
+	if err := c.Validate(); err != nil || c.TranscriptsMaxAge != ledger.DefaultTranscriptsMaxAge {
+		t.Fatalf("default: %s, %v", c.TranscriptsMaxAge, err)
+	}
+}
