@@ -86,6 +86,7 @@ func (r *projectReviewer) Accept(ctx context.Context, jobID string, force bool) 
 	if out.saveErr != nil {
 		rv.Message += fmt.Sprintf(" The files were written, but the job's record was not updated: %v.", out.saveErr)
 	}
+	rv.Message += r.publish(ctx, jobID, wire.VerdictAccepted)
 	return rv, nil
 }
 
@@ -97,8 +98,23 @@ func (r *projectReviewer) Reject(ctx context.Context, jobID string) (*console.Re
 	msg := "Rejected; no local file was changed."
 	if already {
 		msg = "The job was already rejected."
+	} else {
+		msg += r.publish(ctx, jobID, wire.VerdictRejected)
 	}
 	return &console.Review{State: reviewRejected, Message: msg}, nil
+}
+
+// publish publishes the console user's review ($USER, else "console") and
+// says when it could not.
+func (r *projectReviewer) publish(ctx context.Context, jobID string, v wire.Verdict) string {
+	who, err := reviewer("")
+	if err != nil {
+		who = "console"
+	}
+	if _, err := r.cl.Review(ctx, jobID, v, who, ""); err != nil {
+		return fmt.Sprintf(" The review was not published: %v.", err)
+	}
+	return ""
 }
 
 func (r *projectReviewer) State(jobID string) string {

@@ -67,15 +67,20 @@ Jobs:
         Cancel a queued or running job.
 
 Review:
-  accept <job-id> [--dir D] [--force]
+  accept <job-id> [--dir D] [--force] [--reviewer NAME] [--note TEXT]
         Apply the job's diff to the local files under the project root D
         (default: the project root of the current folder). Refused (exit 5,
         nothing written) when a file changed since the job was enqueued, the
         job's record is missing, or it was already accepted or rejected;
-        --force applies the diff where its context still matches.
-  reject <job-id> [--dir D]
-        Mark the job rejected in its local record (nothing is written to
-        the project; accept then refuses it).
+        --force applies the diff where its context still matches. Then
+        publishes the review (accepted, by NAME, default $USER).
+  reject <job-id> [--dir D] [--reviewer NAME] [--note TEXT]
+        Mark the finished job rejected in its local record (nothing is
+        written to the project; accept then refuses it) and publish the
+        review (rejected).
+  transcript <job-id> [--json]
+        Print the finished job's transcript (model and digest, tools offered,
+        every message, outcome) with its review.
 
 Dead letters (FLEET_DLQ):
   dlq list [--json]               dead letters with their code and reason
@@ -175,6 +180,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdAccept(cargs)
 	case "reject":
 		err = c.cmdReject(cargs)
+	case "transcript":
+		err = c.cmdTranscript(cargs)
 	case "dlq":
 		err = c.cmdDLQ(cargs)
 	case "console":

@@ -15,9 +15,11 @@ import (
 func absPath(p string) (string, error) { return filepath.Abs(p) }
 
 func (c *cli) cmdAccept(args []string) error {
-	fs := c.subFlags("accept", "accept <job-id> [--dir D] [--force]")
+	fs := c.subFlags("accept", "accept <job-id> [--dir D] [--force] [--reviewer NAME] [--note TEXT]")
 	dir := fs.String("dir", "", "the project root `D` the job's paths are relative to (default: the project root of the current folder)")
 	force := fs.Bool("force", false, "apply even when local files changed, the record is missing, or the job did not succeed")
+	who := fs.String("reviewer", "", "the reviewer `NAME` recorded in the review (default: $USER)")
+	note := fs.String("note", "", "a `TEXT` recorded with the review")
 	pos, err := c.parse(fs, args, 1, "<job-id>")
 	if err != nil {
 		return err
@@ -25,6 +27,13 @@ func (c *cli) cmdAccept(args []string) error {
 	jobID := pos[0]
 	if !wire.ValidJobID(jobID) {
 		return fail(exitUsage, "%q is not a valid job id", jobID)
+	}
+	by, err := reviewer(*who)
+	if err != nil {
+		return err
+	}
+	if len(*note) > wire.MaxReviewNote {
+		return fail(exitUsage, "--note is %d bytes, more than %d", len(*note), wire.MaxReviewNote)
 	}
 	root, err := c.root(*dir)
 	if err != nil {
@@ -55,7 +64,7 @@ func (c *cli) cmdAccept(args []string) error {
 		fmt.Fprintf(c.stderr, "note: applied, but the record was not updated: %v\n", out.saveErr)
 	}
 	fmt.Fprintf(c.stdout, "accepted job %s into %s\n", jobID, root)
-	return nil
+	return publishReview(ctx, cl, jobID, wire.VerdictAccepted, by, *note)
 }
 
 // reviewable loads the job's record under root and refuses a job already
@@ -135,8 +144,10 @@ func acceptResult(ctx context.Context, cl *client.Client, root string, rec *jobR
 }
 
 func (c *cli) cmdReject(args []string) error {
-	fs := c.subFlags("reject", "reject <job-id> [--dir D]")
+	fs := c.subFlags("reject", "reject <job-id> [--dir D] [--reviewer NAME] [--note TEXT]")
 	dir := fs.String("dir", "", "the project root `D` (default: the project root of the current folder)")
+	who := fs.String("reviewer", "", "the reviewer `NAME` recorded in the review (default: $USER)")
+	note := fs.String("note", "", "a `TEXT` recorded with the review")
 	pos, err := c.parse(fs, args, 1, "<job-id>")
 	if err != nil {
 		return err
@@ -145,22 +156,32 @@ func (c *cli) cmdReject(args []string) error {
 	if !wire.ValidJobID(jobID) {
 		return fail(exitUsage, "%q is not a valid job id", jobID)
 	}
+	by, err := reviewer(*who)
+	if err != nil {
+		return err
+	}
+	if len(*note) > wire.MaxReviewNote {
+		return fail(exitUsage, "--note is %d bytes, more than %d", len(*note), wire.MaxReviewNote)
+	}
 	root, err := c.root(*dir)
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
-	// Without a record, the job must exist before it is remembered.
-	exists := func() error {
-		ctx, cancel := quick()
-		defer cancel()
-		nc, cl, err := c.connect(ctx, wire.JSON)
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		return jobExists(ctx, cl, jobID)
+	ctx, cancel := quick()
+	defer cancel()
+	nc, cl, err := c.connect(ctx, wire.JSON)
+	if err != nil {
+		return err
 	}
-	already, err := rejectJob(root, jobID, exists)
+	defer nc.Close()
+	// Only a finished job is reviewed: nothing is marked or published
+	// before its result is known.
+	if _, err := cl.Result(ctx, jobID); errors.Is(err, client.ErrNoResult) {
+		return unfinished(ctx, cl, jobID)
+	} else if err != nil {
+		return connErr(err)
+	}
+	already, err := rejectJob(root, jobID, func() error { return nil })
 	if err != nil {
 		return err
 	}
@@ -169,7 +190,7 @@ func (c *cli) cmdReject(args []string) error {
 		return nil
 	}
 	fmt.Fprintf(c.stdout, "rejected job %s (no local file was changed)\n", jobID)
-	return nil
+	return publishReview(ctx, cl, jobID, wire.VerdictRejected, by, *note)
 }
 
 // jobExists says whether the fleet knows the job (a status or a result).
