@@ -14,7 +14,7 @@ import (
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// Transcripts and reviews (docs/PROTOCOL.md §13) live in FLEET_TRANSCRIPTS,
+// Transcripts and reviews (docs/PROTOCOL.md §12) live in FLEET_TRANSCRIPTS,
 // a Limits stream kept for StreamsConfig.TranscriptsMaxAge.
 
 // ErrNoTranscript: the job's result names no transcript (or it expired).
