@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -138,7 +139,9 @@ func TestTakenOverAttemptWritesNothing(t *testing.T) {
 			close(first)
 			<-release // attempt 1 ignores its context: it is "frozen"
 		}
-		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess, Summary: fmt.Sprint("run ", runs.Load())}}, nil
+		run := fmt.Sprint("run ", runs.Load())
+		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess, Summary: run},
+			Transcript: &wire.Transcript{Messages: []wire.TranscriptMessage{{Role: "assistant", Content: run}}}}, nil
 	})
 	w := b.worker(func(int) Processor { return proc }, func(c *Config) {
 		c.Heartbeat = -1 // attempt 1 never renews its lease
@@ -172,6 +175,18 @@ func TestTakenOverAttemptWritesNothing(t *testing.T) {
 	}
 	if n, _, _ := reply.Pending(); n != 1 {
 		t.Fatalf("%d Reply-To results, want 1", n)
+	}
+	// One transcript, attempt 2's, which its result names.
+	if got := b.countSubject(wire.StreamTranscripts, wire.TranscriptSubject("frozen-1")); got != 1 {
+		t.Fatalf("%d stored transcripts, want 1", got)
+	}
+	v, err := ledger.ReadTranscript(t.Context(), b.nc, "frozen-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := v.Transcript; res.TranscriptSeq == 0 || tr.Attempt != 2 || tr.State != wire.StateSucceeded ||
+		len(tr.Messages) != 1 || tr.Messages[0].Content != res.Summary {
+		t.Fatalf("transcript %+v of result %+v", tr, res)
 	}
 }
 
