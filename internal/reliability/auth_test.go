@@ -41,7 +41,8 @@ func authUsers() []*server.User {
 	return []*server.User{
 		{Username: "worker", Password: "worker-pw", Permissions: &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: []string{"$JS.API.>", "$JS.ACK.>", "$KV." + wire.BucketJobs + ".>",
-				wire.SubjectResultsPrefix + ">", wire.SubjectLeasesPrefix + ">", wire.SubjectEventsPrefix + ">", wire.SubjectDLQPrefix + ">", "clients.>"}},
+				wire.SubjectResultsPrefix + ">", wire.SubjectLeasesPrefix + ">", wire.SubjectEventsPrefix + ">", wire.SubjectDLQPrefix + ">",
+				wire.SubjectTranscriptsPrefix + ">", "clients.>"}},
 			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", wire.SubjectCancelPrefix + "*"}},
 		}},
 		client("A", true),  // enqueues, reads its own results
