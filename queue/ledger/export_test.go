@@ -10,3 +10,6 @@ func (j *JetStream) SetClaimHook(fn func(d *Delivery)) {
 	}
 	j.claimHook.Store(&fn)
 }
+
+// FitTranscript is fitTranscript, for tests.
+var FitTranscript = fitTranscript

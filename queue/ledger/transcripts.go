@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,7 +53,7 @@ func (j *JetStream) PutTranscript(ctx context.Context, l *Lease, t *wire.Transcr
 		return 0, ErrFenced
 	}
 	t.Lease = l.Rev
-	data, err := json.Marshal(t)
+	data, err := fitTranscript(t, int(j.cfg.Conn.MaxPayload())-4096)
 	if err != nil {
 		return 0, fmt.Errorf("ledger: transcript of %s: %w", l.JobID(), err)
 	}
@@ -75,6 +76,37 @@ func (j *JetStream) PutTranscript(ctx context.Context, l *Lease, t *wire.Transcr
 		case <-tm.C:
 		}
 		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// fitTranscript encodes t in at most max bytes (the server's payload limit
+// less room for headers): a transcript that does not fit could never be
+// stored, and its result would wait for it forever. While it is too long,
+// the longest message content is cut in half (marked, and t.Truncated
+// set); a transcript still too long with every content cut is an error.
+func fitTranscript(t *wire.Transcript, max int) ([]byte, error) {
+	const mark = " …[cut: transcript over the server's max_payload]"
+	for {
+		data, err := json.Marshal(t)
+		if err != nil || max <= 0 || len(data) <= max {
+			return data, err
+		}
+		longest := -1
+		for i, m := range t.Messages {
+			if len(m.Content) > len(mark)*2 && (longest < 0 || len(m.Content) > len(t.Messages[longest].Content)) {
+				longest = i
+			}
+		}
+		if longest < 0 {
+			return nil, fmt.Errorf("transcript is %d bytes, more than the server's max_payload allows (%d)", len(data), max)
+		}
+		c := t.Messages[longest].Content
+		cut := len(c) / 2
+		for cut > 0 && !utf8.RuneStart(c[cut]) {
+			cut--
+		}
+		t.Messages[longest].Content = c[:cut] + mark
+		t.Truncated = true
 	}
 }
 

@@ -3,8 +3,10 @@ package ledger_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -109,5 +111,33 @@ func TestTranscriptsMaxAgeValidated(t *testing.T) {
 	c = ledger.StreamsConfig{Operations: []string{"lint"}}
 	if err := c.Validate(); err != nil || c.TranscriptsMaxAge != ledger.DefaultTranscriptsMaxAge {
 		t.Fatalf("default: %s, %v", c.TranscriptsMaxAge, err)
+	}
+}
+
+// A transcript longer than the server's payload limit is cut to fit (the
+// longest contents first, marked) instead of failing forever.
+func TestTranscriptCutToFit(t *testing.T) {
+	long := strings.Repeat("ruff output line é\n", 4000)
+	tr := &wire.Transcript{JobID: "j", Messages: []wire.TranscriptMessage{
+		{Role: "user", Content: "lint this"}, {Role: "tool", Content: long}, {Role: "tool", Content: long[:20000]}}}
+	data, err := ledger.FitTranscript(tr, 16<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back wire.Transcript
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > 16<<10 || !back.Truncated || back.Messages[0].Content != "lint this" ||
+		!strings.HasSuffix(back.Messages[1].Content, "[cut: transcript over the server's max_payload]") ||
+		!utf8.ValidString(back.Messages[1].Content) {
+		t.Fatalf("%d bytes, truncated %v, contents %q…", len(data), back.Truncated, back.Messages[1].Content[:40])
+	}
+	if _, err := ledger.FitTranscript(&wire.Transcript{JobID: "j", Messages: []wire.TranscriptMessage{{Role: "user", Content: "x"}}}, 10); err == nil {
+		t.Fatal("a transcript that cannot fit: no error")
+	}
+	small := &wire.Transcript{JobID: "j", Messages: []wire.TranscriptMessage{{Role: "user", Content: "short"}}}
+	if data, err := ledger.FitTranscript(small, 16<<10); err != nil || small.Truncated || !strings.Contains(string(data), `"short"`) {
+		t.Fatalf("small transcript: %s %v", data, err)
 	}
 }

@@ -85,6 +85,9 @@ type Transcript struct {
 	// the answers to its last calls. When the loop trimmed old turns to fit
 	// the context window, they appear as its summary message.
 	Messages []TranscriptMessage `json:"messages"`
+	// Truncated is set when message contents were cut to fit the server's
+	// max_payload (each cut content ends with a marker).
+	Truncated bool `json:"truncated,omitempty"`
 	// State, Status, Error and ErrorCode are the result's outcome.
 	State     JobState      `json:"state"`
 	Status    Status        `json:"status"`
