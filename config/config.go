@@ -317,28 +317,29 @@ const (
 	DefaultMaxDeliver      = 5
 	DefaultResultsMaxAge   = 24 * time.Hour
 	DefaultDLQMaxAge       = 30 * 24 * time.Hour
-	// DefaultTranscriptsMaxAge is queue.transcripts_max_age's default.
-	DefaultTranscriptsMaxAge = 90 * 24 * time.Hour
-	DefaultDrainGrace        = 30 * time.Second
-	DefaultUnservedAfter     = 2 * time.Minute
-	DefaultAgentsDir         = "./agents"
-	DefaultWorkspaceDir      = "./data/workspaces"
-	DefaultPresenceEvery     = 5 * time.Second
-	DefaultModelPath         = "./models/functiongemma-270m-random-q8_0.gguf"
-	DefaultBatchSize         = 128
-	DefaultContextSize       = 4096
-	DefaultMaxTokens         = 256
-	DefaultMaxContexts       = 2
-	DefaultTopK              = 64
-	DefaultRemoteTimeout     = 60 * time.Second
-	DefaultRemoteRetries     = 2
-	DefaultMontyBinary       = "./.build/monty/monty"
-	DefaultMontyMaxRuns      = 500
-	DefaultMontyMemory       = 128 * MiB
-	DefaultMontyRecursion    = 400
-	DefaultMontyTimeout      = 10 * time.Second
-	fallbackWorkerHostname   = "fleet-worker"
+	DefaultDrainGrace      = 30 * time.Second
+	DefaultUnservedAfter   = 2 * time.Minute
+	DefaultAgentsDir       = "./agents"
+	DefaultWorkspaceDir    = "./data/workspaces"
+	DefaultPresenceEvery   = 5 * time.Second
+	DefaultModelPath       = "./models/functiongemma-270m-random-q8_0.gguf"
+	DefaultBatchSize       = 128
+	DefaultContextSize     = 4096
+	DefaultMaxTokens       = 256
+	DefaultMaxContexts     = 2
+	DefaultTopK            = 64
+	DefaultRemoteTimeout   = 60 * time.Second
+	DefaultRemoteRetries   = 2
+	DefaultMontyBinary     = "./.build/monty/monty"
+	DefaultMontyMaxRuns    = 500
+	DefaultMontyMemory     = 128 * MiB
+	DefaultMontyRecursion  = 400
+	DefaultMontyTimeout    = 10 * time.Second
+	fallbackWorkerHostname = "fleet-worker"
 )
+
+// DefaultTranscriptsMaxAge is queue.transcripts_max_age's default.
+const DefaultTranscriptsMaxAge = 90 * 24 * time.Hour
 
 // DefaultBackoff is Queue.Backoff's default.
 func DefaultBackoff() []time.Duration {
@@ -354,7 +355,7 @@ func Default() *Config {
 	if err != nil || host == "" {
 		host = fallbackWorkerHostname
 	}
-	return &Config{
+	c := &Config{
 		NATS: NATS{
 			ConnectRetryFor: DefaultConnectRetryFor,
 			Embedded: Embedded{
@@ -365,14 +366,13 @@ func Default() *Config {
 			},
 		},
 		Queue: Queue{
-			AckWait:           DefaultAckWait,
-			MaxDeliver:        DefaultMaxDeliver,
-			ResultsMaxAge:     DefaultResultsMaxAge,
-			DLQMaxAge:         DefaultDLQMaxAge,
-			TranscriptsMaxAge: DefaultTranscriptsMaxAge,
-			Backoff:           DefaultBackoff(),
-			DrainGrace:        DefaultDrainGrace,
-			UnservedAfter:     DefaultUnservedAfter,
+			AckWait:       DefaultAckWait,
+			MaxDeliver:    DefaultMaxDeliver,
+			ResultsMaxAge: DefaultResultsMaxAge,
+			DLQMaxAge:     DefaultDLQMaxAge,
+			Backoff:       DefaultBackoff(),
+			DrainGrace:    DefaultDrainGrace,
+			UnservedAfter: DefaultUnservedAfter,
 		},
 		Worker: Worker{
 			Slots:         runtime.NumCPU(),
@@ -413,4 +413,6 @@ func Default() *Config {
 			Timeout:        DefaultMontyTimeout,
 		},
 	}
+	c.Queue.TranscriptsMaxAge = DefaultTranscriptsMaxAge
+	return c
 }

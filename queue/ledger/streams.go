@@ -16,13 +16,11 @@ const (
 	DefaultDedupeWindow  = 10 * time.Minute
 	DefaultResultsMaxAge = 24 * time.Hour
 	DefaultDLQMaxAge     = 30 * 24 * time.Hour
-	// DefaultTranscriptsMaxAge is how long transcripts and reviews are kept.
-	DefaultTranscriptsMaxAge = 90 * 24 * time.Hour
-	DefaultStatusTTL         = 72 * time.Hour
-	DefaultAckWait           = 30 * time.Second
-	DefaultMaxDeliver        = 5
-	DefaultMaxAckPending     = 1000
-	DefaultMaxWaiting        = 512
+	DefaultStatusTTL     = 72 * time.Hour
+	DefaultAckWait       = 30 * time.Second
+	DefaultMaxDeliver    = 5
+	DefaultMaxAckPending = 1000
+	DefaultMaxWaiting    = 512
 )
 
 // ErrInvalidConfig is wrapped by every configuration error of this package.
@@ -52,7 +50,9 @@ type StreamsConfig struct {
 	// DLQMaxAge is how long dead letters are kept.
 	DLQMaxAge time.Duration
 	// TranscriptsMaxAge is how long transcripts and reviews are kept
-	// (FLEET_TRANSCRIPTS).
+	// (FLEET_TRANSCRIPTS); at least ResultsMaxAge (a result must not name
+	// an expired transcript). 0 = DefaultTranscriptsMaxAge, or
+	// ResultsMaxAge when that is longer.
 	TranscriptsMaxAge time.Duration
 	// StatusTTL is how long a job's status key lives after its last write.
 	StatusTTL time.Duration
@@ -107,12 +107,15 @@ func (c *StreamsConfig) Validate() error {
 	c.DedupeWindow = cmp.Or(c.DedupeWindow, DefaultDedupeWindow)
 	c.ResultsMaxAge = cmp.Or(c.ResultsMaxAge, DefaultResultsMaxAge)
 	c.DLQMaxAge = cmp.Or(c.DLQMaxAge, DefaultDLQMaxAge)
-	c.TranscriptsMaxAge = cmp.Or(c.TranscriptsMaxAge, DefaultTranscriptsMaxAge)
+	c.TranscriptsMaxAge = cmp.Or(c.TranscriptsMaxAge, max(DefaultTranscriptsMaxAge, c.ResultsMaxAge))
 	c.StatusTTL = cmp.Or(c.StatusTTL, DefaultStatusTTL)
 	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, DefaultMaxAckPending)
 	c.MaxWaiting = cmp.Or(c.MaxWaiting, DefaultMaxWaiting)
+	if c.TranscriptsMaxAge < c.ResultsMaxAge {
+		return fmt.Errorf("%w: TranscriptsMaxAge (%s) cannot be less than ResultsMaxAge (%s)", ErrInvalidConfig, c.TranscriptsMaxAge, c.ResultsMaxAge)
+	}
 	if c.DedupeWindow > c.ResultsMaxAge {
 		return fmt.Errorf("%w: DedupeWindow (%s) cannot exceed ResultsMaxAge (%s)", ErrInvalidConfig, c.DedupeWindow, c.ResultsMaxAge)
 	}

@@ -18,6 +18,9 @@ import (
 // Transcripts and reviews (docs/PROTOCOL.md §12) live in FLEET_TRANSCRIPTS,
 // a Limits stream kept for StreamsConfig.TranscriptsMaxAge.
 
+// DefaultTranscriptsMaxAge is how long transcripts and reviews are kept.
+const DefaultTranscriptsMaxAge = 90 * 24 * time.Hour
+
 // ErrNoTranscript: the job's result names no transcript (or it expired).
 var ErrNoTranscript = errors.New("ledger: no transcript for the job")
 

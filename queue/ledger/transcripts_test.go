@@ -108,9 +108,18 @@ func TestTranscriptsMaxAgeValidated(t *testing.T) {
 	if err := c.Validate(); !errors.Is(err, ledger.ErrInvalidConfig) {
 		t.Fatalf("negative TranscriptsMaxAge: %v", err)
 	}
+	c = ledger.StreamsConfig{Operations: []string{"lint"}, ResultsMaxAge: 48 * time.Hour, TranscriptsMaxAge: 24 * time.Hour}
+	if err := c.Validate(); !errors.Is(err, ledger.ErrInvalidConfig) {
+		t.Fatalf("TranscriptsMaxAge below ResultsMaxAge: %v", err)
+	}
 	c = ledger.StreamsConfig{Operations: []string{"lint"}}
 	if err := c.Validate(); err != nil || c.TranscriptsMaxAge != ledger.DefaultTranscriptsMaxAge {
 		t.Fatalf("default: %s, %v", c.TranscriptsMaxAge, err)
+	}
+	// Results kept longer than the default: transcripts are kept as long.
+	c = ledger.StreamsConfig{Operations: []string{"lint"}, ResultsMaxAge: 100 * 24 * time.Hour}
+	if err := c.Validate(); err != nil || c.TranscriptsMaxAge != c.ResultsMaxAge {
+		t.Fatalf("default with long results: %s, %v", c.TranscriptsMaxAge, err)
 	}
 }
 
