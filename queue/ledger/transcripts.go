@@ -52,7 +52,13 @@ func ensureTranscripts(ctx context.Context, js jetstream.JetStream, cfg StreamsC
 // leave an extra transcript, which no stored result names. Other errors
 // are retried with backoff until ctx is done.
 func (j *JetStream) PutTranscript(ctx context.Context, l *Lease, t *wire.Transcript) (uint64, error) {
-	if _, rev, err := j.lastLease(ctx, l.JobID()); err == nil && rev != l.Rev {
+	// The check is bounded (a read sent while the connection is down may
+	// never be answered) and best effort: when it cannot be made, the
+	// write goes ahead and the result's own fenced write decides.
+	cctx, cancel := context.WithTimeout(ctx, j.cfg.PublishTimeout)
+	_, rev, err := j.lastLease(cctx, l.JobID())
+	cancel()
+	if err == nil && rev != l.Rev {
 		return 0, ErrFenced
 	}
 	t.Lease = l.Rev
