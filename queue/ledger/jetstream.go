@@ -315,7 +315,11 @@ func (j *JetStream) checkCanceled(ctx context.Context, l *Lease) (*Lease, error)
 	if j.singleReplicaBucket(ctx) {
 		read = j.clientRecordDirect
 	}
-	rec, err := read(ctx, l.JobID())
+	// Bounded: a read sent while a leader is lost or the connection is
+	// down may never be answered, and the claim must not hang on it.
+	rctx, cancel := context.WithTimeout(ctx, j.cfg.PublishTimeout)
+	rec, err := read(rctx, l.JobID())
+	cancel()
 	if err != nil {
 		// The lease stands; a cancel the read missed still reaches the
 		// running job on its cancel subject.
