@@ -84,7 +84,10 @@ type EnqueueOption func(*enqueueOptions)
 type enqueueOptions struct {
 	enc     wire.Encoding
 	replyTo string
-	events  string // Fleet-Events value; "" = all
+	events  string    // Fleet-Events value; "" = all
+	at      time.Time // WithAt; zero = now
+	unique  bool      // WithUnique
+	key     string    // WithUnique's key; "" = DefaultUniqueKey
 }
 
 // WithEvents limits the events the worker publishes for this job to the
@@ -169,10 +172,27 @@ func (c *Client) Enqueue(ctx context.Context, req *wire.RunRequest, opts ...Enqu
 	if o.events != "" {
 		m.Header.Set(wire.HeaderEvents, o.events)
 	}
+	if !o.at.IsZero() {
+		if err := scheduleAt(m, req, o.at, time.Now()); err != nil {
+			return nil, err
+		}
+	}
+	var held *uniqueHold
+	if o.unique {
+		if held, err = c.acquireUnique(ctx, req, o.key); err != nil {
+			return nil, err
+		}
+		m.Header.Set(wire.HeaderUnique, held.key)
+	}
 	var rev uint64
 	if !c.opts.NoStatus {
-		rev = c.createQueued(ctx, req)
-		if rev > 0 {
+		rec := wire.StatusRecord{JobID: req.JobID, Operation: req.Operation, State: wire.StateQueued, UpdatedAt: time.Now().UTC()}
+		if !o.at.IsZero() {
+			at := dueTime(o.at)
+			rec.State, rec.ScheduledAt = wire.StateScheduled, &at
+		}
+		rev = c.createRecord(ctx, &rec)
+		if rev > 0 && o.at.IsZero() {
 			m.Header.Set(wire.HeaderStatusRev, strconv.FormatUint(rev, 10))
 		}
 	}
@@ -180,6 +200,10 @@ func (c *Client) Enqueue(ctx context.Context, req *wire.RunRequest, opts ...Enqu
 	if err != nil {
 		if rev > 0 {
 			c.removeQueued(rev)
+		}
+		c.releaseUnique(held)
+		if !o.at.IsZero() {
+			return nil, scheduleError(m.Subject, err)
 		}
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 			return nil, fmt.Errorf("%w: publish to %s: %v", ErrNoStreams, m.Subject, err)
@@ -189,20 +213,19 @@ func (c *Client) Enqueue(ctx context.Context, req *wire.RunRequest, opts ...Enqu
 	return &Enqueued{JobID: req.JobID, Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
 
-// createQueued creates the job's queued status record and returns its
-// revision, or 0 when it exists already or cannot be written (the request
-// then goes without Fleet-Status-Rev).
-func (c *Client) createQueued(ctx context.Context, req *wire.RunRequest) uint64 {
+// createRecord creates the job's status record (queued, or scheduled) and
+// returns its revision, or 0 when it exists already or cannot be written
+// (the request then goes without Fleet-Status-Rev).
+func (c *Client) createRecord(ctx context.Context, rec *wire.StatusRecord) uint64 {
 	kv, err := c.bucket(ctx)
 	if err != nil {
 		return 0
 	}
-	rec := wire.StatusRecord{JobID: req.JobID, Operation: req.Operation, State: wire.StateQueued, UpdatedAt: time.Now().UTC()}
-	data, err := wire.JSON.Marshal(&rec)
+	data, err := wire.JSON.Marshal(rec)
 	if err != nil {
 		return 0
 	}
-	rev, err := kv.Create(ctx, req.JobID, data)
+	rev, err := kv.Create(ctx, rec.JobID, data)
 	if err != nil {
 		return 0
 	}
@@ -368,7 +391,7 @@ func (c *Client) Cancel(ctx context.Context, jobID, reason string) error {
 			if rec.State.Terminal() {
 				return fmt.Errorf("%w: %s is %s", ErrJobFinished, jobID, rec.State)
 			}
-			if rec.State == wire.StateQueued {
+			if rec.State == wire.StateQueued || rec.State == wire.StateScheduled {
 				rec.State, rec.Code, rec.Reason, rec.UpdatedAt = wire.StateCanceled, wire.CodeCanceled, reason, time.Now().UTC()
 				data, _ := wire.JSON.Marshal(&rec)
 				if _, err := kv.Update(ctx, jobID, data, e.Revision()); err != nil {

@@ -1,0 +1,51 @@
+package queue
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/queue/wire"
+)
+
+// firedJobID gives a firing of a recurring schedule its own job id
+// (docs/PROTOCOL.md §10): the server copies the schedule message's body,
+// so every firing carries the same job_id; the worker replaces it with
+// wire.FiredJobID(Fleet-Schedule, Nats-Schedule-Next). A one-shot firing
+// (Nats-Schedule-Next: purge) keeps the job id the client chose.
+func firedJobID(req *wire.RunRequest, h nats.Header) {
+	name := h.Get(wire.HeaderFleetSchedule)
+	next := h.Get(wire.HeaderScheduleNext)
+	if name == "" || next == "" || next == wire.ScheduleNextPurge || h.Get(wire.HeaderScheduler) == "" {
+		return
+	}
+	t, err := time.Parse(time.RFC3339Nano, next)
+	if err != nil || !wire.ValidScheduleName(name) {
+		return // the request then runs under its body's job id
+	}
+	req.JobID = wire.FiredJobID(name, t)
+}
+
+// releaseUnique deletes the job's uniqueness key (header Fleet-Unique)
+// once its result is stored, if the key still names this job. A worker
+// that dies before this leaves the key behind: the next client that is
+// refused by it finds the job finished and takes the key over
+// (docs/PROTOCOL.md §11), and the bucket's TTL bounds it in any case.
+func (w *Worker) releaseUnique(j *job) {
+	if j.msg == nil || w.streams == nil || w.streams.Unique == nil {
+		return
+	}
+	key := j.msg.Header.Get(wire.HeaderUnique)
+	if !wire.ValidUniqueKey(key) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e, err := w.streams.Unique.Get(ctx, key)
+	if err != nil || string(e.Value()) != j.id {
+		return
+	}
+	_ = w.streams.Unique.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+}
