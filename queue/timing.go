@@ -11,7 +11,7 @@ import (
 )
 
 // firedJobID gives a firing of a recurring schedule its own job id
-// (docs/PROTOCOL.md §10): the server copies the schedule message's body,
+// (docs/PROTOCOL.md §12): the server copies the schedule message's body,
 // so every firing carries the same job_id; the worker replaces it with
 // wire.FiredJobID(Fleet-Schedule, Nats-Schedule-Next). A one-shot firing
 // (Nats-Schedule-Next: purge) keeps the job id the client chose.
@@ -32,7 +32,7 @@ func firedJobID(req *wire.RunRequest, h nats.Header) {
 // once its result is stored, if the key still names this job. A worker
 // that dies before this leaves the key behind: the next client that is
 // refused by it finds the job finished and takes the key over
-// (docs/PROTOCOL.md §11), and the bucket's TTL bounds it in any case.
+// (docs/PROTOCOL.md §13), and the bucket's TTL bounds it in any case.
 func (w *Worker) releaseUnique(j *job) {
 	if j.msg == nil || w.streams == nil || w.streams.Unique == nil {
 		return

@@ -40,7 +40,7 @@ const (
 // WithAt schedules the job for t instead of running it now: the request
 // is stored as a schedule message in FLEET_RUNS ("Nats-Schedule: @at"),
 // the server moves it onto agents.run.<operation> at t, and until then the
-// job's status is scheduled with its time (docs/PROTOCOL.md §10). t is
+// job's status is scheduled with its time (docs/PROTOCOL.md §12). t is
 // rounded up to a whole second (the server's granularity); a time that is
 // not in the future is refused with ErrScheduleInPast.
 func WithAt(t time.Time) EnqueueOption {

@@ -42,7 +42,7 @@ func (e *DuplicateJobError) Is(target error) bool { return target == ErrDuplicat
 // respected: the holder may be between taking the key and publishing.
 const staleGrace = time.Minute
 
-// WithUnique makes the request unique by key (docs/PROTOCOL.md §11):
+// WithUnique makes the request unique by key (docs/PROTOCOL.md §13):
 // Enqueue creates key in the fleet_unique bucket with the job id
 // (compare-and-set on revision 0) and refuses with a *DuplicateJobError
 // naming the holder while another job holds it. The worker deletes the key

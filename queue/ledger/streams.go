@@ -143,7 +143,7 @@ type Streams struct {
 	// Unique is the fleet_unique bucket of uniqueness keys.
 	Unique jetstream.KeyValue
 	// Schedules reports whether FLEET_RUNS accepts schedule messages
-	// (only without RunsMaxBytes/RunsMaxMsgs, docs/PROTOCOL.md §10).
+	// (only without RunsMaxBytes/RunsMaxMsgs, docs/PROTOCOL.md §12).
 	Schedules bool
 	// StatusStream is the bucket's stream (KV_fleet_jobs), for reading a
 	// key's delete marker.

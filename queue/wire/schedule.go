@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Scheduling and uniqueness (docs/PROTOCOL.md §10 and §11).
+// Scheduling and uniqueness (docs/PROTOCOL.md §12 and §13).
 const (
 	// SubjectSchedulePrefix + <schedule> holds a schedule message in
 	// FLEET_RUNS: the request body with Nats-Schedule and
