@@ -11,6 +11,8 @@ import (
 
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -150,4 +152,64 @@ func TestRecurringSchedule(t *testing.T) {
 		}
 	}
 	t.Logf("%d firings: %v", n, ids)
+}
+
+// A scheduled job called off before its time (RemoveSchedule, as enqueue
+// schedule rm does) never runs and reads canceled; a capped FLEET_RUNS
+// (Discard: New) takes no schedules and says so.
+func TestScheduledRunRemovedAndCapped(t *testing.T) {
+	env := newClientEnv(t, 1, client.ClientOptions{})
+	ctx := timeout(t)
+	due := time.Now().Add(2 * time.Second)
+	if _, err := env.client.Enqueue(ctx, request("off-1", "f"), client.WithAt(due)); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.client.RemoveSchedule(ctx, "off-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, env.client, "off-1", wire.StateCanceled)
+	// Past the due time plus a second of granularity: still nothing ran.
+	time.Sleep(time.Until(dueCeil(due)) + 1500*time.Millisecond)
+	if n := env.proc.count("off-1"); n != 0 {
+		t.Fatalf("removed schedule ran %d times", n)
+	}
+	if st, err := env.client.Status(ctx, "off-1"); err != nil || st.State != wire.StateCanceled {
+		t.Fatalf("status %+v %v", st, err)
+	}
+
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	st, err := ledger.EnsureStreams(ctx, js, ledger.StreamsConfig{Operations: []string{"lint"}, RunsMaxMsgs: 100})
+	if err != nil || st.Schedules {
+		t.Fatalf("capped FLEET_RUNS: schedules %v, %v", st != nil && st.Schedules, err)
+	}
+	cl, err := client.NewClient(nc, client.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cl.Enqueue(ctx, request("capped-1", "f"), client.WithAt(time.Now().Add(time.Minute)))
+	if !errors.Is(err, client.ErrSchedulesDisabled) {
+		t.Fatalf("schedule on a capped stream: %v", err)
+	}
+	if _, err := cl.Status(ctx, "capped-1"); !errors.Is(err, client.ErrJobNotFound) {
+		st, _ := cl.Status(ctx, "capped-1")
+		t.Fatalf("refused schedule left a status: %v %+v", err, st)
+	}
+}
+
+func dueCeil(t time.Time) time.Time {
+	d := t.Truncate(time.Second)
+	if d.Before(t) {
+		d = d.Add(time.Second)
+	}
+	return d
 }

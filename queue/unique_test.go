@@ -3,6 +3,7 @@ package queue_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +86,46 @@ func TestUniqueJobs(t *testing.T) {
 	}
 	if res, err := env.client.Wait(ctx, "u-4"); err != nil || res.State != wire.StateSucceeded {
 		t.Fatalf("u-4: %+v %v", res, err)
+	}
+}
+
+// Crash safety: a key left behind by a worker that died after storing the
+// holder's result (here: written by hand for a finished job) is taken over
+// by the next request; a key whose holder is a fresh job with no status
+// yet (its client is between the create and the publish) is respected.
+func TestUniqueStaleKey(t *testing.T) {
+	env := newClientEnv(t, 1, client.ClientOptions{})
+	ctx := timeout(t)
+	if _, err := env.client.Enqueue(ctx, request("done-1", "f")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.Wait(ctx, "done-1"); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(env.nc)
+	kv, err := js.KeyValue(ctx, wire.BucketUnique)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "left.behind", []byte("done-1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.Enqueue(ctx, request("next-1", "f"), client.WithUnique("left.behind")); err != nil {
+		t.Fatalf("stale key not taken over: %v", err)
+	}
+	if e, err := kv.Get(ctx, "left.behind"); err == nil && string(e.Value()) == "done-1" {
+		t.Fatal("the key still names the finished job")
+	}
+	if _, err := env.client.Wait(ctx, "next-1"); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := kv.Create(ctx, "in.flight", []byte("not-yet-published")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = env.client.Enqueue(ctx, request("next-2", "f"), client.WithUnique("in.flight"))
+	var dup *client.DuplicateJobError
+	if !errors.As(err, &dup) || dup.JobID != "not-yet-published" || !strings.Contains(err.Error(), string(wire.CodeDuplicateJob)) {
+		t.Fatalf("fresh key of an unpublished job: %v", err)
 	}
 }

@@ -199,7 +199,7 @@ func (c *Client) Enqueue(ctx context.Context, req *wire.RunRequest, opts ...Enqu
 	ack, err := c.js.PublishMsg(ctx, m)
 	if err != nil {
 		if rev > 0 {
-			c.removeQueued(rev)
+			c.removeQueued(req.JobID, rev)
 		}
 		c.releaseUnique(held)
 		if !o.at.IsZero() {
@@ -232,16 +232,20 @@ func (c *Client) createRecord(ctx context.Context, rec *wire.StatusRecord) uint6
 	return rev
 }
 
-// removeQueued deletes the queued record of a request whose publish
-// failed. It deletes the record's message rather than the key, which would
-// leave a delete marker behind for the next claim to trip over. A worker
-// that got the request anyway (the PubAck was lost, not the publish) finds
-// no record at the header's revision and claims the job after reading.
-func (c *Client) removeQueued(rev uint64) {
+// removeQueued deletes the record of a request whose publish failed. It
+// deletes the record's message when the bucket allows it, else (KV
+// streams deny message deletes) deletes the key at that revision, which
+// leaves a delete marker that reads as no record. A worker that got the
+// request anyway (the PubAck was lost, not the publish) claims the job as
+// it claims one without a record.
+func (c *Client) removeQueued(jobID string, rev uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if s, err := c.js.Stream(ctx, "KV_"+wire.BucketJobs); err == nil {
-		_ = s.DeleteMsg(ctx, rev)
+	if s, err := c.js.Stream(ctx, "KV_"+wire.BucketJobs); err == nil && s.DeleteMsg(ctx, rev) == nil {
+		return
+	}
+	if kv, err := c.bucket(ctx); err == nil {
+		_ = kv.Delete(ctx, jobID, jetstream.LastRevision(rev))
 	}
 }
 
