@@ -11,21 +11,13 @@ import (
 )
 
 // firedJobID gives a firing of a recurring schedule its own job id
-// (docs/PROTOCOL.md §12): the server copies the schedule message's body,
+// (docs/PROTOCOL.md §12.2): the server copies the schedule message's body,
 // so every firing carries the same job_id; the worker replaces it with
-// wire.FiredJobID(Fleet-Schedule, Nats-Schedule-Next). A one-shot firing
-// (Nats-Schedule-Next: purge) keeps the job id the client chose.
+// wire.FiredJobIDOf. A one-shot firing keeps the job id the client chose.
 func firedJobID(req *wire.RunRequest, h nats.Header) {
-	name := h.Get(wire.HeaderFleetSchedule)
-	next := h.Get(wire.HeaderScheduleNext)
-	if name == "" || next == "" || next == wire.ScheduleNextPurge || h.Get(wire.HeaderScheduler) == "" {
-		return
+	if id, ok := wire.FiredJobIDOf(h); ok {
+		req.JobID = id
 	}
-	t, err := time.Parse(time.RFC3339Nano, next)
-	if err != nil || !wire.ValidScheduleName(name) {
-		return // the request then runs under its body's job id
-	}
-	req.JobID = wire.FiredJobID(name, t)
 }
 
 // releaseUnique deletes the job's uniqueness key (header Fleet-Unique)

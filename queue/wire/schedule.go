@@ -3,6 +3,8 @@ package wire
 import (
 	"strconv"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Scheduling and uniqueness (docs/PROTOCOL.md §12 and §13).
@@ -81,4 +83,20 @@ func ValidUniqueKey(key string) bool {
 		}
 	}
 	return true
+}
+
+// FiredJobIDOf is the job id of a request with headers h when it is a
+// firing of a recurring schedule (Fleet-Schedule, Nats-Scheduler and a
+// Nats-Schedule-Next time), and false for any other request (its job id
+// is its body's).
+func FiredJobIDOf(h nats.Header) (string, bool) {
+	name, next := h.Get(HeaderFleetSchedule), h.Get(HeaderScheduleNext)
+	if name == "" || next == "" || next == ScheduleNextPurge || h.Get(HeaderScheduler) == "" || !ValidScheduleName(name) {
+		return "", false
+	}
+	t, err := time.Parse(time.RFC3339Nano, next)
+	if err != nil {
+		return "", false
+	}
+	return FiredJobID(name, t), true
 }

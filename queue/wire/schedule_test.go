@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // natsKey is the KV key rule of the NATS clients, plus fleet's own: no
@@ -33,5 +35,32 @@ func TestFiredJobID(t *testing.T) {
 	}
 	if got := FiredJobID("tick", time.Unix(1795488165, 500)); got != "tick-1795488165" {
 		t.Fatalf("FiredJobID = %q", got)
+	}
+}
+
+func TestFiredJobIDOf(t *testing.T) {
+	h := func(kv ...string) nats.Header {
+		out := nats.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			out.Set(kv[i], kv[i+1])
+		}
+		return out
+	}
+	next := "2026-11-24T02:42:45.000000001Z"
+	for _, c := range []struct {
+		h    nats.Header
+		want string
+	}{
+		{h(HeaderFleetSchedule, "tick", HeaderScheduler, "agents.schedule.tick", HeaderScheduleNext, next), "tick-1795488165"},
+		{h(HeaderFleetSchedule, "tick", HeaderScheduler, "agents.schedule.tick", HeaderScheduleNext, ScheduleNextPurge), ""},
+		{h(HeaderFleetSchedule, "tick", HeaderScheduleNext, next), ""}, // not fired by the server
+		{h(HeaderScheduler, "agents.schedule.tick", HeaderScheduleNext, next), ""},
+		{h(HeaderFleetSchedule, "bad.name", HeaderScheduler, "agents.schedule.x", HeaderScheduleNext, next), ""},
+		{h(HeaderFleetSchedule, "tick", HeaderScheduler, "agents.schedule.tick", HeaderScheduleNext, "soon"), ""},
+	} {
+		got, ok := FiredJobIDOf(c.h)
+		if got != c.want || ok != (c.want != "") {
+			t.Errorf("FiredJobIDOf(%v) = %q, %v; want %q", c.h, got, ok, c.want)
+		}
 	}
 }
