@@ -41,8 +41,8 @@ type ClientOptions struct {
 	// EventBuffer is the capacity of a Watch's event channel. 0 = 256.
 	EventBuffer int
 	// NoStatus turns off the queued status record Enqueue creates before
-	// it publishes (one KV write per job; the worker then claims the job
-	// without knowing the record's revision).
+	// it publishes (one KV write per job). WithAt and WithUnique requests
+	// get their record anyway: it is how their status is read.
 	NoStatus bool
 }
 
@@ -185,7 +185,7 @@ func (c *Client) Enqueue(ctx context.Context, req *wire.RunRequest, opts ...Enqu
 		m.Header.Set(wire.HeaderUnique, held.key)
 	}
 	var rev uint64
-	if !c.opts.NoStatus {
+	if !c.opts.NoStatus || o.unique || !o.at.IsZero() { // a holder's or a schedule's status must be readable
 		rec := wire.StatusRecord{JobID: req.JobID, Operation: req.Operation, State: wire.StateQueued, UpdatedAt: time.Now().UTC()}
 		if !o.at.IsZero() {
 			at := dueTime(o.at)

@@ -47,6 +47,9 @@ const staleGrace = time.Minute
 // (compare-and-set on revision 0) and refuses with a *DuplicateJobError
 // naming the holder while another job holds it. The worker deletes the key
 // once the job's result is stored. An empty key means DefaultUniqueKey.
+// The job's queued record is written even with ClientOptions.NoStatus:
+// the next request reads the holder's status to tell a live holder from a
+// key left behind.
 func WithUnique(key string) EnqueueOption {
 	return func(o *enqueueOptions) { o.unique, o.key = true, key }
 }
