@@ -36,6 +36,7 @@ func (s *slot) store(j *job, res *wire.AgentResult) error {
 	err := s.w.ledger.Complete(s.w.runCtx, j.lease, res)
 	switch {
 	case err == nil:
+		s.w.releaseUnique(j)
 		return nil
 	case errors.Is(err, ledger.ErrFenced):
 		s.fenced(j)

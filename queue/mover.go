@@ -95,7 +95,9 @@ func storedDelivery(raw *jetstream.RawStreamMsg, deliveries int) *ledger.Deliver
 	d := &ledger.Delivery{JobID: raw.Header.Get(wire.HeaderMsgID), Operation: strings.TrimPrefix(raw.Subject, wire.SubjectRunPrefix),
 		Seq: raw.Sequence, Attempt: deliveries, Enqueued: raw.Time, Subject: raw.Subject, Header: raw.Header, Data: raw.Data}
 	d.Encoding, _ = wire.EncodingFor(raw.Header.Get(wire.HeaderContentType))
-	if req, err := wire.DecodeRunRequest(raw.Data, raw.Header.Get(wire.HeaderContentType)); err == nil && !wire.ValidJobID(d.JobID) {
+	if id, ok := wire.FiredJobIDOf(raw.Header); ok {
+		d.JobID = id // a recurring schedule's firing (docs/PROTOCOL.md §12.2)
+	} else if req, err := wire.DecodeRunRequest(raw.Data, raw.Header.Get(wire.HeaderContentType)); err == nil && !wire.ValidJobID(d.JobID) {
 		d.JobID = req.JobID
 	}
 	if !wire.ValidJobID(d.JobID) {

@@ -155,6 +155,7 @@ func (s *slot) handle(m *nats.Msg) {
 	req, err := wire.DecodeRunRequest(m.Data, m.Header.Get(wire.HeaderContentType))
 	if err == nil {
 		j.req = req
+		firedJobID(req, m.Header)
 		err = s.check(j)
 	} else if !wire.ValidJobID(j.id) && req == nil {
 		j.id = ""

@@ -22,7 +22,7 @@ func quick() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 30*time.Second)
 }
 
-var jobStates = []wire.JobState{wire.StateQueued, wire.StateRunning, wire.StateSucceeded,
+var jobStates = []wire.JobState{wire.StateScheduled, wire.StateQueued, wire.StateRunning, wire.StateSucceeded,
 	wire.StateFailed, wire.StateDead, wire.StateCanceled}
 
 func (c *cli) cmdList(args []string) error {

@@ -213,6 +213,9 @@ func (p *printer) status(jobID string, rec *wire.StatusRecord, res *wire.AgentRe
 		if rec.Worker != "" {
 			fmt.Fprintf(p.w, "  worker %s, attempt %d\n", rec.Worker, rec.Attempt)
 		}
+		if rec.ScheduledAt != nil && rec.State == wire.StateScheduled {
+			fmt.Fprintf(p.w, "  scheduled for %s\n", rec.ScheduledAt.UTC().Format(time.RFC3339))
+		}
 		if rec.Code != "" || rec.Reason != "" {
 			fmt.Fprintf(p.w, "  %s %s\n", rec.Code, rec.Reason)
 		}

@@ -155,7 +155,8 @@ func TestListAndHelp(t *testing.T) {
 
 	for _, args := range [][]string{{"--help"}, {"help"}, {"run", "--help"}, {"attach", "--help"}, {"status", "--help"},
 		{"list", "--help"}, {"cancel", "--help"}, {"accept", "--help"}, {"reject", "--help"}, {"dlq", "--help"},
-		{"dlq", "list", "--help"}, {"dlq", "show", "--help"}, {"dlq", "replay", "--help"}, {"dlq", "purge", "--help"}} {
+		{"dlq", "list", "--help"}, {"dlq", "show", "--help"}, {"dlq", "replay", "--help"}, {"dlq", "purge", "--help"},
+		{"schedule", "--help"}, {"schedule", "add", "--help"}, {"schedule", "list", "--help"}, {"schedule", "rm", "--help"}} {
 		out, stderr, code := enqueueRaw(t, args...)
 		if code != 0 || !strings.Contains(out+stderr, "Usage") && !strings.Contains(out+stderr, "usage") {
 			t.Errorf("enqueue %v: exit %d\n%s%s", args, code, out, stderr)

@@ -41,8 +41,8 @@ type ClientOptions struct {
 	// EventBuffer is the capacity of a Watch's event channel. 0 = 256.
 	EventBuffer int
 	// NoStatus turns off the queued status record Enqueue creates before
-	// it publishes (one KV write per job; the worker then claims the job
-	// without knowing the record's revision).
+	// it publishes (one KV write per job). WithAt and WithUnique requests
+	// get their record anyway: it is how their status is read.
 	NoStatus bool
 }
 
@@ -84,7 +84,10 @@ type EnqueueOption func(*enqueueOptions)
 type enqueueOptions struct {
 	enc     wire.Encoding
 	replyTo string
-	events  string // Fleet-Events value; "" = all
+	events  string    // Fleet-Events value; "" = all
+	at      time.Time // WithAt; zero = now
+	unique  bool      // WithUnique
+	key     string    // WithUnique's key; "" = DefaultUniqueKey
 }
 
 // WithEvents limits the events the worker publishes for this job to the
@@ -169,17 +172,38 @@ func (c *Client) Enqueue(ctx context.Context, req *wire.RunRequest, opts ...Enqu
 	if o.events != "" {
 		m.Header.Set(wire.HeaderEvents, o.events)
 	}
+	if !o.at.IsZero() {
+		if err := scheduleAt(m, req, o.at, time.Now()); err != nil {
+			return nil, err
+		}
+	}
+	var held *uniqueHold
+	if o.unique {
+		if held, err = c.acquireUnique(ctx, req, o.key); err != nil {
+			return nil, err
+		}
+		m.Header.Set(wire.HeaderUnique, held.key)
+	}
 	var rev uint64
-	if !c.opts.NoStatus {
-		rev = c.createQueued(ctx, req)
-		if rev > 0 {
+	if !c.opts.NoStatus || o.unique || !o.at.IsZero() { // a holder's or a schedule's status must be readable
+		rec := wire.StatusRecord{JobID: req.JobID, Operation: req.Operation, State: wire.StateQueued, UpdatedAt: time.Now().UTC()}
+		if !o.at.IsZero() {
+			at := dueTime(o.at)
+			rec.State, rec.ScheduledAt = wire.StateScheduled, &at
+		}
+		rev = c.createRecord(ctx, &rec)
+		if rev > 0 && o.at.IsZero() {
 			m.Header.Set(wire.HeaderStatusRev, strconv.FormatUint(rev, 10))
 		}
 	}
 	ack, err := c.js.PublishMsg(ctx, m)
 	if err != nil {
 		if rev > 0 {
-			c.removeQueued(rev)
+			c.removeQueued(req.JobID, rev)
+		}
+		c.releaseUnique(held)
+		if !o.at.IsZero() {
+			return nil, scheduleError(m.Subject, err)
 		}
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 			return nil, fmt.Errorf("%w: publish to %s: %v", ErrNoStreams, m.Subject, err)
@@ -189,36 +213,39 @@ func (c *Client) Enqueue(ctx context.Context, req *wire.RunRequest, opts ...Enqu
 	return &Enqueued{JobID: req.JobID, Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
 
-// createQueued creates the job's queued status record and returns its
-// revision, or 0 when it exists already or cannot be written (the request
-// then goes without Fleet-Status-Rev).
-func (c *Client) createQueued(ctx context.Context, req *wire.RunRequest) uint64 {
+// createRecord creates the job's status record (queued, or scheduled) and
+// returns its revision, or 0 when it exists already or cannot be written
+// (the request then goes without Fleet-Status-Rev).
+func (c *Client) createRecord(ctx context.Context, rec *wire.StatusRecord) uint64 {
 	kv, err := c.bucket(ctx)
 	if err != nil {
 		return 0
 	}
-	rec := wire.StatusRecord{JobID: req.JobID, Operation: req.Operation, State: wire.StateQueued, UpdatedAt: time.Now().UTC()}
-	data, err := wire.JSON.Marshal(&rec)
+	data, err := wire.JSON.Marshal(rec)
 	if err != nil {
 		return 0
 	}
-	rev, err := kv.Create(ctx, req.JobID, data)
+	rev, err := kv.Create(ctx, rec.JobID, data)
 	if err != nil {
 		return 0
 	}
 	return rev
 }
 
-// removeQueued deletes the queued record of a request whose publish
-// failed. It deletes the record's message rather than the key, which would
-// leave a delete marker behind for the next claim to trip over. A worker
-// that got the request anyway (the PubAck was lost, not the publish) finds
-// no record at the header's revision and claims the job after reading.
-func (c *Client) removeQueued(rev uint64) {
+// removeQueued deletes the record of a request whose publish failed. It
+// deletes the record's message when the bucket allows it, else (KV
+// streams deny message deletes) deletes the key at that revision, which
+// leaves a delete marker that reads as no record. A worker that got the
+// request anyway (the PubAck was lost, not the publish) claims the job as
+// it claims one without a record.
+func (c *Client) removeQueued(jobID string, rev uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if s, err := c.js.Stream(ctx, "KV_"+wire.BucketJobs); err == nil {
-		_ = s.DeleteMsg(ctx, rev)
+	if s, err := c.js.Stream(ctx, "KV_"+wire.BucketJobs); err == nil && s.DeleteMsg(ctx, rev) == nil {
+		return
+	}
+	if kv, err := c.bucket(ctx); err == nil {
+		_ = kv.Delete(ctx, jobID, jetstream.LastRevision(rev))
 	}
 }
 
@@ -368,7 +395,7 @@ func (c *Client) Cancel(ctx context.Context, jobID, reason string) error {
 			if rec.State.Terminal() {
 				return fmt.Errorf("%w: %s is %s", ErrJobFinished, jobID, rec.State)
 			}
-			if rec.State == wire.StateQueued {
+			if rec.State == wire.StateQueued || rec.State == wire.StateScheduled {
 				rec.State, rec.Code, rec.Reason, rec.UpdatedAt = wire.StateCanceled, wire.CodeCanceled, reason, time.Now().UTC()
 				data, _ := wire.JSON.Marshal(&rec)
 				if _, err := kv.Update(ctx, jobID, data, e.Revision()); err != nil {

@@ -19,7 +19,7 @@ import (
 var ErrNoTranscript = ledger.ErrNoTranscript
 
 // Transcript returns the job's transcript joined with its last review
-// (docs/PROTOCOL.md §12). ErrNoResult when the job has not finished (or
+// (docs/PROTOCOL.md §14). ErrNoResult when the job has not finished (or
 // is unknown), ErrNoTranscript when it has none.
 func (c *Client) Transcript(ctx context.Context, jobID string) (*wire.TranscriptView, error) {
 	if !wire.ValidJobID(jobID) {

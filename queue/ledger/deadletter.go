@@ -57,6 +57,23 @@ func dlqMsg(d *Delivery, code wire.ErrorCode, reason string) *nats.Msg {
 	return &nats.Msg{Subject: wire.DLQSubject(op), Data: d.Data, Header: h}
 }
 
+// deadLetterLease claims d for its dead result: nil when the job already
+// has its result or another copy holds it (no dead result then); a job a
+// client canceled is dead-lettered under the lease the claim took.
+func deadLetterLease(ctx context.Context, claim func(context.Context, *Delivery) (*Lease, error), d *Delivery) (*Lease, error) {
+	l, err := claim(ctx, d)
+	var ce *CanceledError
+	switch {
+	case errors.As(err, &ce):
+		return ce.Lease, nil
+	case errors.Is(err, ErrDone), errors.Is(err, ErrDuplicate):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("ledger: dead letter of %s: %w", d.JobID, err)
+	}
+	return l, nil
+}
+
 // DeadLetter implements Ledger: the copy first (without it, removing the
 // request would lose it), then the dead result under a lease of its own
 // (none when another copy of the job holds it or the job has its result),
@@ -67,16 +84,9 @@ func (j *JetStream) DeadLetter(ctx context.Context, d *Delivery, code wire.Error
 		return fmt.Errorf("ledger: publish dead letter: %w", a.err)
 	}
 	if wire.ValidJobID(d.JobID) {
-		l, err := j.Claim(ctx, d)
-		var ce *CanceledError
-		switch {
-		case errors.As(err, &ce):
-			l, err = ce.Lease, nil
-		case errors.Is(err, ErrDone), errors.Is(err, ErrDuplicate):
-			l, err = nil, nil
-		}
+		l, err := deadLetterLease(ctx, j.Claim, d)
 		if err != nil {
-			return fmt.Errorf("ledger: dead letter of %s: %w", d.JobID, err)
+			return err
 		}
 		if l != nil {
 			if err := j.storeResult(ctx, l, DeadResult(d, j.cfg.Worker, code, reason), true); err != nil && !errors.Is(err, ErrFenced) {

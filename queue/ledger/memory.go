@@ -303,16 +303,9 @@ func (m *Memory) DeadLetter(ctx context.Context, d *Delivery, code wire.ErrorCod
 	}
 	m.mu.Unlock()
 	if wire.ValidJobID(d.JobID) {
-		l, err := m.Claim(ctx, d)
-		var ce *CanceledError
-		switch {
-		case errors.As(err, &ce):
-			l, err = ce.Lease, nil
-		case errors.Is(err, ErrDone), errors.Is(err, ErrDuplicate):
-			l, err = nil, nil
-		}
+		l, err := deadLetterLease(ctx, m.Claim, d)
 		if err != nil {
-			return fmt.Errorf("ledger: dead letter of %s: %w", d.JobID, err)
+			return err
 		}
 		if l != nil {
 			if err := m.storeResult(ctx, l, DeadResult(d, m.worker, code, reason)); err != nil && !errors.Is(err, ErrFenced) {

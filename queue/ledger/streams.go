@@ -151,6 +151,11 @@ type Streams struct {
 	Transcripts jetstream.Stream
 	// Status is the fleet_jobs bucket.
 	Status jetstream.KeyValue
+	// Unique is the fleet_unique bucket of uniqueness keys.
+	Unique jetstream.KeyValue
+	// Schedules reports whether FLEET_RUNS accepts schedule messages
+	// (only without RunsMaxBytes/RunsMaxMsgs, docs/PROTOCOL.md §12).
+	Schedules bool
 	// StatusStream is the bucket's stream (KV_fleet_jobs), for reading a
 	// key's delete marker.
 	StatusStream jetstream.Stream
@@ -182,7 +187,10 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 	if cfg.RunsMaxMsgs > 0 {
 		runsMaxMsgs = cfg.RunsMaxMsgs
 	}
-	if s.Runs, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	// The server's message scheduling needs Discard: Old, so a capped
+	// FLEET_RUNS (which must refuse, not drop) goes without schedules.
+	s.Schedules = runsMaxBytes < 0 && runsMaxMsgs < 0
+	runsCfg := jetstream.StreamConfig{
 		Name:        wire.StreamRuns,
 		Description: "fleet run requests (fleet protocol v1)",
 		Subjects:    []string{wire.SubjectRunPrefix + ">"},
@@ -194,7 +202,12 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		Storage:     storage,
 		Replicas:    replicas(ctx, js, wire.StreamRuns, cfg.Replicas),
 		AllowDirect: true,
-	}); err != nil {
+	}
+	if s.Schedules {
+		runsCfg.Subjects = append(runsCfg.Subjects, wire.SubjectSchedulePrefix+">")
+		runsCfg.Discard, runsCfg.AllowMsgSchedules, runsCfg.AllowRollup = jetstream.DiscardOld, true, true
+	}
+	if s.Runs, err = js.CreateOrUpdateStream(ctx, runsCfg); err != nil {
 		return nil, fmt.Errorf("queue: stream %s: %w", wire.StreamRuns, err)
 	}
 	if s.Results, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -256,6 +269,16 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		Replicas:    replicas(ctx, js, "KV_"+wire.BucketJobs, cfg.Replicas),
 	}); err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketJobs, err)
+	}
+	if s.Unique, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      wire.BucketUnique,
+		Description: "fleet uniqueness keys -> job id (fleet protocol v1)",
+		History:     1,
+		TTL:         cfg.StatusTTL,
+		Storage:     storage,
+		Replicas:    replicas(ctx, js, "KV_"+wire.BucketUnique, cfg.Replicas),
+	}); err != nil {
+		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketUnique, err)
 	}
 	if s.StatusStream, err = js.Stream(ctx, "KV_"+wire.BucketJobs); err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketJobs, err)

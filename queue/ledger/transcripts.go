@@ -15,7 +15,7 @@ import (
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// Transcripts and reviews (docs/PROTOCOL.md §12) live in FLEET_TRANSCRIPTS,
+// Transcripts and reviews (docs/PROTOCOL.md §14) live in FLEET_TRANSCRIPTS,
 // a Limits stream kept for StreamsConfig.TranscriptsMaxAge.
 
 // DefaultTranscriptsMaxAge is how long transcripts and reviews are kept.

@@ -136,7 +136,8 @@ var (
 	fastUsageFields = "prompt_tokens/int cached_tokens/int completion_tokens/int forced_tokens,omitempty/int " +
 		"prompt_ns/Duration completion_ns/Duration"
 	fastStatusFields = "job_id/string operation,omitempty/string state/JobState worker,omitempty/string " +
-		"attempt,omitempty/int code,omitempty/ErrorCode reason,omitempty/string seq,omitempty/uint64 updated_at/Time"
+		"attempt,omitempty/int code,omitempty/ErrorCode reason,omitempty/string seq,omitempty/uint64 " +
+		"scheduled_at,omitempty/*Time updated_at/Time"
 	fastResultFields = "version/int job_id/string operation/string state/JobState status/Status " +
 		"workspace_id/string changed_files/[]string summary/string details,omitempty/ " +
 		"error,omitempty/string error_code,omitempty/ErrorCode turns/int tool_calls/int usage/Usage " +
@@ -212,6 +213,12 @@ func appendStatusJSON(dst []byte, r *StatusRecord) (_ []byte, ok bool) {
 	if r.Seq != 0 {
 		dst = append(dst, `,"seq":`...)
 		dst = strconv.AppendUint(dst, r.Seq, 10)
+	}
+	if r.ScheduledAt != nil {
+		dst = append(dst, `,"scheduled_at":`...)
+		if dst, ok = appendJSONTime(dst, *r.ScheduledAt); !ok {
+			return dst, false
+		}
 	}
 	dst = append(dst, `,"updated_at":`...)
 	if dst, ok = appendJSONTime(dst, r.UpdatedAt); !ok {

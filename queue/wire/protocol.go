@@ -316,6 +316,8 @@ type StatusRecord struct {
 	// Seq is the request's FLEET_RUNS stream sequence when known (lets a
 	// client delete a queued request).
 	Seq uint64 `json:"seq,omitempty"`
+	// ScheduledAt is when a scheduled job is due (state scheduled, §12.3).
+	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
 	// UpdatedAt is when the record was written (a result's finished_at).
 	UpdatedAt time.Time `json:"updated_at"`
 }

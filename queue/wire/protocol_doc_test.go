@@ -22,8 +22,8 @@ func TestProtocolDocExamples(t *testing.T) {
 		blocks = append(blocks, part[:strings.Index(part, "```")])
 	}
 	// The request, the result, an event, then §8.1's lease record and a
-	// client's queued and canceled records.
-	targets := []any{&RunRequest{}, &AgentResult{}, &Event{}, &StatusRecord{}, &StatusRecord{}, &StatusRecord{}}
+	// client's queued and canceled records, and §12.3's scheduled record.
+	targets := []any{&RunRequest{}, &AgentResult{}, &Event{}, &StatusRecord{}, &StatusRecord{}, &StatusRecord{}, &StatusRecord{}}
 	if len(blocks) != len(targets) {
 		t.Fatalf("PROTOCOL.md has %d JSON examples, the test knows %d", len(blocks), len(targets))
 	}
@@ -53,7 +53,7 @@ func TestProtocolDocExamples(t *testing.T) {
 		t.Errorf("lease record example is not what a worker writes:\n doc  %s\n code %s", strings.Join(strings.Fields(blocks[3]), ""), b)
 	}
 	// Client records: no worker fields, the states clients write.
-	for i, want := range map[int]JobState{4: StateQueued, 5: StateCanceled} {
+	for i, want := range map[int]JobState{4: StateQueued, 5: StateCanceled, 6: StateScheduled} {
 		c := targets[i].(*StatusRecord)
 		if c.State != want || c.JobID == "" || c.Worker != "" || c.Attempt != 0 {
 			t.Errorf("client record example %d decoded to %+v", i+1, c)
@@ -61,5 +61,8 @@ func TestProtocolDocExamples(t *testing.T) {
 	}
 	if c := targets[5].(*StatusRecord); c.Code != CodeCanceled {
 		t.Errorf("canceled record example has code %q", c.Code)
+	}
+	if c := targets[6].(*StatusRecord); c.ScheduledAt == nil || !c.ScheduledAt.After(c.UpdatedAt) {
+		t.Errorf("scheduled record example has scheduled_at %v", c.ScheduledAt)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Transcripts and reviews (docs/PROTOCOL.md §12): a finished run's whole
+// Transcripts and reviews (docs/PROTOCOL.md §14): a finished run's whole
 // conversation, kept much longer than results, and the human verdicts on
 // it.
 const (

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// The transcript and review examples of docs/PROTOCOL.md §12 decode into
+// The transcript and review examples of docs/PROTOCOL.md §14 decode into
 // the Go types with no unknown field, and the review validates.
 func TestProtocolDocTranscriptExamples(t *testing.T) {
 	t.Parallel()

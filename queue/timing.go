@@ -1,0 +1,43 @@
+package queue
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/queue/wire"
+)
+
+// firedJobID gives a firing of a recurring schedule its own job id
+// (docs/PROTOCOL.md §12.2): the server copies the schedule message's body,
+// so every firing carries the same job_id; the worker replaces it with
+// wire.FiredJobIDOf. A one-shot firing keeps the job id the client chose.
+func firedJobID(req *wire.RunRequest, h nats.Header) {
+	if id, ok := wire.FiredJobIDOf(h); ok {
+		req.JobID = id
+	}
+}
+
+// releaseUnique deletes the job's uniqueness key (header Fleet-Unique)
+// once its result is stored, if the key still names this job. A worker
+// that dies before this leaves the key behind: the next client that is
+// refused by it finds the job finished and takes the key over
+// (docs/PROTOCOL.md §13), and the bucket's TTL bounds it in any case.
+func (w *Worker) releaseUnique(j *job) {
+	if j.msg == nil || w.streams == nil || w.streams.Unique == nil {
+		return
+	}
+	key := j.msg.Header.Get(wire.HeaderUnique)
+	if !wire.ValidUniqueKey(key) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e, err := w.streams.Unique.Get(ctx, key)
+	if err != nil || string(e.Value()) != j.id {
+		return
+	}
+	_ = w.streams.Unique.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+}
