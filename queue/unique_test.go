@@ -65,9 +65,13 @@ func TestUniqueJobs(t *testing.T) {
 	if _, err := env.client.Wait(ctx, "other-1"); err != nil {
 		t.Fatal(err)
 	}
-	if n := env.runsCount(); n != before {
-		t.Fatalf("FLEET_RUNS holds %d messages after all finished", n-before)
-	}
+	// The requests are acknowledged right after their results are stored.
+	testutil.Eventually(t, 10*time.Second, "requests acknowledged", func() error {
+		if n := env.runsCount(); n != before {
+			return fmt.Errorf("FLEET_RUNS holds %d messages after all finished", n-before)
+		}
+		return nil
+	})
 	// The worker released the key when it stored u-1's result.
 	js, _ := jetstream.New(env.nc)
 	kv, err := js.KeyValue(ctx, wire.BucketUnique)
