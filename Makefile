@@ -22,12 +22,12 @@ help: ## list the targets
 
 vet: $(TEST_DEPS) ## go vet every package (and cmd/worker with its llama.cpp backend)
 	$(GO) vet ./...
-	$(GO) vet -tags llama ./cmd/worker
+	$(GO) vet -tags llama ./cmd/worker ./internal/ollamapeer
 
 test: $(TEST_DEPS) ## vet, then run every test with the race detector
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
-	$(GO) vet -tags llama ./cmd/worker
+	$(GO) vet -tags llama ./cmd/worker ./internal/ollamapeer
 	$(GO) test -race -count=1 $(GOTESTFLAGS) ./...
 
 bench: $(BENCH_DEPS) ## run the benchmarks and print their figures (ratios against in-process baselines)

@@ -119,7 +119,7 @@ AB_ROUNDS ?= 3
 
 bench-inference: llama-headers model model-tiny ollama-peer ## llama.cpp inference figures on the 270M model, fleet vs ollama, local vs remote job, portable vs -march=native
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./inference/llama/ ./internal/membw/
-	$(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 60m ./internal/ollamapeer/
+	$(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 60m -tags llama ./internal/ollamapeer/
 	@$(MAKE) --no-print-directory bench-arch-ab
 
 .PHONY: bench-arch-ab

@@ -1,3 +1,5 @@
+//go:build llama
+
 package ollamapeer_test
 
 import (
