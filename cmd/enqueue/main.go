@@ -171,6 +171,19 @@ func (c *cli) parse(fs *flag.FlagSet, args []string, nargs int, what string) ([]
 
 // connect opens the NATS connection the configuration (or --nats-url)
 // describes and a client over it.
+// session runs fn with a quick command's deadline and a JSON client, and
+// closes the connection after it.
+func (c *cli) session(fn func(ctx context.Context, cl *client.Client) error) error {
+	ctx, cancel := quick()
+	defer cancel()
+	nc, cl, err := c.connect(ctx, wire.JSON)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return fn(ctx, cl)
+}
+
 func (c *cli) connect(ctx context.Context, enc wire.Encoding) (*nats.Conn, *client.Client, error) {
 	cfg, err := config.Load(c.configPath)
 	if err != nil {

@@ -40,51 +40,46 @@ func (c *cli) cmdList(args []string) error {
 	if *limit < 0 {
 		return fail(exitUsage, "--limit must not be negative")
 	}
-	ctx, cancel := quick()
-	defer cancel()
-	nc, cl, err := c.connect(ctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	recs, err := cl.List(ctx, client.ListOptions{State: wire.JobState(*state), Operation: *op})
-	if err != nil {
-		return connErr(err)
-	}
-	if *limit > 0 && len(recs) > *limit {
-		recs = recs[len(recs)-*limit:]
-	}
-	if *asJSON {
-		p := newPrinter(c.stdout, true)
-		for i := range recs {
-			p.line(&recs[i])
+	return c.session(func(ctx context.Context, cl *client.Client) error {
+		recs, err := cl.List(ctx, client.ListOptions{State: wire.JobState(*state), Operation: *op})
+		if err != nil {
+			return connErr(err)
 		}
-		return nil
-	}
-	if len(recs) == 0 {
-		fmt.Fprintln(c.stdout, "no jobs")
-		return nil
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tOPERATION\tSTATE\tWORKER\tATTEMPT\tUPDATED\tREASON")
-	for _, r := range recs {
-		worker, attempt := r.Worker, ""
-		if worker == "" {
-			worker = "-"
+		if *limit > 0 && len(recs) > *limit {
+			recs = recs[len(recs)-*limit:]
 		}
-		if r.Attempt > 0 {
-			attempt = fmt.Sprint(r.Attempt)
-		} else {
-			attempt = "-"
+		if *asJSON {
+			p := newPrinter(c.stdout, true)
+			for i := range recs {
+				p.line(&recs[i])
+			}
+			return nil
 		}
-		reason := ""
-		if r.Code != "" || r.Reason != "" {
-			reason = capLine(strings.TrimSpace(string(r.Code)+" "+strings.TrimPrefix(r.Reason, string(r.Code)+": ")), 60)
+		if len(recs) == 0 {
+			fmt.Fprintln(c.stdout, "no jobs")
+			return nil
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.JobID, r.Operation, r.State, worker, attempt,
-			r.UpdatedAt.Local().Format("2006-01-02 15:04:05"), reason)
-	}
-	return tw.Flush()
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "JOB\tOPERATION\tSTATE\tWORKER\tATTEMPT\tUPDATED\tREASON")
+		for _, r := range recs {
+			worker, attempt := r.Worker, ""
+			if worker == "" {
+				worker = "-"
+			}
+			if r.Attempt > 0 {
+				attempt = fmt.Sprint(r.Attempt)
+			} else {
+				attempt = "-"
+			}
+			reason := ""
+			if r.Code != "" || r.Reason != "" {
+				reason = capLine(strings.TrimSpace(string(r.Code)+" "+strings.TrimPrefix(r.Reason, string(r.Code)+": ")), 60)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.JobID, r.Operation, r.State, worker, attempt,
+				r.UpdatedAt.Local().Format("2006-01-02 15:04:05"), reason)
+		}
+		return tw.Flush()
+	})
 }
 
 func (c *cli) cmdDLQ(args []string) error {
@@ -117,39 +112,34 @@ func (c *cli) dlqList(args []string) error {
 	if _, err := c.parse(fs, args, 0, "no arguments"); err != nil {
 		return err
 	}
-	ctx, cancel := quick()
-	defer cancel()
-	nc, cl, err := c.connect(ctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	dls, err := cl.DeadLetters(ctx)
-	if err != nil {
-		return connErr(err)
-	}
-	if *asJSON {
-		p := newPrinter(c.stdout, true)
+	return c.session(func(ctx context.Context, cl *client.Client) error {
+		dls, err := cl.DeadLetters(ctx)
+		if err != nil {
+			return connErr(err)
+		}
+		if *asJSON {
+			p := newPrinter(c.stdout, true)
+			for _, d := range dls {
+				p.line(d)
+			}
+			return nil
+		}
+		if len(dls) == 0 {
+			fmt.Fprintln(c.stdout, "no dead letters")
+			return nil
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tJOB\tOPERATION\tCODE\tDELIVERIES\tDEAD SINCE\tREASON")
 		for _, d := range dls {
-			p.line(d)
+			job := d.JobID
+			if job == "" {
+				job = "-"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", d.Seq, job, d.Operation, d.Code, d.Deliveries,
+				d.Time.Local().Format("2006-01-02 15:04:05"), capLine(strings.TrimPrefix(d.Reason, string(d.Code)+": "), 80))
 		}
-		return nil
-	}
-	if len(dls) == 0 {
-		fmt.Fprintln(c.stdout, "no dead letters")
-		return nil
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tJOB\tOPERATION\tCODE\tDELIVERIES\tDEAD SINCE\tREASON")
-	for _, d := range dls {
-		job := d.JobID
-		if job == "" {
-			job = "-"
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", d.Seq, job, d.Operation, d.Code, d.Deliveries,
-			d.Time.Local().Format("2006-01-02 15:04:05"), capLine(strings.TrimPrefix(d.Reason, string(d.Code)+": "), 80))
-	}
-	return tw.Flush()
+		return tw.Flush()
+	})
 }
 
 func (c *cli) dlqShow(args []string) error {
@@ -159,48 +149,43 @@ func (c *cli) dlqShow(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := quick()
-	defer cancel()
-	nc, cl, err := c.connect(ctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	d, err := cl.DeadLetter(ctx, pos[0])
-	if err != nil {
-		return connErr(err)
-	}
-	req, rerr := d.Request()
-	if *asJSON {
-		out := map[string]any{"dead_letter": d, "request": req}
+	return c.session(func(ctx context.Context, cl *client.Client) error {
+		d, err := cl.DeadLetter(ctx, pos[0])
+		if err != nil {
+			return connErr(err)
+		}
+		req, rerr := d.Request()
+		if *asJSON {
+			out := map[string]any{"dead_letter": d, "request": req}
+			if rerr != nil {
+				out["request_error"] = rerr.Error()
+				out["request_raw"] = string(d.Data)
+			}
+			newPrinter(c.stdout, true).line(out)
+			return nil
+		}
+		fmt.Fprintf(c.stdout, "dead letter %d (%s)\n", d.Seq, d.Subject)
+		fmt.Fprintf(c.stdout, "  job:        %s\n  code:       %s\n  reason:     %s\n  deliveries: %d\n  dead since: %s\n",
+			d.JobID, d.Code, d.Reason, d.Deliveries, d.Time.Local().Format(time.RFC3339))
+		fmt.Fprintln(c.stdout, "headers:")
+		keys := make([]string, 0, len(d.Header))
+		for k := range d.Header {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			for _, v := range d.Header[k] {
+				fmt.Fprintf(c.stdout, "  %s: %s\n", k, v)
+			}
+		}
 		if rerr != nil {
-			out["request_error"] = rerr.Error()
-			out["request_raw"] = string(d.Data)
+			fmt.Fprintf(c.stdout, "request (%d bytes, not decodable: %v):\n%q\n", len(d.Data), rerr, capLine(string(d.Data), 2000))
+			return nil
 		}
-		newPrinter(c.stdout, true).line(out)
+		b, _ := json.MarshalIndent(req, "", "  ")
+		fmt.Fprintf(c.stdout, "request:\n%s\n", b)
 		return nil
-	}
-	fmt.Fprintf(c.stdout, "dead letter %d (%s)\n", d.Seq, d.Subject)
-	fmt.Fprintf(c.stdout, "  job:        %s\n  code:       %s\n  reason:     %s\n  deliveries: %d\n  dead since: %s\n",
-		d.JobID, d.Code, d.Reason, d.Deliveries, d.Time.Local().Format(time.RFC3339))
-	fmt.Fprintln(c.stdout, "headers:")
-	keys := make([]string, 0, len(d.Header))
-	for k := range d.Header {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		for _, v := range d.Header[k] {
-			fmt.Fprintf(c.stdout, "  %s: %s\n", k, v)
-		}
-	}
-	if rerr != nil {
-		fmt.Fprintf(c.stdout, "request (%d bytes, not decodable: %v):\n%q\n", len(d.Data), rerr, capLine(string(d.Data), 2000))
-		return nil
-	}
-	b, _ := json.MarshalIndent(req, "", "  ")
-	fmt.Fprintf(c.stdout, "request:\n%s\n", b)
-	return nil
+	})
 }
 
 func (c *cli) dlqReplay(args []string) error {
@@ -281,44 +266,39 @@ func (c *cli) dlqPurge(args []string) error {
 	if *op != "" && !wire.ValidOperation(*op) {
 		return fail(exitUsage, "--operation %q is not a valid operation", *op)
 	}
-	ctx, cancel := quick()
-	defer cancel()
-	nc, cl, err := c.connect(ctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if !*yes {
-		if !isTerminal(os.Stdin) {
-			return fail(exitUsage, "dlq purge deletes dead letters for good: pass --yes")
+	return c.session(func(ctx context.Context, cl *client.Client) error {
+		if !*yes {
+			if !isTerminal(os.Stdin) {
+				return fail(exitUsage, "dlq purge deletes dead letters for good: pass --yes")
+			}
+			dls, err := cl.DeadLetters(ctx)
+			if err != nil {
+				return connErr(err)
+			}
+			n := 0
+			for _, d := range dls {
+				if *op == "" || d.Operation == *op {
+					n++
+				}
+			}
+			if n == 0 {
+				fmt.Fprintln(c.stdout, "no dead letters")
+				return nil
+			}
+			fmt.Fprintf(c.stdout, "delete %d dead letter(s) for good? [y/N] ", n)
+			ans, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+			if a := strings.ToLower(strings.TrimSpace(ans)); a != "y" && a != "yes" {
+				fmt.Fprintln(c.stdout, "nothing deleted")
+				return nil
+			}
 		}
-		dls, err := cl.DeadLetters(ctx)
+		n, err := cl.PurgeDLQ(ctx, *op)
 		if err != nil {
 			return connErr(err)
 		}
-		n := 0
-		for _, d := range dls {
-			if *op == "" || d.Operation == *op {
-				n++
-			}
-		}
-		if n == 0 {
-			fmt.Fprintln(c.stdout, "no dead letters")
-			return nil
-		}
-		fmt.Fprintf(c.stdout, "delete %d dead letter(s) for good? [y/N] ", n)
-		ans, _ := bufio.NewReader(os.Stdin).ReadString('\n')
-		if a := strings.ToLower(strings.TrimSpace(ans)); a != "y" && a != "yes" {
-			fmt.Fprintln(c.stdout, "nothing deleted")
-			return nil
-		}
-	}
-	n, err := cl.PurgeDLQ(ctx, *op)
-	if err != nil {
-		return connErr(err)
-	}
-	fmt.Fprintf(c.stdout, "purged %d dead letter(s)\n", n)
-	return nil
+		fmt.Fprintf(c.stdout, "purged %d dead letter(s)\n", n)
+		return nil
+	})
 }
 
 // root is the project root for accept, reject and replay: dir, or the

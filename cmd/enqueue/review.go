@@ -43,28 +43,23 @@ func (c *cli) cmdAccept(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := quick()
-	defer cancel()
-	nc, cl, err := c.connect(ctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	out, err := acceptResult(ctx, cl, root, rec, jobID, *force)
-	if err != nil {
-		return err
-	}
-	for _, ch := range out.changes {
-		fmt.Fprintf(c.stdout, "%-8s %s\n", ch.what, ch.path)
-	}
-	if out.note != "" {
-		fmt.Fprintln(c.stdout, out.note)
-	}
-	if out.saveErr != nil {
-		fmt.Fprintf(c.stderr, "note: applied, but the record was not updated: %v\n", out.saveErr)
-	}
-	fmt.Fprintf(c.stdout, "accepted job %s into %s\n", jobID, root)
-	return publishReview(ctx, cl, jobID, wire.VerdictAccepted, by, *note)
+	return c.session(func(ctx context.Context, cl *client.Client) error {
+		out, err := acceptResult(ctx, cl, root, rec, jobID, *force)
+		if err != nil {
+			return err
+		}
+		for _, ch := range out.changes {
+			fmt.Fprintf(c.stdout, "%-8s %s\n", ch.what, ch.path)
+		}
+		if out.note != "" {
+			fmt.Fprintln(c.stdout, out.note)
+		}
+		if out.saveErr != nil {
+			fmt.Fprintf(c.stderr, "note: applied, but the record was not updated: %v\n", out.saveErr)
+		}
+		fmt.Fprintf(c.stdout, "accepted job %s into %s\n", jobID, root)
+		return publishReview(ctx, cl, jobID, wire.VerdictAccepted, by, *note)
+	})
 }
 
 // reviewable loads the job's record under root and refuses a job already
@@ -167,30 +162,25 @@ func (c *cli) cmdReject(args []string) error {
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
-	ctx, cancel := quick()
-	defer cancel()
-	nc, cl, err := c.connect(ctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	// Only a finished job is reviewed: nothing is marked or published
-	// before its result is known.
-	if _, err := cl.Result(ctx, jobID); errors.Is(err, client.ErrNoResult) {
-		return unfinished(ctx, cl, jobID)
-	} else if err != nil {
-		return connErr(err)
-	}
-	already, err := rejectJob(root, jobID, func() error { return nil })
-	if err != nil {
-		return err
-	}
-	if already {
-		fmt.Fprintf(c.stdout, "job %s was already rejected\n", jobID)
-		return nil
-	}
-	fmt.Fprintf(c.stdout, "rejected job %s (no local file was changed)\n", jobID)
-	return publishReview(ctx, cl, jobID, wire.VerdictRejected, by, *note)
+	return c.session(func(ctx context.Context, cl *client.Client) error {
+		// Only a finished job is reviewed: nothing is marked or published
+		// before its result is known.
+		if _, err := cl.Result(ctx, jobID); errors.Is(err, client.ErrNoResult) {
+			return unfinished(ctx, cl, jobID)
+		} else if err != nil {
+			return connErr(err)
+		}
+		already, err := rejectJob(root, jobID, func() error { return nil })
+		if err != nil {
+			return err
+		}
+		if already {
+			fmt.Fprintf(c.stdout, "job %s was already rejected\n", jobID)
+			return nil
+		}
+		fmt.Fprintf(c.stdout, "rejected job %s (no local file was changed)\n", jobID)
+		return publishReview(ctx, cl, jobID, wire.VerdictRejected, by, *note)
+	})
 }
 
 // jobExists says whether the fleet knows the job (a status or a result).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -153,19 +154,14 @@ func (c *cli) scheduleAdd(args []string) error {
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
-	ctx, cancel := quick()
-	defer cancel()
-	nc, cl, err := c.connect(ctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if err := cl.AddSchedule(ctx, name, pattern, req); err != nil {
-		return connErr(err)
-	}
-	fmt.Fprintf(c.stdout, "schedule %s added: %s %s on %s (%s); firings run as %s-<unix seconds>\n",
-		name, pattern, op, req.Node.ID, file, name)
-	return nil
+	return c.session(func(ctx context.Context, cl *client.Client) error {
+		if err := cl.AddSchedule(ctx, name, pattern, req); err != nil {
+			return connErr(err)
+		}
+		fmt.Fprintf(c.stdout, "schedule %s added: %s %s on %s (%s); firings run as %s-<unix seconds>\n",
+			name, pattern, op, req.Node.ID, file, name)
+		return nil
+	})
 }
 
 func (c *cli) scheduleList(args []string) error {
@@ -174,29 +170,24 @@ func (c *cli) scheduleList(args []string) error {
 	if _, err := c.parse(fs, args, 0, "no arguments"); err != nil {
 		return err
 	}
-	ctx, cancel := quick()
-	defer cancel()
-	nc, cl, err := c.connect(ctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	ss, err := cl.Schedules(ctx)
-	if err != nil {
-		return connErr(err)
-	}
-	p := newPrinter(c.stdout, *asJSON)
-	for _, s := range ss {
-		if *asJSON {
-			p.line(s)
-			continue
+	return c.session(func(ctx context.Context, cl *client.Client) error {
+		ss, err := cl.Schedules(ctx)
+		if err != nil {
+			return connErr(err)
 		}
-		fmt.Fprintf(c.stdout, "%-32s %-24s %-12s %s\n", s.Name, s.Pattern, s.Operation, s.Node.ID)
-	}
-	if !*asJSON && len(ss) == 0 {
-		fmt.Fprintln(c.stdout, "no schedules")
-	}
-	return nil
+		p := newPrinter(c.stdout, *asJSON)
+		for _, s := range ss {
+			if *asJSON {
+				p.line(s)
+				continue
+			}
+			fmt.Fprintf(c.stdout, "%-32s %-24s %-12s %s\n", s.Name, s.Pattern, s.Operation, s.Node.ID)
+		}
+		if !*asJSON && len(ss) == 0 {
+			fmt.Fprintln(c.stdout, "no schedules")
+		}
+		return nil
+	})
 }
 
 func (c *cli) scheduleRm(args []string) error {
@@ -205,16 +196,11 @@ func (c *cli) scheduleRm(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := quick()
-	defer cancel()
-	nc, cl, err := c.connect(ctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if err := cl.RemoveSchedule(ctx, pos[0]); err != nil {
-		return connErr(err)
-	}
-	fmt.Fprintf(c.stdout, "schedule %s removed\n", pos[0])
-	return nil
+	return c.session(func(ctx context.Context, cl *client.Client) error {
+		if err := cl.RemoveSchedule(ctx, pos[0]); err != nil {
+			return connErr(err)
+		}
+		fmt.Fprintf(c.stdout, "schedule %s removed\n", pos[0])
+		return nil
+	})
 }

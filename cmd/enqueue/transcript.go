@@ -26,32 +26,27 @@ func (c *cli) cmdTranscript(args []string) error {
 	if !wire.ValidJobID(jobID) {
 		return fail(exitUsage, "%q is not a valid job id", jobID)
 	}
-	ctx, cancel := quick()
-	defer cancel()
-	nc, cl, err := c.connect(ctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	v, err := cl.Transcript(ctx, jobID)
-	switch {
-	case errors.Is(err, client.ErrNoResult):
-		return unfinished(ctx, cl, jobID)
-	case errors.Is(err, client.ErrNoTranscript):
-		return fail(exitNotFound, "job %s has no transcript: %v", jobID, err)
-	case err != nil:
-		return connErr(err)
-	}
-	if *asJSON {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return err
+	return c.session(func(ctx context.Context, cl *client.Client) error {
+		v, err := cl.Transcript(ctx, jobID)
+		switch {
+		case errors.Is(err, client.ErrNoResult):
+			return unfinished(ctx, cl, jobID)
+		case errors.Is(err, client.ErrNoTranscript):
+			return fail(exitNotFound, "job %s has no transcript: %v", jobID, err)
+		case err != nil:
+			return connErr(err)
 		}
-		fmt.Fprintf(c.stdout, "%s\n", b)
+		if *asJSON {
+			b, err := json.Marshal(v)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.stdout, "%s\n", b)
+			return nil
+		}
+		printTranscript(c.stdout, v)
 		return nil
-	}
-	printTranscript(c.stdout, v)
-	return nil
+	})
 }
 
 // unfinished is the error for a job without a result: not found (exit 4)
