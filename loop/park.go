@@ -127,6 +127,10 @@ func (s *run) restore(p *Parked) {
 	}
 }
 
+// ErrBadParkState is wrapped by a Resumer's error for a tool state it
+// cannot resume; the run then fails with ErrCodeParkState.
+var ErrBadParkState = errors.New("loop: the parked tool state cannot be resumed")
+
 // ErrNotParked is returned by Resume for a Parked that does not describe a
 // parked call (a state that does not decode into one).
 var ErrNotParked = errors.New("loop: not a parked run")
@@ -179,6 +183,10 @@ func (s *run) resume(ctx context.Context, rs Resumer, p *Parked, answer string) 
 		s.timings.Tools -= p.ToolTook // counted again by parkResult
 		return s.parkResult(p.Calls, p.Index, p.Canon, pe, took)
 	}
+	if errors.Is(err, ErrBadParkState) {
+		cancel()
+		return s.fail(ctx, ErrCodeParkState, "the parked run cannot be resumed: "+err.Error(), LimitParkState, nil)
+	}
 	env := s.envelope(ctx, tctx, c, out, err)
 	cancel()
 	s.timings.Tools += took - p.ToolTook
@@ -197,3 +205,9 @@ func (s *run) resume(ctx context.Context, rs Resumer, p *Parked, answer string) 
 	}
 	return s.play(ctx)
 }
+
+// Details[DetailLimit] values of parked runs that fail.
+const (
+	LimitParkState   = "park_state"
+	LimitParkTimeout = "park_timeout"
+)
