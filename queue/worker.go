@@ -53,6 +53,9 @@ type Outcome struct {
 	// model). The worker fills in the job's identity and outcome and
 	// stores it before the result, which names it (transcript.go).
 	Transcript *wire.Transcript
+	// Park, when set, parks the job on a question instead of ending it
+	// (park.go): Result is not used.
+	Park *Park
 }
 
 // ErrShutdown is the context cause of jobs canceled because the worker

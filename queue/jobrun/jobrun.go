@@ -183,24 +183,14 @@ func (e *requestError) Unwrap() error { return e.err }
 // returns the shutdown cause as its error and stores nothing: the queue
 // hands the job back, it is not failed.
 func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
+	if rs := queue.ResumeOf(ctx); rs != nil {
+		return p.resume(ctx, req, rs, events)
+	}
 	log := p.cfg.Logger.With("job", req.JobID, "operation", req.Operation)
-	def, ok := p.cfg.Agents[req.Operation]
-	if !ok {
-		return failed(wire.CodeUnknownOperation, fmt.Sprintf("no agent serves operation %q", req.Operation)), nil
+	def, model, runner, out, err := p.setup(req)
+	if out != nil || err != nil {
+		return out, err
 	}
-	model := p.cfg.Model
-	if p.cfg.ModelFor != nil {
-		m, err := p.cfg.ModelFor(def)
-		if err != nil {
-			return nil, fmt.Errorf("jobrun: model for %s: %w", req.Operation, err)
-		}
-		model = m
-	}
-	runner, def, err := p.runnerFor(req, def)
-	if err != nil {
-		return failed(wire.CodeInvalidRequest, err.Error()), nil
-	}
-
 	dir := JobDir(p.cfg.WorkspaceDir, req.JobID)
 	ws, err := p.prepare(ctx, dir, req)
 	if err != nil {
@@ -213,6 +203,45 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	}
 	defer ws.close()
 
+	in, err := p.input(req, def, model, ws, events, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Debug("run starting", "workspace", ws.overlay.Path(), "files", len(req.Files))
+	res, err := runner.Run(ctx, in)
+	if err != nil {
+		// The input is unusable: the agent's template does not render for
+		// this node, or the definition lacks submit_result. Retrying cannot
+		// help; the job fails.
+		return failed(wire.CodeInvalidRequest, "cannot run the agent: "+err.Error()), nil
+	}
+	return p.ended(ctx, dir, req, def, model, ws, res, log)
+}
+
+// setup finds the operation's agent, its model and the runner with the
+// request's options; out is set when the request cannot run.
+func (p *Processor) setup(req *wire.RunRequest) (def *agents.Definition, model loop.Model, runner *loop.Runner, out *queue.Outcome, err error) {
+	def, ok := p.cfg.Agents[req.Operation]
+	if !ok {
+		return nil, nil, nil, failed(wire.CodeUnknownOperation, fmt.Sprintf("no agent serves operation %q", req.Operation)), nil
+	}
+	model = p.cfg.Model
+	if p.cfg.ModelFor != nil {
+		m, err := p.cfg.ModelFor(def)
+		if err != nil {
+			return nil, nil, nil, nil, fmt.Errorf("jobrun: model for %s: %w", req.Operation, err)
+		}
+		model = m
+	}
+	runner, def, err = p.runnerFor(req, def)
+	if err != nil {
+		return nil, nil, nil, failed(wire.CodeInvalidRequest, err.Error()), nil
+	}
+	return def, model, runner, nil, nil
+}
+
+// input is the loop's input for the job's run in ws.
+func (p *Processor) input(req *wire.RunRequest, def *agents.Definition, model loop.Model, ws *workspace, events loop.EventSink, log *slog.Logger) (loop.Input, error) {
 	exec, err := toolexec.New(toolexec.Config{
 		Definition: def,
 		Sandbox:    p.cfg.Sandbox,
@@ -221,25 +250,27 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 		Logger:     log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jobrun: tools of %s: %w", req.Operation, err)
+		return loop.Input{}, fmt.Errorf("jobrun: tools of %s: %w", req.Operation, err)
 	}
-	log.Debug("run starting", "workspace", ws.overlay.Path(), "files", len(req.Files))
-	res, err := runner.Run(ctx, loop.Input{
+	return loop.Input{
 		Agent:       def,
 		Node:        agents.Node(req.Node),
 		WorkspaceID: ws.overlay.ID(),
 		Model:       model,
 		Tools:       exec,
 		Events:      events,
-	})
-	if err != nil {
-		// The input is unusable: the agent's template does not render for
-		// this node, or the definition lacks submit_result. Retrying cannot
-		// help; the job fails.
-		return failed(wire.CodeInvalidRequest, "cannot run the agent: "+err.Error()), nil
-	}
+	}, nil
+}
+
+// ended turns a run's result into the job's outcome: a run parked on a
+// question parks the job (park.go); any other result gets the workspace's
+// changes and diff, and the job is stored.
+func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest, def *agents.Definition, model loop.Model, ws *workspace, res *loop.Result, log *slog.Logger) (*queue.Outcome, error) {
 	if cause := context.Cause(ctx); errors.Is(cause, queue.ErrShutdown) {
 		return nil, cause // handed back: it runs again, nothing is stored
+	}
+	if res.Parked != nil {
+		return p.park(ctx, req, ws, res, log)
 	}
 
 	// The run's context may be over (deadline, cancel): the changes are

@@ -72,6 +72,10 @@ type StreamsConfig struct {
 	MaxAckPending int
 	// MaxWaiting caps waiting pull requests per consumer (one per idle slot).
 	MaxWaiting int
+	// ParkedMaxBytes caps one parked run's state in fleet_parked (§15);
+	// a run whose state is larger fails instead of parking.
+	// 0 = DefaultParkedMaxBytes.
+	ParkedMaxBytes int64
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -98,9 +102,10 @@ func (c *StreamsConfig) Validate() error {
 			return fmt.Errorf("%w: %s must not be negative, got %s", ErrInvalidConfig, name, d)
 		}
 	}
-	if c.RunsMaxBytes < 0 || c.RunsMaxMsgs < 0 || c.MaxAckPending < 0 || c.MaxWaiting < 0 {
-		return fmt.Errorf("%w: RunsMaxBytes, RunsMaxMsgs, MaxAckPending and MaxWaiting must not be negative", ErrInvalidConfig)
+	if c.RunsMaxBytes < 0 || c.RunsMaxMsgs < 0 || c.MaxAckPending < 0 || c.MaxWaiting < 0 || c.ParkedMaxBytes < 0 {
+		return fmt.Errorf("%w: RunsMaxBytes, RunsMaxMsgs, MaxAckPending, MaxWaiting and ParkedMaxBytes must not be negative", ErrInvalidConfig)
 	}
+	c.ParkedMaxBytes = cmp.Or(c.ParkedMaxBytes, DefaultParkedMaxBytes)
 	if c.MaxDeliver < -1 {
 		return fmt.Errorf("%w: MaxDeliver must be >= -1, got %d", ErrInvalidConfig, c.MaxDeliver)
 	}
@@ -153,6 +158,8 @@ type Streams struct {
 	Status jetstream.KeyValue
 	// Unique is the fleet_unique bucket of uniqueness keys.
 	Unique jetstream.KeyValue
+	// Parked is the fleet_parked Object Store of parked runs (§15).
+	Parked jetstream.ObjectStore
 	// Schedules reports whether FLEET_RUNS accepts schedule messages
 	// (only without RunsMaxBytes/RunsMaxMsgs, docs/PROTOCOL.md §12).
 	Schedules bool
@@ -204,7 +211,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		AllowDirect: true,
 	}
 	if s.Schedules {
-		runsCfg.Subjects = append(runsCfg.Subjects, wire.SubjectSchedulePrefix+">")
+		runsCfg.Subjects = append(runsCfg.Subjects, wire.SubjectSchedulePrefix+">", wire.SubjectParkTimeoutPrefix+">")
 		runsCfg.Discard, runsCfg.AllowMsgSchedules, runsCfg.AllowRollup = jetstream.DiscardOld, true, true
 	}
 	if s.Runs, err = js.CreateOrUpdateStream(ctx, runsCfg); err != nil {
@@ -279,6 +286,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		Replicas:    replicas(ctx, js, "KV_"+wire.BucketUnique, cfg.Replicas),
 	}); err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketUnique, err)
+	}
+	if s.Parked, err = ensureParked(ctx, js, cfg, storage); err != nil {
+		return nil, err
 	}
 	if s.StatusStream, err = js.Stream(ctx, "KV_"+wire.BucketJobs); err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketJobs, err)

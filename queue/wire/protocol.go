@@ -234,6 +234,9 @@ type RunOptions struct {
 	TotalTimeoutMS int64 `json:"total_timeout_ms,omitempty" msgpack:"total_timeout_ms,omitempty"`
 	// ToolTimeoutMS bounds one tool call, in milliseconds.
 	ToolTimeoutMS int64 `json:"tool_timeout_ms,omitempty" msgpack:"tool_timeout_ms,omitempty"`
+	// ParkTimeoutMS bounds how long the run may wait for a human's answer
+	// (§15), in milliseconds; 0 = the worker's default.
+	ParkTimeoutMS int64 `json:"park_timeout_ms,omitempty" msgpack:"park_timeout_ms,omitempty"`
 }
 
 // StepTimeout is StepTimeoutMS as a duration.
@@ -318,6 +321,11 @@ type StatusRecord struct {
 	Seq uint64 `json:"seq,omitempty"`
 	// ScheduledAt is when a scheduled job is due (state scheduled, §12.3).
 	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
+	// Question, Park and Deadline describe a waiting job (§15): what it
+	// asks, the park id an answer names, and when it times out.
+	Question string     `json:"question,omitempty"`
+	Park     uint64     `json:"park,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
 	// UpdatedAt is when the record was written (a result's finished_at).
 	UpdatedAt time.Time `json:"updated_at"`
 }
