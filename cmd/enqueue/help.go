@@ -36,6 +36,11 @@ Jobs:
         worker, attempt, last update (oldest first).
   cancel <job-id> [--reason TEXT]
         Cancel a queued, scheduled or running job.
+  answer <job-id> <text | ->
+        Answer the question of a job waiting on a human (status waiting;
+        - reads the answer from stdin). Any worker serving the operation
+        resumes the run where it stopped. Refused (exit 5, nothing sent)
+        when the job is not waiting.
 
 Schedules (server-side, FLEET_RUNS):
   schedule add <name> <operation> <file.py> --every D | --cron EXPR [--node NAME | --line N]
@@ -94,7 +99,7 @@ Exit codes:
   2  usage error: bad flags or arguments, unreadable file, unknown node, bad configuration
   3  connection error or timeout: NATS unreachable, no fleet streams, --timeout passed
   4  job or dead letter not found
-  5  refused: accept/reject conflict (local files changed since the job was
+  5  refused: answer to a job that is not waiting; accept/reject conflict (local files changed since the job was
      enqueued, no local record, the diff does not apply, already reviewed)
   130 interrupted while waiting (the job goes on: enqueue attach <job-id>)
 `

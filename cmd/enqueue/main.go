@@ -90,6 +90,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdStatus(cargs)
 	case "cancel":
 		err = c.cmdCancel(cargs)
+	case "answer":
+		err = c.cmdAnswer(cargs)
 	case "list":
 		err = c.cmdList(cargs)
 	case "accept":
