@@ -19,7 +19,8 @@ Jobs:
         (the nearest folder with pyproject.toml or .git). The sha256 of each
         file sent is recorded in <root>/.fleet/jobs/<job-id>.json for accept.
         Flags: --max-turns N, --timeout D (how long to wait, default 10m),
-        --job-id ID, --msgpack, --no-progress, --no-record.
+        --job-id ID, --msgpack, --no-progress, --no-record, --park-timeout D
+        (how long the job may wait on a tool's question, enqueue answer).
         --at TIME (RFC 3339, e.g. 2026-05-01T09:00:00Z) or --in DURATION
         (e.g. 90s, 2h): schedule the job instead (the server queues it at
         that time); prints the job id and exits, status says scheduled.

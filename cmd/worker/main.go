@@ -287,10 +287,11 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 		},
 		// An idle slot long-polls one operation at a time: a short expiry
 		// bounds how long a job of another operation waits for it.
-		PullExpiry: time.Second,
-		Heartbeat:  cfg.Queue.HeartbeatEvery,
-		DrainGrace: cfg.Queue.DrainGrace,
-		Logger:     log,
+		PullExpiry:  time.Second,
+		Heartbeat:   cfg.Queue.HeartbeatEvery,
+		DrainGrace:  cfg.Queue.DrainGrace,
+		Logger:      log,
+		ParkTimeout: cfg.Queue.ParkTimeout,
 	}
 	if wcfg.DrainGrace == 0 {
 		wcfg.DrainGrace = -1 // config: 0 = hand running jobs back at once
