@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentfleet/fleet/cairn/monty"
+	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -83,6 +84,16 @@ func question(args []any, kwargs map[string]any) (string, error) {
 		return "", &pyError{"ValueError", fmt.Sprintf("ask_human() question is %d bytes, over the %d-byte cap", len(q), MaxQuestionBytes)}
 	}
 	return q, nil
+}
+
+// toolName is the name of the tool whose script is f.
+func (e *Executor) toolName(f *pym.File) string {
+	for name, tf := range e.tools {
+		if tf == f {
+			return name
+		}
+	}
+	return ""
 }
 
 func codeHash(code string) string {

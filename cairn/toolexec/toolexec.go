@@ -231,7 +231,7 @@ func (e *Executor) finish(ctx context.Context, f *pym.File, out monty.Outcome, e
 	}
 	var pk *monty.Parked
 	if errors.As(err, &pk) {
-		return nil, e.parkError(f.Script.Name, f.Script.Code, pk)
+		return nil, e.parkError(e.toolName(f), f.Script.Code, pk)
 	}
 	if err != nil {
 		return nil, e.toolError(ctx, f, err)
