@@ -303,3 +303,37 @@ func TestParkTimeout(t *testing.T) {
 		t.Fatalf("late answer: exit %d %s", code, stderr)
 	}
 }
+
+// A parked state that is corrupt when the answer comes ends the job with
+// a coded failure (AGENT_011); the worker goes on serving.
+func TestParkCorruptState(t *testing.T) {
+	f := newAskFleet(t)
+	f.start(t, "w1", "")
+	const job = "e2e-ask-corrupt"
+	if out, stderr, code := enqueue(t, f.url, "run", "ask", sample, "--no-wait", "--job-id", job); code != 0 {
+		t.Fatalf("run: exit %d: %s%s", code, out, stderr)
+	}
+	waitWaiting(t, f.url, job)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	obs, err := f.js.ObjectStore(ctx, wire.BucketParked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.PutBytes(ctx, job, []byte(`{"format":1,"loop":`)); err != nil {
+		t.Fatal(err)
+	}
+	if out, stderr, code := enqueue(t, f.url, "answer", job, "yes"); code != 0 {
+		t.Fatalf("answer: exit %d: %s%s", code, out, stderr)
+	}
+	out, stderr, code := enqueue(t, f.url, "attach", job, "--json")
+	r := lastResult(t, out)
+	if code != 1 || r.State != wire.StateFailed || r.ErrorCode != "AGENT_011" || !strings.Contains(r.Error, "does not decode") {
+		t.Fatalf("exit %d, result %+v\n%s", code, r, stderr)
+	}
+	// The worker still runs jobs (and parks them).
+	if _, _, code := enqueue(t, f.url, "run", "ask", sample, "--no-wait", "--job-id", job+"-2"); code != 0 {
+		t.Fatalf("next run: exit %d", code)
+	}
+	waitWaiting(t, f.url, job+"-2")
+}
