@@ -46,6 +46,7 @@ print("after", answer)
 			if pk.Name != "ask_human" || pk.Detail != "rename <a.py>?" || pk.Output != "before\n" || len(pk.State) == 0 {
 				t.Fatalf("parked = %+v", pk)
 			}
+			t.Logf("dump: %d bytes", len(pk.State))
 			// Through JSON, as it is stored.
 			b, _ := json.Marshal(pk)
 			var back monty.Parked

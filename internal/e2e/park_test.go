@@ -219,6 +219,8 @@ func TestParkOnHumanResumeOnAnotherWorker(t *testing.T) {
 	}
 	if info, err := obs.GetInfo(ctx, job); err != nil || info.Size == 0 {
 		t.Fatalf("parked state: %v %+v", err, info)
+	} else {
+		t.Logf("parked state: %d bytes", info.Size)
 	}
 	// The slot is free: the request is acknowledged (only the timeout's
 	// schedule message is left in FLEET_RUNS).
