@@ -121,21 +121,30 @@ func (s *slot) startResume(ctx context.Context, j *job) (context.Context, *Outco
 }
 
 // park parks j: state, timeout schedule, waiting record, ack. A state the
-// worker cannot keep ends the job with a failed result (ErrCodeParkState).
+// worker cannot keep ends the job with a failed result (ErrCodeParkState),
+// and a resumed job's earlier state is then removed.
 func (s *slot) park(j *job, p *Park) {
+	if s.tryPark(j, p) || j.resume == nil {
+		return
+	}
+	s.unpark(j)
+}
+
+// tryPark parks j; false when it ended the job with a failed result.
+func (s *slot) tryPark(j *job, p *Park) bool {
 	w := s.w
 	st := w.streams
 	switch {
 	case st == nil || st.Parked == nil || w.jsl == nil:
 		s.complete(j, parkFailed(loop.ErrCodeParkState, "the job asked a human, but this worker cannot park jobs (no JetStream ledger)", nil))
-		return
+		return false
 	case !st.Schedules:
 		s.complete(j, parkFailed(loop.ErrCodeParkState, "the job asked a human, but FLEET_RUNS has no message schedules for the park timeout (a capped queue, docs/PROTOCOL.md §12.4)", nil))
-		return
+		return false
 	case int64(len(p.State)) > w.cfg.Streams.ParkedMaxBytes:
 		s.complete(j, parkFailed(loop.ErrCodeParkState, fmt.Sprintf("the parked state is %d bytes, over the %d-byte cap of %s", len(p.State), w.cfg.Streams.ParkedMaxBytes, wire.BucketParked),
 			map[string]any{"state_bytes": len(p.State), "max_bytes": w.cfg.Streams.ParkedMaxBytes, "question": p.Question}))
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(w.runCtx, 30*time.Second)
 	defer cancel()
@@ -149,27 +158,28 @@ func (s *slot) park(j *job, p *Park) {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) {
 			s.complete(j, parkFailed(loop.ErrCodeParkState, "the parked state was refused by "+wire.BucketParked+": "+err.Error(), nil))
-			return
+			return false
 		}
 		s.transient(j, fmt.Errorf("queue: store the parked state: %w", err))
-		return
+		return true
 	}
 	if err := s.scheduleParkTimeout(ctx, j, park, deadline); err != nil {
 		s.transient(j, err)
-		return
+		return true
 	}
 	err := w.jsl.Park(ctx, j.lease, p.Question, park, deadline)
 	switch {
 	case errors.Is(err, ledger.ErrFenced):
 		s.fenced(j)
-		return
+		return true
 	case err != nil:
 		s.transient(j, err)
-		return
+		return true
 	}
 	s.flushEvents()
 	w.st.parked.Add(1)
 	s.log.Info("job parked on a question", "job", j.id, "park", park, "deadline", deadline, "state_bytes", len(p.State))
+	return true
 }
 
 // scheduleParkTimeout stores the park's timeout: a one-shot schedule on
