@@ -20,7 +20,8 @@ import (
 )
 
 // askAgent is an agent whose only work tool asks a human and appends the
-// answer to the target file.
+// answer to the target file (after a line it writes before asking, which
+// must survive the park in the workspace).
 const askAgent = `name: ask_agent
 max_turns: 4
 initial_context:
@@ -74,9 +75,11 @@ async def ask_human(question: str) -> str:
 
 
 before = await read_file(target_file)
+await write_file(target_file, before + "# asked\n")
 print("asking:", question)
 answer = await ask_human(question)
-await write_file(target_file, before + "# human says: " + answer + "\n")
+now = await read_file(target_file)
+await write_file(target_file, now + "# human says: " + answer + "\n")
 {"answer": answer, "lines_before": len(before.split("\n"))}
 `
 
@@ -252,7 +255,7 @@ func TestParkOnHumanResumeOnAnotherWorker(t *testing.T) {
 	}
 	r := lastResult(t, out)
 	if r.State != wire.StateSucceeded || r.Worker != "resumer" || r.Summary != "recorded the answer" || r.Turns != 2 ||
-		!strings.Contains(r.Diff, "+# human says: yes, go ahead") {
+		!strings.Contains(r.Diff, "+# asked\n+# human says: yes, go ahead") {
 		t.Fatalf("result %+v\nresumer log:\n%s", r, b.Logs())
 	}
 	if !strings.Contains(b.Logs(), "resuming a parked run") {
