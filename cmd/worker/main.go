@@ -255,7 +255,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	mem := memory.NewStore(js, log) // fleet_memory, for agents with memory: (w.Start creates it)
+	mem := memory.NewStore(js, log)  // fleet_memory, for agents with memory: (w.Start creates it)
 	tracker := presence.NewTracker() // the running jobs, for the presence record
 	wcfg := queue.Config{
 		Conn:       nc,
