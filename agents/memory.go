@@ -55,6 +55,24 @@ type Memory struct {
 	TTL time.Duration `yaml:"ttl"`
 }
 
+// Resolved returns m with every zero field set to its default (what
+// Validate fills in), for a Memory built in code.
+func (m Memory) Resolved() Memory {
+	for _, f := range []struct {
+		val *int
+		def int
+	}{{&m.Recall, DefaultMemoryRecall}, {&m.RecallBytes, DefaultMemoryRecallBytes},
+		{&m.MaxEntries, DefaultMemoryMaxEntries}, {&m.MaxBytes, DefaultMemoryMaxBytes}} {
+		if *f.val == 0 {
+			*f.val = f.def
+		}
+	}
+	if m.TTL == 0 {
+		m.TTL = DefaultMemoryTTL
+	}
+	return m
+}
+
 // memory decodes the memory: mapping.
 func (v *validator) memory(field string, n *yaml.Node) *Memory {
 	m := &Memory{}
@@ -96,27 +114,24 @@ func (v *validator) checkMemory() {
 	}
 	for _, b := range []struct {
 		field    string
-		val      *int
+		val      int
 		def, max int
 	}{
-		{"memory.recall", &m.Recall, DefaultMemoryRecall, MaxMemoryRecall},
-		{"memory.recall_bytes", &m.RecallBytes, DefaultMemoryRecallBytes, MaxMemoryRecallBytes},
-		{"memory.max_entries", &m.MaxEntries, DefaultMemoryMaxEntries, MaxMemoryMaxEntries},
-		{"memory.max_bytes", &m.MaxBytes, DefaultMemoryMaxBytes, MaxMemoryMaxBytes},
+		{"memory.recall", m.Recall, DefaultMemoryRecall, MaxMemoryRecall},
+		{"memory.recall_bytes", m.RecallBytes, DefaultMemoryRecallBytes, MaxMemoryRecallBytes},
+		{"memory.max_entries", m.MaxEntries, DefaultMemoryMaxEntries, MaxMemoryMaxEntries},
+		{"memory.max_bytes", m.MaxBytes, DefaultMemoryMaxBytes, MaxMemoryMaxBytes},
 	} {
-		switch {
-		case *b.val < 0 || *b.val > b.max:
-			v.add(b.field, "must be 0..%d (0 = the default, %d), got %d", b.max, b.def, *b.val)
-		case *b.val == 0:
-			*b.val = b.def
+		if b.val < 0 || b.val > b.max {
+			v.add(b.field, "must be 0..%d (0 = the default, %d), got %d", b.max, b.def, b.val)
 		}
 	}
 	switch {
 	case m.TTL == 0:
-		m.TTL = DefaultMemoryTTL
 	case m.TTL < MinMemoryTTL:
 		v.add("memory.ttl", "must be at least %s, got %s", MinMemoryTTL, m.TTL)
 	case m.TTL%time.Second != 0:
 		v.add("memory.ttl", "must be whole seconds, got %s", m.TTL)
 	}
+	*m = m.Resolved()
 }

@@ -18,7 +18,7 @@ type RunConfig struct {
 	// Store is the bucket. Required.
 	Store *Store
 	// Agent is the run's operation; Memory its agent's memory: settings
-	// (validated, defaults filled in). Required.
+	// (zero fields take their defaults). Required.
 	Agent  string
 	Memory *agents.Memory
 	// Project is the request's project (wire.ProjectOf).
@@ -50,6 +50,8 @@ func NewRun(cfg RunConfig) (*Run, error) {
 	case !wire.ValidProject(cfg.Project):
 		return nil, fmt.Errorf("memory: project %q must be 1-%d characters of [A-Za-z0-9_-]", cfg.Project, wire.MaxProjectLength)
 	}
+	resolved := cfg.Memory.Resolved()
+	cfg.Memory = &resolved
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
