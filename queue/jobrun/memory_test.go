@@ -133,7 +133,7 @@ func (f *memoryFleet) run(t *testing.T, ctx context.Context, req *wire.RunReques
 
 func memoRequest(op, jobID, project, name, text string) *wire.RunRequest {
 	return &wire.RunRequest{Version: 1, JobID: jobID, Operation: op, Project: project,
-		Node: wire.Node{ID: "src/app.py::" + name, Name: name, Type: "function", FilePath: "src/app.py", Text: text},
+		Node:  wire.Node{ID: "src/app.py::" + name, Name: name, Type: "function", FilePath: "src/app.py", Text: text},
 		Files: map[string]string{"src/app.py": text}}
 }
 
