@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -110,6 +114,23 @@ func TestMemoryCLI(t *testing.T) {
 		t.Fatalf("entry %+v", e)
 	}
 
+	// A corrupt value in the bucket: run 2 still runs and recalls the good
+	// entry; list warns about it; rm removes it.
+	nc, err := nats.Connect(w.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, wire.BucketMemory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "memo.demo.broken", []byte("{not an entry")); err != nil {
+		t.Fatal(err)
+	}
+
 	run("e2e-memo-2")
 	out, stderr, code = enqueueAt(t, demo, w.url, "transcript", "e2e-memo-2", "--json")
 	if code != 0 {
@@ -136,6 +157,16 @@ func TestMemoryCLI(t *testing.T) {
 	if out, _, code = enqueueAt(t, demo, w.url, "memory", "list", "--agent", "memo", "--project", "demo"); code != 0 ||
 		!strings.Contains(out, "quote-style") || !strings.Contains(out, "double quotes") {
 		t.Fatalf("memory list --agent memo --project demo: exit %d\n%s", code, out)
+	}
+	if out, stderr, code = enqueueAt(t, demo, w.url, "memory", "list"); code != 0 || strings.Contains(out, "broken") ||
+		!strings.Contains(stderr, "warning: skipping corrupt entry memo.demo.broken") {
+		t.Fatalf("memory list with a corrupt value: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if out, _, code = enqueueAt(t, demo, w.url, "memory", "rm", "--key", "broken"); code != 0 || strings.TrimSpace(out) != "removed 1 entry" {
+		t.Fatalf("memory rm --key broken: exit %d %q", code, out)
+	}
+	if _, stderr, _ = enqueueAt(t, demo, w.url, "memory", "list"); stderr != "" {
+		t.Fatalf("memory list after removing the corrupt value: %s", stderr)
 	}
 	if out, _, _ = enqueueAt(t, demo, w.url, "memory", "list", "--project", "other"); strings.TrimSpace(out) != "no entries" {
 		t.Fatalf("memory list --project other:\n%s", out)
