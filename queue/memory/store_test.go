@@ -25,6 +25,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // buckets as a worker does, and returns a Store and the bucket.
 func startStore(t *testing.T) (*memory.Store, jetstream.KeyValue) {
 	t.Helper()
+	return startStoreB(t)
+}
+
+func startStoreB(t testing.TB) (*memory.Store, jetstream.KeyValue) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
