@@ -123,3 +123,20 @@ func wantProject(p any) string {
 	}
 	return DefaultProject
 }
+
+// SplitMemoryKey accepts exactly the keys MemoryKey makes from valid
+// tokens.
+func FuzzSplitMemoryKey(f *testing.F) {
+	for _, s := range []string{"lint.demo.k", "a.b", "a.b.c.d", "..", "lint.demo.*", "Lint.x.y", "a.b.é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, p, k, ok := SplitMemoryKey(s)
+		if !ok {
+			return
+		}
+		if MemoryKey(a, p, k) != s || !ValidOperation(a) || !ValidProject(p) || !ValidMemoryKey(k) {
+			t.Fatalf("SplitMemoryKey(%q) = %q %q %q", s, a, p, k)
+		}
+	})
+}
