@@ -193,6 +193,7 @@ func (v *validator) decode(data []byte) bool {
 		"operation": func(f string, n *yaml.Node) { d.Operation = v.str(f, n) },
 		"model":     func(f string, n *yaml.Node) { d.Model = v.str(f, n) },
 		"max_turns": func(f string, n *yaml.Node) { d.MaxTurns = v.int(f, n) },
+		"memory":    func(f string, n *yaml.Node) { d.Memory = v.memory(f, n) },
 		"initial_context": func(f string, n *yaml.Node) {
 			v.mapping(f, n, map[string]func(string, *yaml.Node){
 				"system_prompt": func(f string, n *yaml.Node) { d.InitialContext.SystemPrompt = v.str(f, n) },

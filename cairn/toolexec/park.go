@@ -43,13 +43,13 @@ type pyError struct{ typ, msg string }
 func (e *pyError) Error() string           { return e.msg }
 func (e *pyError) PythonException() string { return e.typ }
 
-// externals returns the script's external functions: the workspace's, plus
-// ask_human, which parks the run when canPark (a tool) and raises
+// externals returns the script's external functions: the workspace's and
+// remember (serve), plus ask_human, which parks the run when canPark (a tool) and raises
 // RuntimeError otherwise (a context provider cannot wait).
 func (e *Executor) externals(canPark bool) monty.ExternalFunc {
 	return func(ctx context.Context, name string, args []any, kwargs map[string]any) (any, error) {
 		if name != AskHuman {
-			return e.cfg.Workspace.CallExternal(ctx, name, args, kwargs)
+			return e.serve(ctx, name, args, kwargs)
 		}
 		q, err := question(args, kwargs)
 		if err != nil {

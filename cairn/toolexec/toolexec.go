@@ -50,6 +50,9 @@ type Config struct {
 	// Logger receives the scripts' print output at debug level.
 	// nil = slog.Default().
 	Logger *slog.Logger
+	// Memory serves the scripts' remember(key, text) calls (remember.go);
+	// nil when the agent has no memory, and remember raises RuntimeError.
+	Memory Rememberer
 }
 
 func (c *Config) validate() error {

@@ -55,6 +55,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/toolexec"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/memory"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -91,6 +92,9 @@ type Config struct {
 	// sync_always). Off, it survives a killed worker; a power loss can
 	// lose the jobs stored since the log's last checkpoint.
 	SyncWorkspace bool
+	// Memory is the fleet_memory bucket for agents that declare memory:
+	// (memory.go); nil = such agents run without their memory.
+	Memory *memory.Store
 }
 
 func (c *Config) validate() error {
@@ -203,10 +207,12 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	}
 	defer ws.close()
 
-	in, err := p.input(req, def, model, ws, events, log)
+	mem := p.memoryRun(req, def, log)
+	in, err := p.input(req, def, model, ws, events, log, mem)
 	if err != nil {
 		return nil, err
 	}
+	in.Context = mem.Recall(ctx)
 	log.Debug("run starting", "workspace", ws.overlay.Path(), "files", len(req.Files))
 	res, err := runner.Run(ctx, in)
 	if err != nil {
@@ -215,7 +221,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 		// help; the job fails.
 		return failed(wire.CodeInvalidRequest, "cannot run the agent: "+err.Error()), nil
 	}
-	return p.ended(ctx, dir, req, def, model, ws, res, log)
+	return p.ended(ctx, dir, req, def, model, ws, mem, res, log)
 }
 
 // setup finds the operation's agent, its model and the runner with the
@@ -241,13 +247,14 @@ func (p *Processor) setup(req *wire.RunRequest) (def *agents.Definition, model l
 }
 
 // input is the loop's input for the job's run in ws.
-func (p *Processor) input(req *wire.RunRequest, def *agents.Definition, model loop.Model, ws *workspace, events loop.EventSink, log *slog.Logger) (loop.Input, error) {
+func (p *Processor) input(req *wire.RunRequest, def *agents.Definition, model loop.Model, ws *workspace, events loop.EventSink, log *slog.Logger, mem *memory.Run) (loop.Input, error) {
 	exec, err := toolexec.New(toolexec.Config{
 		Definition: def,
 		Sandbox:    p.cfg.Sandbox,
 		Workspace:  ws.overlay,
 		Node:       agents.Node(req.Node),
 		Logger:     log,
+		Memory:     rememberer(mem),
 	})
 	if err != nil {
 		return loop.Input{}, fmt.Errorf("jobrun: tools of %s: %w", req.Operation, err)
@@ -265,12 +272,12 @@ func (p *Processor) input(req *wire.RunRequest, def *agents.Definition, model lo
 // ended turns a run's result into the job's outcome: a run parked on a
 // question parks the job (park.go); any other result gets the workspace's
 // changes and diff, and the job is stored.
-func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest, def *agents.Definition, model loop.Model, ws *workspace, res *loop.Result, log *slog.Logger) (*queue.Outcome, error) {
+func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest, def *agents.Definition, model loop.Model, ws *workspace, mem *memory.Run, res *loop.Result, log *slog.Logger) (*queue.Outcome, error) {
 	if cause := context.Cause(ctx); errors.Is(cause, queue.ErrShutdown) {
 		return nil, cause // handed back: it runs again, nothing is stored
 	}
 	if res.Parked != nil {
-		return p.park(ctx, req, ws, res, log)
+		return p.park(ctx, req, ws, mem, res, log)
 	}
 
 	// The run's context may be over (deadline, cancel): the changes are
@@ -291,6 +298,9 @@ func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest,
 		if out.Diff, err = ws.overlay.Diff(dctx); err != nil {
 			return nil, fmt.Errorf("jobrun: diff: %w", err)
 		}
+	}
+	if err := flushMemory(dctx, mem); err != nil {
+		return nil, err
 	}
 	if err := p.persist(dctx, dir, req, ws); err != nil {
 		return nil, err

@@ -13,10 +13,11 @@ import (
 	"github.com/agentfleet/fleet/cairn"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/memory"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// Parked jobs (docs/PROTOCOL.md §15). A run whose tool asked a human
+// Parked jobs (docs/PROTOCOL.md §16). A run whose tool asked a human
 // (loop.StatusWaiting) parks the job: the Processor returns a queue.Park
 // whose State is a parkedJob, and the worker keeps it in fleet_parked
 // until an answer resumes the job, on this worker or any other. The state
@@ -40,10 +41,14 @@ type parkedJob struct {
 	Loop      *loop.Parked    `json:"loop"`
 	Stable    []byte          `json:"stable"`
 	Overlay   []byte          `json:"overlay"`
+	// Memory are the entries the run remembered before it parked: they
+	// become durable only when the run ends with a result, so the resumed
+	// run carries them on.
+	Memory []wire.MemoryEntry `json:"memory,omitempty"`
 }
 
 // park turns a parked run into the job's park outcome.
-func (p *Processor) park(ctx context.Context, req *wire.RunRequest, ws *workspace, res *loop.Result, log *slog.Logger) (*queue.Outcome, error) {
+func (p *Processor) park(ctx context.Context, req *wire.RunRequest, ws *workspace, mem *memory.Run, res *loop.Result, log *slog.Logger) (*queue.Outcome, error) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	stable, err := ws.stable.Image(dctx)
@@ -55,7 +60,8 @@ func (p *Processor) park(ctx context.Context, req *wire.RunRequest, ws *workspac
 		return nil, fmt.Errorf("jobrun: park: %w", err)
 	}
 	data, err := json.Marshal(&parkedJob{Format: parkFormat, JobID: req.JobID, Operation: req.Operation, Node: req.Node,
-		Options: req.Options, Files: ws.files, Created: ws.created, Loop: res.Parked, Stable: stable, Overlay: overlay})
+		Options: req.Options, Files: ws.files, Created: ws.created, Loop: res.Parked, Stable: stable, Overlay: overlay,
+		Memory: pendingMemory(mem)})
 	if err != nil {
 		return nil, fmt.Errorf("jobrun: park: %w", err)
 	}
@@ -102,7 +108,13 @@ func (p *Processor) resume(ctx context.Context, req *wire.RunRequest, rs *queue.
 		return nil, err
 	}
 	defer ws.close()
-	in, err := p.input(&orig, def, model, ws, events, log)
+	mem := p.memoryRun(&orig, def, log)
+	for _, e := range pj.Memory {
+		if mem != nil {
+			_ = mem.Remember(ctx, e.Key, e.Text) // checked when first remembered
+		}
+	}
+	in, err := p.input(&orig, def, model, ws, events, log, mem)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +123,15 @@ func (p *Processor) resume(ctx context.Context, req *wire.RunRequest, rs *queue.
 	if err != nil {
 		return parkStateFailed(err.Error()), nil
 	}
-	return p.ended(ctx, dir, &orig, def, model, ws, res, log)
+	return p.ended(ctx, dir, &orig, def, model, ws, mem, res, log)
+}
+
+// pendingMemory is what a run remembered so far (none without memory).
+func pendingMemory(m *memory.Run) []wire.MemoryEntry {
+	if m == nil {
+		return nil
+	}
+	return m.Pending()
 }
 
 // stateError is a parked workspace image that cannot be used.

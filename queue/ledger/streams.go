@@ -72,7 +72,7 @@ type StreamsConfig struct {
 	MaxAckPending int
 	// MaxWaiting caps waiting pull requests per consumer (one per idle slot).
 	MaxWaiting int
-	// ParkedMaxBytes caps one parked run's state in fleet_parked (§15);
+	// ParkedMaxBytes caps one parked run's state in fleet_parked (§16);
 	// a run whose state is larger fails instead of parking.
 	// 0 = DefaultParkedMaxBytes.
 	ParkedMaxBytes int64
@@ -158,8 +158,10 @@ type Streams struct {
 	Status jetstream.KeyValue
 	// Unique is the fleet_unique bucket of uniqueness keys.
 	Unique jetstream.KeyValue
-	// Parked is the fleet_parked Object Store of parked runs (§15).
+	// Parked is the fleet_parked Object Store of parked runs.
 	Parked jetstream.ObjectStore
+	// Memory is the fleet_memory bucket of agents' remembered entries.
+	Memory jetstream.KeyValue
 	// Schedules reports whether FLEET_RUNS accepts schedule messages
 	// (only without RunsMaxBytes/RunsMaxMsgs, docs/PROTOCOL.md §12).
 	Schedules bool
@@ -173,7 +175,7 @@ type Streams struct {
 }
 
 // EnsureStreams creates or updates FLEET_RUNS, FLEET_RESULTS, FLEET_TRANSCRIPTS, FLEET_DLQ,
-// FLEET_ADVISORIES, the fleet_jobs bucket and one durable consumer per
+// FLEET_ADVISORIES, the fleet_jobs, fleet_unique and fleet_memory buckets and one durable consumer per
 // operation, so that several workers may call it concurrently and
 // repeatedly. An existing stream whose settings cannot be changed in place
 // (for example its retention) is an error naming it.
@@ -288,6 +290,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketUnique, err)
 	}
 	if s.Parked, err = ensureParked(ctx, js, cfg, storage); err != nil {
+		return nil, err
+	}
+	if s.Memory, err = ensureMemory(ctx, js, cfg, storage); err != nil {
 		return nil, err
 	}
 	if s.StatusStream, err = js.Stream(ctx, "KV_"+wire.BucketJobs); err != nil {

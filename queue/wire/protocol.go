@@ -235,7 +235,7 @@ type RunOptions struct {
 	// ToolTimeoutMS bounds one tool call, in milliseconds.
 	ToolTimeoutMS int64 `json:"tool_timeout_ms,omitempty" msgpack:"tool_timeout_ms,omitempty"`
 	// ParkTimeoutMS bounds how long the run may wait for a human's answer
-	// (§15), in milliseconds; 0 = the worker's default.
+	// (§16), in milliseconds; 0 = the worker's default.
 	ParkTimeoutMS int64 `json:"park_timeout_ms,omitempty" msgpack:"park_timeout_ms,omitempty"`
 }
 
@@ -272,6 +272,10 @@ type RunRequest struct {
 	Files map[string]string `json:"files,omitempty" msgpack:"files,omitempty"`
 	// Options are per-run limits.
 	Options RunOptions `json:"options" msgpack:"options"`
+	// Project names the project the node belongs to: agents with memory
+	// keep their entries per agent and project (docs/PROTOCOL.md §15).
+	// Optional, 1-64 of [A-Za-z0-9_-]; empty means DefaultProject.
+	Project string `json:"project,omitempty" msgpack:"project,omitempty"`
 	// CreatedAt is when the client built the request (informational).
 	CreatedAt time.Time `json:"created_at" msgpack:"created_at"`
 }
@@ -321,7 +325,7 @@ type StatusRecord struct {
 	Seq uint64 `json:"seq,omitempty"`
 	// ScheduledAt is when a scheduled job is due (state scheduled, §12.3).
 	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
-	// Question, Park and Deadline describe a waiting job (§15): what it
+	// Question, Park and Deadline describe a waiting job (§16): what it
 	// asks, the park id an answer names, and when it times out.
 	Question string     `json:"question,omitempty"`
 	Park     uint64     `json:"park,omitempty"`
