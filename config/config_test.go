@@ -59,6 +59,8 @@ func TestDefaults(t *testing.T) {
 		{"queue.backoff", c.Queue.Backoff, []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}},
 		{"worker.slots", c.Worker.Slots, runtime.NumCPU()},
 		{"worker.agents_dir", c.Worker.AgentsDir, "./agents"},
+		{"worker.pushed_agents", c.Worker.PushedAgents, false},
+		{"worker.pushed_agents_dir", c.Worker.PushedAgentsDir, "./data/agents"},
 		{"worker.name", c.Worker.Name, host},
 		{"worker.metrics_listen", c.Worker.MetricsListen, ""},
 		{"worker.workspace_dir", c.Worker.WorkspaceDir, "./data/workspaces"},
