@@ -234,13 +234,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	defer cancel()
 
 	// Pushed agents (worker.pushed_agents) join the local ones.
-	var served atomic.Pointer[[]string]
-	set, err := startPushedAgents(ctx, cfg, nc, defs, log, func() []string {
-		if p := served.Load(); p != nil {
-			return *p
-		}
-		return nil
-	})
+	set, err := startPushedAgents(ctx, cfg, nc, defs, log)
 	if err != nil {
 		return err
 	}
@@ -249,7 +243,6 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	if err != nil {
 		return &usageError{err}
 	}
-	served.Store(&ops)
 	met.AddOperations(ops...)
 
 	// The sandbox, shared by every slot.
@@ -323,16 +316,28 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	if b := cfg.Queue.Backoff; len(b) > 0 {
 		wcfg.RetryBackoff, wcfg.MaxRetryBackoff = b[0], slices.Max(b)
 	}
-	w, err := queue.NewWorker(wcfg)
+	// The engine restarts the queue.Worker when a push adds an operation
+	// (engine.go).
+	w, err := startEngine(ctx, ops, func(ops []string) (*queue.Worker, error) {
+		c := wcfg
+		c.Operations = ops
+		return queue.NewWorker(c)
+	}, log)
 	if err != nil {
-		return &usageError{err}
+		return err
+	}
+	if cfg.Worker.PushedAgents && len(cfg.Worker.Operations) == 0 {
+		f := func() {
+			if ops, err := set.operations(cfg); err == nil {
+				w.serve(ops)
+			}
+		}
+		set.onOperations.Store(&f)
+		f() // an agent pushed between the first read and now
 	}
 	met.SetSlots(w.Config().Slots)
 	met.SetWorkerStats(w.Stats)
 	met.SetQueueDepthFunc(metrics.WorkerQueueDepth(w))
-	if err := w.Start(ctx); err != nil {
-		return fmt.Errorf("start: %w", err)
-	}
 	readyFn := metrics.WorkerReady(nc, w)
 	ready.Store(&readyFn)
 	if err := startOperatorViews(ctx, cfg, nc, w, tracker, describe(be.Describe()), log, &done); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,6 +25,9 @@ import (
 type agentSet struct {
 	local   map[string]*agents.Definition
 	watcher *agentkv.Watcher // nil without pushed agents
+	// onOperations, when set, is called after a pushed agent loaded (the
+	// engine then serves a new operation); set before updates matter.
+	onOperations atomic.Pointer[func()]
 }
 
 // source answers jobrun's question for a job: the agent new jobs of op use.
@@ -40,10 +44,9 @@ func (s *agentSet) source(op string) (jobrun.Agent, bool) {
 }
 
 // startPushedAgents starts watching the fleet_agents bucket (created when
-// missing) and returns the set. Updates are logged; a pushed operation that
-// the worker does not serve yet is logged with what to do.
+// missing) and returns the set. Updates are logged.
 func startPushedAgents(ctx context.Context, cfg *config.Config, nc *nats.Conn, local map[string]*agents.Definition,
-	log *slog.Logger, served func() []string) (*agentSet, error) {
+	log *slog.Logger) (*agentSet, error) {
 	set := &agentSet{local: local}
 	if !cfg.Worker.PushedAgents {
 		return set, nil
@@ -66,9 +69,8 @@ func startPushedAgents(ctx context.Context, cfg *config.Config, nc *nats.Conn, l
 				log.Warn("pushed agent ignored: the local agents folder serves this operation", "operation", u.Operation,
 					"pushed_version", u.Version)
 			}
-			if s := served; s != nil && u.Err == nil && !u.Deleted && !slices.Contains(s(), u.Operation) {
-				log.Warn("pushed agent for an operation this worker does not serve; restart the worker to serve it",
-					"operation", u.Operation, "version", u.Version)
+			if f := set.onOperations.Load(); f != nil && u.Err == nil && !u.Deleted {
+				(*f)()
 			}
 		},
 	})
