@@ -104,6 +104,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdConsole(cargs)
 	case "schedule":
 		err = c.cmdSchedule(cargs)
+	case "agents":
+		err = c.cmdAgents(cargs)
+	case "stats":
+		err = c.cmdStats(cargs)
 	case "help":
 		fmt.Fprint(stdout, helpText)
 		return exitOK
