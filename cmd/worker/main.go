@@ -329,6 +329,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	if cfg.Worker.PushedAgents && len(cfg.Worker.Operations) == 0 {
 		f := func() {
 			if ops, err := set.operations(cfg); err == nil {
+				met.AddOperations(ops...)
 				w.serve(ops)
 			}
 		}
