@@ -416,6 +416,7 @@ func FuzzParseDefinition(f *testing.F) {
 	}
 	f.Add([]byte("name: a\ntools:\n  - name: submit_result\n    parameters: &a {type: object, properties: {x: *a}}\n"))
 	f.Add([]byte("a: &a [*a, *a]\n"))
+	f.Add([]byte("name: a\nmodel: m@1\nadapter: l@1\ncanary: {model: m@2, adapter: l@2, share: 0.25}\ntools:\n  - name: submit_result\n"))
 	dir, err := filepath.Abs(filepath.Join("testdata", "good", "lint"))
 	if err != nil {
 		f.Fatal(err)

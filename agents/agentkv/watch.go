@@ -196,7 +196,7 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry) {
 		u.Deleted = true
 		w.cfg.Logger.Info("pushed agent removed", "operation", op, "revision", u.Revision)
 	default:
-		a, err := w.load(op, e.Value())
+		a, err := w.load(op, e.Value(), old[op])
 		if err != nil {
 			u.Err = err
 			if prev, ok := old[op]; ok {
@@ -219,14 +219,19 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry) {
 	}
 }
 
-// load decodes, writes and loads one bundle.
-func (w *Watcher) load(op string, data []byte) (*Agent, error) {
+// load decodes, writes and loads one bundle. The version in service is
+// kept as it is when the entry holds the same version and files (its
+// folder may be in use by a running job).
+func (w *Watcher) load(op string, data []byte, cur *Agent) (*Agent, error) {
 	b, err := Decode(data)
 	if err != nil {
 		return nil, err
 	}
 	if b.Operation != op {
 		return nil, fmt.Errorf("%w: key %s holds operation %s", ErrInvalidBundle, op, b.Operation)
+	}
+	if cur != nil && cur.Version == b.Version && cur.Digest == b.Digest {
+		return cur, nil
 	}
 	hex := b.Digest[len("sha256:"):]
 	dir := filepath.Join(w.cfg.CacheDir, op, strconv.FormatUint(b.Version, 10)+"-"+hex[:12])

@@ -86,6 +86,22 @@ func TestWatcherFollowsVersionsAndKeepsOldOnes(t *testing.T) {
 		t.Fatalf("old version's tool file: %v", err)
 	}
 
+	// The same version written again (by hand) keeps the loaded one: its
+	// folder may be in use.
+	e, err := kv.Get(ctx, "lint")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "lint", e.Value()); err != nil {
+		t.Fatal(err)
+	}
+	if u := next(); u.Version != 2 || u.Err != nil {
+		t.Fatalf("same version again: %+v", u)
+	}
+	if a, _ := w.Lookup("lint"); a != v2 {
+		t.Fatal("the same version was loaded again")
+	}
+
 	// A corrupt entry: logged, version 2 stays.
 	if _, err := kv.Put(ctx, "lint", []byte("{garbage")); err != nil {
 		t.Fatal(err)
