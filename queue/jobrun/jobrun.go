@@ -65,8 +65,13 @@ var ErrInvalidConfig = errors.New("jobrun: invalid config")
 // Config is what one slot's Processor needs.
 type Config struct {
 	// Agents are the agent definitions by operation (agents.LoadDir).
-	// Required.
+	// Required unless Source is set.
 	Agents map[string]*agents.Definition
+	// Source, when set, is asked for each job's agent instead of Agents,
+	// at the job's start: a job keeps the definition it started with even
+	// when Source has a newer one by the time it ends (agents pushed
+	// through NATS, agents/agentkv).
+	Source func(operation string) (Agent, bool)
 	// Sandbox runs the .pym tools: the worker's Monty pool, shared by all
 	// slots. Required.
 	Sandbox toolexec.Sandbox
@@ -99,8 +104,8 @@ type Config struct {
 
 func (c *Config) validate() error {
 	switch {
-	case len(c.Agents) == 0:
-		return fmt.Errorf("%w: Agents is empty", ErrInvalidConfig)
+	case len(c.Agents) == 0 && c.Source == nil:
+		return fmt.Errorf("%w: Agents is empty and no Source is set", ErrInvalidConfig)
 	case c.Sandbox == nil:
 		return fmt.Errorf("%w: Sandbox is required", ErrInvalidConfig)
 	case c.Model == nil && c.ModelFor == nil:
@@ -188,10 +193,12 @@ func (e *requestError) Unwrap() error { return e.err }
 // hands the job back, it is not failed.
 func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
 	log := p.cfg.Logger.With("job", req.JobID, "operation", req.Operation)
-	def, ok := p.cfg.Agents[req.Operation]
+	agent, ok := p.agent(req.Operation)
 	if !ok {
 		return failed(wire.CodeUnknownOperation, fmt.Sprintf("no agent serves operation %q", req.Operation)), nil
 	}
+	// A canary share runs a copy of the definition on the canary's model.
+	def, canary := agent.Def.ForJob(req.JobID)
 	model := p.cfg.Model
 	if p.cfg.ModelFor != nil {
 		m, err := p.cfg.ModelFor(def)
@@ -253,7 +260,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	// still read, under a short deadline of their own.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	out := &queue.Outcome{Result: *res, Transcript: p.transcript(def, model, res)}
+	out := &queue.Outcome{Result: *res, Transcript: p.transcript(agent, def, canary, model, res)}
 	out.Result.Messages, out.Result.Tools = nil, nil
 	changed, err := ws.overlay.ChangedFiles(dctx)
 	if err != nil {
@@ -277,6 +284,24 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	log.Info("run finished", "status", res.Status, "error_code", res.ErrorCode, "turns", res.Turns,
 		"tool_calls", res.ToolCalls, "changed", len(changed), "workspace", ws.overlay.ID())
 	return out, nil
+}
+
+// Agent is the definition a job runs and, for a pushed agent, its version
+// and digest (0 and "" for an agent from a local folder).
+type Agent struct {
+	Def     *agents.Definition
+	Version uint64
+	Digest  string
+}
+
+// agent finds the job's agent: Source's answer, else Agents.
+func (p *Processor) agent(op string) (Agent, bool) {
+	if p.cfg.Source != nil {
+		a, ok := p.cfg.Source(op)
+		return a, ok && a.Def != nil
+	}
+	d, ok := p.cfg.Agents[op]
+	return Agent{Def: d}, ok
 }
 
 // runnerFor applies the request's options: max_turns overrides the agent's

@@ -380,6 +380,13 @@ type AgentResult struct {
 	// TranscriptSeq is the FLEET_TRANSCRIPTS sequence of the run's
 	// transcript (0: none was stored, e.g. a queue failure).
 	TranscriptSeq uint64 `json:"transcript_seq,omitempty" msgpack:"transcript_seq,omitempty"`
+	// AgentVersion and AgentDigest identify the pushed agent version the
+	// job ran (absent for an agent from a worker's folder); ModelRef and
+	// Canary say which model version it ran (as in its Transcript).
+	AgentVersion uint64 `json:"agent_version,omitempty" msgpack:"agent_version,omitempty"`
+	AgentDigest  string `json:"agent_digest,omitempty" msgpack:"agent_digest,omitempty"`
+	ModelRef     string `json:"model_ref,omitempty" msgpack:"model_ref,omitempty"`
+	Canary       bool   `json:"canary,omitempty" msgpack:"canary,omitempty"`
 }
 
 // Event is one loop event of a job, published in order on
