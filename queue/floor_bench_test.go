@@ -46,7 +46,7 @@ import (
 // publishes of the fleet's event size, headers and subject, which
 // FLEET_RESULTS captures, before the result): the floor of the protocol
 // including its per-turn events, a one-turn run's five.
-func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Duration) {
+func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Duration, mem allocs) {
 	e := newBenchEnv(b)
 	defer e.close()
 	ctx := context.Background()
@@ -207,7 +207,7 @@ func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Durati
 	if err := shared.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0, mem0 := time.Now(), cpuTime(), allocsNow()
 	publishAll(b, e.js, msgs)
 	select {
 	case <-finished:
@@ -216,12 +216,13 @@ func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Durati
 	}
 	el := time.Since(start)
 	cpu = cpuTime() - cpu0
+	mem = allocsNow().minus(mem0)
 	close(stop)
 	wg.Wait()
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatalf("floor: %v", err)
 	}
-	return float64(n) / el.Seconds(), cpu
+	return float64(n) / el.Seconds(), cpu, mem
 }
 
 // floorStatus is a status record of the fleet's size and shape.
@@ -263,7 +264,9 @@ func floorPubAck(data []byte) (uint64, error) {
 // FLEET_BENCH_FLOOR_EVENTS=n events per job).
 func BenchmarkProtocolFloor(b *testing.B) {
 	ev, _ := strconv.Atoi(os.Getenv("FLEET_BENCH_FLOOR_EVENTS"))
-	rate, cpu := floorRun(b, b.N, benchSlots(), ev)
+	rate, cpu, mem := floorRun(b, b.N, benchSlots(), ev)
 	b.ReportMetric(rate, "floor-jobs/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "floor-cpu-µs/job")
+	b.ReportMetric(mem.perJob(b.N).bytes, "floor-B/job")
+	b.ReportMetric(mem.perJob(b.N).count, "floor-allocs/job")
 }
