@@ -354,6 +354,9 @@ func BenchmarkNoopJobs(b *testing.B) {
 			floorEvRate, float64(floorEvCPU.Microseconds())/float64(n), fleetRate/floorEvRate,
 			fleetMem.count, fleetMem.bytes, floorEvMem.perJob(n).count, floorEvMem.perJob(n).bytes, len(ops), dropped, over)
 		comparePeers(b, fleetRate, 0, 0)
+		if floorCPU > 0 {
+			logCeilings(b, fleetCPU/time.Duration(n), floorCPU/time.Duration(n), floorEvCPU/time.Duration(n))
+		}
 	}
 }
 

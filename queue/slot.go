@@ -49,14 +49,16 @@ type slot struct {
 	// before the result, takes the whole queue and publishes it while
 	// holding pubMu, so events leave in emission order whoever publishes
 	// them.
-	evMu    sync.Mutex
-	evq     []evItem
-	evSpare []evItem
-	evWake  chan struct{}
-	evDone  chan struct{}
-	pubMu   sync.Mutex
-	evBuf   []byte     // event encoding buffer (under pubMu)
-	evTmp   wire.Event // the event being encoded (under pubMu)
+	evMu     sync.Mutex
+	evq      []evItem
+	evSpare  []evItem
+	evWake   chan struct{}
+	evDone   chan struct{}
+	pubMu    sync.Mutex
+	evBuf    []byte      // event encoding buffer (under pubMu)
+	evTmp    wire.Event  // the event being encoded (under pubMu)
+	evHdr    nats.Header // the events' headers, of evHdrKey's job (under pubMu)
+	evHdrKey evHdrKey
 }
 
 type loggerish interface {
@@ -87,7 +89,6 @@ type job struct {
 	enqueued  time.Time
 	dropped   atomic.Int64
 	evSubject string
-	evHeader  nats.Header // shared by the job's events; read-only once built
 }
 
 type evItem struct {
