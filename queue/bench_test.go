@@ -60,6 +60,17 @@ func (a allocs) perJob(n int) allocs {
 	return allocs{bytes: a.bytes / float64(n), count: a.count / float64(n)}
 }
 
+// serverMsgs is the messages the server received and sent so far (every
+// client publish, pull request, ack and API request in; deliveries, PubAcks
+// and answers out): per job, the operations a path costs the server.
+func (e *benchEnv) serverMsgs() (in, out float64) {
+	v, err := e.srv.Server().Varz(nil)
+	if err != nil {
+		return 0, 0
+	}
+	return float64(v.InMsgs), float64(v.OutMsgs)
+}
+
 type benchEnv struct {
 	srv  *embedded.Embedded
 	nc   *nats.Conn // client
@@ -261,14 +272,15 @@ func BenchmarkNoopJobs(b *testing.B) {
 	rawRate, rawBatchRate, floorRate, floorEvRate := 1.0, 1.0, 1.0, 1.0
 	var floorCPU, floorEvCPU time.Duration
 	var floorEvMem allocs
+	var floorEvMsgs [2]float64
 	if os.Getenv("FLEET_BENCH_BASELINES") != "0" {
 		rawRate = rawRun(false)
 		rawBatchRate = rawRun(true)
 		// The protocol floor (floor_bench_test.go): the durable operations
 		// a job needs, nothing else, on the same streams with the same
 		// slots; then the same plus the five events of a one-turn run.
-		floorRate, floorCPU, _ = floorRun(b, n, slots, 0)
-		floorEvRate, floorEvCPU, floorEvMem = floorRun(b, n, slots, 5)
+		floorRate, floorCPU, _, _ = floorRun(b, n, slots, 0)
+		floorEvRate, floorEvCPU, floorEvMem, floorEvMsgs = floorRun(b, n, slots, 5)
 	}
 
 	e := newBenchEnv(b)
@@ -311,6 +323,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 	}
 	b.ResetTimer()
 	start, cpu0, mem0 := time.Now(), cpuTime(), allocsNow()
+	in0, out0 := e.serverMsgs()
 	publishAll(b, e.js, msgs)
 	select {
 	case <-finished:
@@ -320,6 +333,8 @@ func BenchmarkNoopJobs(b *testing.B) {
 	el := time.Since(start)
 	fleetCPU := cpuTime() - cpu0
 	fleetMem := allocsNow().minus(mem0).perJob(n)
+	in1, out1 := e.serverMsgs()
+	fleetIn, fleetOut := (in1-in0)/float64(n), (out1-out0)/float64(n)
 	b.StopTimer()
 	if bad.Load() != 0 {
 		b.Fatalf("%d results were not succeeded", bad.Load())
@@ -346,6 +361,10 @@ func BenchmarkNoopJobs(b *testing.B) {
 	b.ReportMetric(fleetMem.count, "allocs/job")
 	b.ReportMetric(floorEvMem.perJob(n).bytes, "floor+ev-B/job")
 	b.ReportMetric(floorEvMem.perJob(n).count, "floor+ev-allocs/job")
+	b.ReportMetric(fleetIn, "srv-in-msgs/job")
+	b.ReportMetric(fleetOut, "srv-out-msgs/job")
+	b.ReportMetric(floorEvMsgs[0], "floor+ev-srv-in-msgs/job")
+	b.ReportMetric(floorEvMsgs[1], "floor+ev-srv-out-msgs/job")
 	if n >= 1000 {
 		b.Logf("n=%d slots=%d GOMAXPROCS=%d: fleet %.0f jobs/s (%.0f µs CPU per job, all parts in this process), raw JetStream %.0f msgs/s one at a time (%.0f µs CPU per message), ratio %.2f; raw with a pull buffer %.0f msgs/s; protocol floor %.0f jobs/s (%.0f µs CPU per job), fleet÷floor %.2f; floor with 5 events %.0f jobs/s (%.0f µs CPU per job), fleet÷that %.2f; heap allocations per job (whole process) fleet %.0f (%.0f B), floor with events %.0f (%.0f B) (operations %d, events dropped %d, over-delivered %d)",
 			n, slots, runtime.GOMAXPROCS(0), fleetRate, float64(fleetCPU.Microseconds())/float64(n), rawRate,
