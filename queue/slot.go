@@ -44,7 +44,9 @@ type slot struct {
 	hbMu  sync.Mutex
 	hbJob *job
 
-	// Events (events.go): Emit appends to evq (never blocking); the
+	// Events (events.go): Emit publishes an event itself when pubMu is
+	// free, evq is empty and the connection's buffer has room, and
+	// otherwise appends to evq (never waiting for the network); the
 	// publisher goroutine, or the slot itself when it needs the events out
 	// before the result, takes the whole queue and publishes it while
 	// holding pubMu, so events leave in emission order whoever publishes
