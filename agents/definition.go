@@ -45,6 +45,11 @@ type Definition struct {
 	Operation string `yaml:"operation"`
 	// Model names the GGUF the agent runs on; empty means the worker's default.
 	Model string `yaml:"model"`
+	// Adapter names a LoRA adapter over Model; empty means none.
+	Adapter string `yaml:"adapter"`
+	// Canary, when set, routes a share of the agent's jobs to a second
+	// model version (canary.go).
+	Canary *Canary `yaml:"canary"`
 	// MaxTurns bounds the tool loop; 0 means the loop's default.
 	MaxTurns int `yaml:"max_turns"`
 	// InitialContext is the static context set once per run.

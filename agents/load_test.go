@@ -199,7 +199,7 @@ func TestLoadFileBad(t *testing.T) {
 		{"bad_template.yaml", []string{`:3: initial_context.node_context: template does not render: line 2 col 1: unknown variable "node_body" (known: node_text, node_name, node_type, file_path)`}},
 		{"unclosed_template.yaml", []string{`:3: initial_context.node_context: template does not render: line 1 col 7: unclosed "{{"`}},
 		{"unknown_key.yaml", []string{`:4: tools[0]: unknown key "tool_name" (known: context_providers, description, name, parameters, pym)`}},
-		{"unknown_top_key.yaml", []string{`:2: unknown key "model_id" (known: initial_context, max_turns, memory, model, name, operation, tools)`}},
+		{"unknown_top_key.yaml", []string{`:2: unknown key "model_id" (known: adapter, canary, initial_context, max_turns, memory, model, name, operation, tools)`}},
 		{"bad_operation.yaml", []string{`:2: operation: "agents.run.*" is not a valid operation`}},
 		{"empty.yaml", []string{`: file is empty`}},
 		{"not_yaml.yaml", []string{`:2: not valid YAML: did not find expected node content`}},
@@ -416,6 +416,7 @@ func FuzzParseDefinition(f *testing.F) {
 	}
 	f.Add([]byte("name: a\ntools:\n  - name: submit_result\n    parameters: &a {type: object, properties: {x: *a}}\n"))
 	f.Add([]byte("a: &a [*a, *a]\n"))
+	f.Add([]byte("name: a\nmodel: m@1\nadapter: l@1\ncanary: {model: m@2, adapter: l@2, share: 0.25}\ntools:\n  - name: submit_result\n"))
 	dir, err := filepath.Abs(filepath.Join("testdata", "good", "lint"))
 	if err != nil {
 		f.Fatal(err)

@@ -184,6 +184,7 @@ func (v *validator) check(derive func(path string) (json.RawMessage, error)) {
 	if d.MaxTurns < 0 {
 		v.add("max_turns", "must be >= 0, got %d", d.MaxTurns)
 	}
+	v.checkCanary()
 	if err := CheckTemplate(d.InitialContext.NodeContext); err != nil {
 		v.add("initial_context.node_context", "template does not render: %v", err)
 	}

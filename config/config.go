@@ -155,8 +155,16 @@ type Worker struct {
 	// files (agents.LoadDir). Default ./agents.
 	AgentsDir string `yaml:"agents_dir"`
 	// Operations limits the operations served; empty = every agent found in
-	// AgentsDir.
+	// AgentsDir (and, with PushedAgents, in the fleet_agents bucket).
 	Operations []string `yaml:"operations"`
+	// PushedAgents makes the worker serve the agents pushed to the
+	// fleet_agents bucket (`enqueue agents push`) too, and follow new
+	// versions without a restart. An agent in AgentsDir wins over a pushed
+	// one of the same operation. Default false.
+	PushedAgents bool `yaml:"pushed_agents"`
+	// PushedAgentsDir receives the worker's copy of each pushed agent
+	// version (emptied at start). Default ./data/agents.
+	PushedAgentsDir string `yaml:"pushed_agents_dir"`
 	// Name identifies the worker in results and logs. Default: the host
 	// name.
 	Name string `yaml:"name"`
@@ -327,6 +335,7 @@ const (
 	DefaultParkTimeout     = time.Hour
 	DefaultUnservedAfter   = 2 * time.Minute
 	DefaultAgentsDir       = "./agents"
+	DefaultPushedAgentsDir = "./data/agents"
 	DefaultWorkspaceDir    = "./data/workspaces"
 	DefaultPresenceEvery   = 5 * time.Second
 	DefaultModelPath       = "./models/functiongemma-270m-random-q8_0.gguf"
@@ -383,11 +392,12 @@ func Default() *Config {
 			UnservedAfter: DefaultUnservedAfter,
 		},
 		Worker: Worker{
-			Slots:         runtime.NumCPU(),
-			AgentsDir:     DefaultAgentsDir,
-			Name:          host,
-			WorkspaceDir:  DefaultWorkspaceDir,
-			PresenceEvery: DefaultPresenceEvery,
+			Slots:           runtime.NumCPU(),
+			AgentsDir:       DefaultAgentsDir,
+			PushedAgentsDir: DefaultPushedAgentsDir,
+			Name:            host,
+			WorkspaceDir:    DefaultWorkspaceDir,
+			PresenceEvery:   DefaultPresenceEvery,
 		},
 		Model: Model{
 			Backend:     BackendLlama,

@@ -59,6 +59,8 @@ func TestDefaults(t *testing.T) {
 		{"queue.backoff", c.Queue.Backoff, []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}},
 		{"worker.slots", c.Worker.Slots, runtime.NumCPU()},
 		{"worker.agents_dir", c.Worker.AgentsDir, "./agents"},
+		{"worker.pushed_agents", c.Worker.PushedAgents, false},
+		{"worker.pushed_agents_dir", c.Worker.PushedAgentsDir, "./data/agents"},
 		{"worker.name", c.Worker.Name, host},
 		{"worker.metrics_listen", c.Worker.MetricsListen, ""},
 		{"worker.workspace_dir", c.Worker.WorkspaceDir, "./data/workspaces"},
@@ -202,6 +204,8 @@ func TestValidationErrors(t *testing.T) {
 	}{
 		{"slots zero", "worker:\n  slots: 0\n", nil, []string{"worker.slots must be >= 1, got 0 (line 2)"}},
 		{"slots from env", "", []string{"FLEET_WORKER_SLOTS", "-1"}, []string{"worker.slots must be >= 1, got -1 (set by FLEET_WORKER_SLOTS)"}},
+		{"pushed agents into the agents folder", "worker:\n  pushed_agents: true\n  pushed_agents_dir: ./agents/\n", nil,
+			[]string{"worker.pushed_agents_dir must differ from worker.agents_dir (it is emptied at start), got \"./agents/\""}},
 		{"env not a number", "", []string{"FLEET_WORKER_SLOTS", "many"}, []string{`worker.slots must be an integer, got "many" (set by FLEET_WORKER_SLOTS)`}},
 		{"tls cert without key", "nats:\n  url: nats://h:4222\n  tls:\n    cert: " + dir + "\n", nil, []string{
 			"nats.tls.key must be set with nats.tls.cert",

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -214,6 +215,12 @@ func (q *Queue) validate(k *checker) {
 func (w *Worker) validate(k *checker) {
 	k.minInt("worker.slots", w.Slots, 1)
 	k.nonEmpty("worker.agents_dir", w.AgentsDir)
+	if w.PushedAgents {
+		k.nonEmpty("worker.pushed_agents_dir", w.PushedAgentsDir)
+		if filepath.Clean(w.PushedAgentsDir) == filepath.Clean(w.AgentsDir) {
+			k.add("worker.pushed_agents_dir", "must differ from worker.agents_dir (it is emptied at start), got %q", w.PushedAgentsDir)
+		}
+	}
 	for i, op := range w.Operations {
 		if !tokenRE.MatchString(op) {
 			k.add(fmt.Sprintf("worker.operations[%d]", i), "must be 1-64 of A-Z a-z 0-9 _ -, got %q", op)

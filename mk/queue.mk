@@ -7,6 +7,8 @@
 # next to a raw JetStream round trip; then a real agent job through the whole
 # worker path (BenchmarkRealAgentJobs: Cairn, Monty, the lint agent, a
 # scripted model): p50/p99 one at a time and jobs/s with 2 slots.
+# Beside CPU per job it prints heap allocations and the server's messages in/out per job
+# (fleet and floor must match there) and the CPU-bound ceilings next to the peers'.
 # FLEET_BENCH_SLOTS sets the worker's slots in the throughput run (default 8);
 # FLEET_BENCH_OPS=n serves n operations (the multi-operation pull path);
 # FLEET_BENCH_EVENTS=none|finished (worker config) or header-none|header-finished

@@ -42,6 +42,35 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// allocs is the process's heap allocations (bytes and objects; server,
+// worker and client together), for per-job figures beside cpuTime's.
+type allocs struct{ bytes, count float64 }
+
+func allocsNow() allocs {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return allocs{bytes: float64(ms.TotalAlloc), count: float64(ms.Mallocs)}
+}
+
+func (a allocs) minus(b allocs) allocs {
+	return allocs{bytes: a.bytes - b.bytes, count: a.count - b.count}
+}
+
+func (a allocs) perJob(n int) allocs {
+	return allocs{bytes: a.bytes / float64(n), count: a.count / float64(n)}
+}
+
+// serverMsgs is the messages the server received and sent so far (every
+// client publish, pull request, ack and API request in; deliveries, PubAcks
+// and answers out): per job, the operations a path costs the server.
+func (e *benchEnv) serverMsgs() (in, out float64) {
+	v, err := e.srv.Server().Varz(nil)
+	if err != nil {
+		return 0, 0
+	}
+	return float64(v.InMsgs), float64(v.OutMsgs)
+}
+
 type benchEnv struct {
 	srv  *embedded.Embedded
 	nc   *nats.Conn // client
@@ -242,14 +271,16 @@ func BenchmarkNoopJobs(b *testing.B) {
 	// FLEET_BENCH_BASELINES=0 measures the fleet alone (for profiles).
 	rawRate, rawBatchRate, floorRate, floorEvRate := 1.0, 1.0, 1.0, 1.0
 	var floorCPU, floorEvCPU time.Duration
+	var floorEvMem allocs
+	var floorEvMsgs [2]float64
 	if os.Getenv("FLEET_BENCH_BASELINES") != "0" {
 		rawRate = rawRun(false)
 		rawBatchRate = rawRun(true)
 		// The protocol floor (floor_bench_test.go): the durable operations
 		// a job needs, nothing else, on the same streams with the same
 		// slots; then the same plus the five events of a one-turn run.
-		floorRate, floorCPU = floorRun(b, n, slots, 0)
-		floorEvRate, floorEvCPU = floorRun(b, n, slots, 5)
+		floorRate, floorCPU, _, _ = floorRun(b, n, slots, 0)
+		floorEvRate, floorEvCPU, floorEvMem, floorEvMsgs = floorRun(b, n, slots, 5)
 	}
 
 	e := newBenchEnv(b)
@@ -291,7 +322,8 @@ func BenchmarkNoopJobs(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0, mem0 := time.Now(), cpuTime(), allocsNow()
+	in0, out0 := e.serverMsgs()
 	publishAll(b, e.js, msgs)
 	select {
 	case <-finished:
@@ -300,6 +332,9 @@ func BenchmarkNoopJobs(b *testing.B) {
 	}
 	el := time.Since(start)
 	fleetCPU := cpuTime() - cpu0
+	fleetMem := allocsNow().minus(mem0).perJob(n)
+	in1, out1 := e.serverMsgs()
+	fleetIn, fleetOut := (in1-in0)/float64(n), (out1-out0)/float64(n)
 	b.StopTimer()
 	if bad.Load() != 0 {
 		b.Fatalf("%d results were not succeeded", bad.Load())
@@ -322,13 +357,25 @@ func BenchmarkNoopJobs(b *testing.B) {
 	b.ReportMetric(floorEvRate, "floor+ev-jobs/s")
 	b.ReportMetric(fleetRate/floorEvRate, "fleet÷floor+ev")
 	b.ReportMetric(float64(floorEvCPU.Microseconds())/float64(n), "floor+ev-cpu-µs/job")
+	b.ReportMetric(fleetMem.bytes, "B/job")
+	b.ReportMetric(fleetMem.count, "allocs/job")
+	b.ReportMetric(floorEvMem.perJob(n).bytes, "floor+ev-B/job")
+	b.ReportMetric(floorEvMem.perJob(n).count, "floor+ev-allocs/job")
+	b.ReportMetric(fleetIn, "srv-in-msgs/job")
+	b.ReportMetric(fleetOut, "srv-out-msgs/job")
+	b.ReportMetric(floorEvMsgs[0], "floor+ev-srv-in-msgs/job")
+	b.ReportMetric(floorEvMsgs[1], "floor+ev-srv-out-msgs/job")
 	if n >= 1000 {
-		b.Logf("n=%d slots=%d GOMAXPROCS=%d: fleet %.0f jobs/s (%.0f µs CPU per job, all parts in this process), raw JetStream %.0f msgs/s one at a time (%.0f µs CPU per message), ratio %.2f; raw with a pull buffer %.0f msgs/s; protocol floor %.0f jobs/s (%.0f µs CPU per job), fleet÷floor %.2f; floor with 5 events %.0f jobs/s (%.0f µs CPU per job), fleet÷that %.2f (operations %d, events dropped %d, over-delivered %d)",
+		b.Logf("n=%d slots=%d GOMAXPROCS=%d: fleet %.0f jobs/s (%.0f µs CPU per job, all parts in this process), raw JetStream %.0f msgs/s one at a time (%.0f µs CPU per message), ratio %.2f; raw with a pull buffer %.0f msgs/s; protocol floor %.0f jobs/s (%.0f µs CPU per job), fleet÷floor %.2f; floor with 5 events %.0f jobs/s (%.0f µs CPU per job), fleet÷that %.2f; heap allocations per job (whole process) fleet %.0f (%.0f B), floor with events %.0f (%.0f B) (operations %d, events dropped %d, over-delivered %d)",
 			n, slots, runtime.GOMAXPROCS(0), fleetRate, float64(fleetCPU.Microseconds())/float64(n), rawRate,
 			float64(rawCPU.Microseconds())/float64(n), fleetRate/rawRate, rawBatchRate,
 			floorRate, float64(floorCPU.Microseconds())/float64(n), fleetRate/floorRate,
-			floorEvRate, float64(floorEvCPU.Microseconds())/float64(n), fleetRate/floorEvRate, len(ops), dropped, over)
+			floorEvRate, float64(floorEvCPU.Microseconds())/float64(n), fleetRate/floorEvRate,
+			fleetMem.count, fleetMem.bytes, floorEvMem.perJob(n).count, floorEvMem.perJob(n).bytes, len(ops), dropped, over)
 		comparePeers(b, fleetRate, 0, 0)
+		if floorCPU > 0 {
+			logCeilings(b, fleetCPU/time.Duration(n), floorCPU/time.Duration(n), floorEvCPU/time.Duration(n))
+		}
 	}
 }
 

@@ -30,6 +30,9 @@ func (k jobSink) Emit(e loop.Event) {
 		return // the request asked for fewer events (Fleet-Events)
 	}
 	s := k.s
+	if s.publishNow(k.j, &e) {
+		return
+	}
 	s.evMu.Lock()
 	if len(s.evq) >= s.w.cfg.EventBuffer {
 		s.evMu.Unlock()
@@ -39,6 +42,34 @@ func (k jobSink) Emit(e loop.Event) {
 	s.evq = append(s.evq, evItem{job: k.j, ev: e})
 	s.evMu.Unlock()
 	s.wakePublisher()
+}
+
+// inlineEventBytes bounds the connection's unsent bytes under which Emit
+// publishes an event itself: a publish then only appends to the
+// connection's buffer (nats.go writes to the socket from its own flusher
+// until the buffer holds 32 KiB), so the run does not wait for the network.
+const inlineEventBytes = 16 << 10
+
+// publishNow publishes e on the emitting goroutine when nothing is ahead of
+// it (the queue is empty and no publish is under way) and the connection's
+// buffer has room: no hand-off to the publisher goroutine, which a short
+// job's events otherwise cost once each. Otherwise the event is queued.
+func (s *slot) publishNow(j *job, e *loop.Event) bool {
+	if !s.pubMu.TryLock() {
+		return false
+	}
+	defer s.pubMu.Unlock()
+	s.evMu.Lock()
+	empty := len(s.evq) == 0
+	s.evMu.Unlock()
+	if !empty {
+		return false
+	}
+	if n, err := s.nc.Buffered(); err != nil || n > inlineEventBytes {
+		return false
+	}
+	s.publishEvent(j, e)
+	return true
 }
 
 func (s *slot) wakePublisher() {
@@ -66,11 +97,11 @@ func (s *slot) publishEvents() {
 	}
 }
 
-func (s *slot) publishEvent(it evItem) {
-	j := it.job
+// publishEvent publishes one event of j (pubMu is held).
+func (s *slot) publishEvent(j *job, e *loop.Event) {
 	// evBuf is reused: a publish copies the bytes into the connection's
 	// buffer before it returns (pubMu is held).
-	wireEvent(&s.evTmp, j.id, j.attempt, &it.ev)
+	wireEvent(&s.evTmp, j.id, j.attempt, e)
 	data, err := wire.AppendEvent(s.evBuf[:0], j.enc, &s.evTmp)
 	s.evTmp = wire.Event{}
 	if err != nil {
@@ -78,10 +109,16 @@ func (s *slot) publishEvent(it evItem) {
 		return
 	}
 	s.evBuf = data[:0]
-	if j.evHeader == nil {
-		j.evHeader = outHeader(j)
+	if k := (evHdrKey{j.id, j.attempt, j.enc}); s.evHdrKey != k {
+		// One header map per slot, refilled when the job changes: a
+		// publish serialises it before it returns.
+		if s.evHdr == nil {
+			s.evHdr = make(nats.Header, 4)
+		}
+		fillOutHeader(s.evHdr, j)
+		s.evHdrKey = k
 	}
-	m := &nats.Msg{Subject: j.evSubject, Data: data, Header: j.evHeader}
+	m := &nats.Msg{Subject: j.evSubject, Data: data, Header: s.evHdr}
 	if err := s.nc.PublishMsg(m); err != nil {
 		j.dropped.Add(1)
 		return
@@ -112,13 +149,31 @@ func parseEventsHeader(v string) (limit bool, kinds []wire.EventKind) {
 	return true, kinds
 }
 
-func outHeader(j *job) nats.Header {
-	return nats.Header{
-		wire.HeaderContentType: {j.enc.ContentType()},
-		wire.HeaderProtocol:    {"1"},
-		wire.HeaderJobID:       {j.id},
-		wire.HeaderAttempt:     {strconv.Itoa(j.attempt)},
+// evHdrKey names the job whose headers a slot's evHdr holds (not the job
+// itself, which an idle slot would keep alive with its request).
+type evHdrKey struct {
+	id      string
+	attempt int
+	enc     wire.Encoding
+}
+
+// fillOutHeader sets h to the headers of j's events, reusing h's value
+// slices.
+func fillOutHeader(h nats.Header, j *job) {
+	setHeader(h, wire.HeaderContentType, j.enc.ContentType())
+	setHeader(h, wire.HeaderProtocol, "1")
+	setHeader(h, wire.HeaderJobID, j.id)
+	setHeader(h, wire.HeaderAttempt, strconv.Itoa(j.attempt))
+}
+
+// setHeader sets h's only value of k to v without allocating when k
+// already has exactly one value.
+func setHeader(h nats.Header, k, v string) {
+	if vs := h[k]; len(vs) == 1 {
+		vs[0] = v
+		return
 	}
+	h[k] = []string{v}
 }
 
 // flushEvents publishes every event queued so far (or waits for the
@@ -137,7 +192,7 @@ func (s *slot) flushEvents() {
 		return
 	}
 	for i := range batch {
-		s.publishEvent(batch[i])
+		s.publishEvent(batch[i].job, &batch[i].ev)
 		batch[i] = evItem{}
 	}
 	s.evMu.Lock()

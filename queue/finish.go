@@ -59,6 +59,9 @@ func (s *slot) complete(j *job, out *Outcome) {
 		res.ChangedFiles = []string{}
 	}
 	res.Diff = out.Diff
+	if t := out.Transcript; t != nil {
+		res.AgentVersion, res.AgentDigest, res.ModelRef, res.Canary = t.AgentVersion, t.AgentDigest, t.ModelRef, t.Canary
+	}
 	if !s.storeTranscript(j, res, out.Transcript) {
 		return
 	}

@@ -33,7 +33,9 @@ import (
 //     publishes the result with the lease as its expected last subject
 //     sequence (protocol 1.2);
 //  5. once the result is confirmed it acknowledges the job (plain +ACK)
-//     and pulls the next.
+//     and pulls the next;
+//  6. the client receives the result (a subscription on the results
+//     subject), which is where the fleet run counts its jobs too.
 //
 // No events by default, no request decoding, no JSON encoding (the
 // status and result payloads are prebuilt bytes of the fleet's sizes). Each
@@ -46,7 +48,10 @@ import (
 // publishes of the fleet's event size, headers and subject, which
 // FLEET_RESULTS captures, before the result): the floor of the protocol
 // including its per-turn events, a one-turn run's five.
-func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Duration) {
+//
+// msgs are the server's messages in and out per job (benchEnv.serverMsgs),
+// to compare with the fleet's: the same operations, one for one.
+func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Duration, mem allocs, srvMsgs [2]float64) {
 	e := newBenchEnv(b)
 	defer e.close()
 	ctx := context.Background()
@@ -65,9 +70,27 @@ func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Durati
 		b.Fatal(err)
 	}
 	defer shared.Close()
-	var done atomic.Int64
+	var done, got atomic.Int64
 	var failed atomic.Value
 	finished := make(chan struct{})
+	var endOnce sync.Once
+	end := func() { endOnce.Do(func() { close(finished) }) }
+	// The client receives every result, as the fleet run's client does
+	// (a subscription on the results subject): the run ends when it has
+	// them all.
+	rsub, err := e.nc.Subscribe(wire.SubjectResultsPrefix+">", func(*nats.Msg) {
+		if got.Add(1) == int64(n) {
+			end()
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = rsub.Unsubscribe() }()
+	_ = rsub.SetPendingLimits(-1, -1)
+	if err := e.nc.Flush(); err != nil {
+		b.Fatal(err)
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	pullBody := []byte(`{"batch":1,"expires":5000000000}`)
@@ -92,11 +115,7 @@ func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Durati
 			defer wg.Done()
 			fail := func(err error) {
 				failed.CompareAndSwap(nil, err)
-				select {
-				case <-finished:
-				default:
-					close(finished)
-				}
+				end()
 			}
 			// wait returns the next reply on the slot's inbox.
 			wait := func() *nats.Msg {
@@ -197,31 +216,31 @@ func floorRun(b *testing.B, n, slots, events int) (rate float64, cpu time.Durati
 					fail(err)
 					return
 				}
-				if done.Add(1) == int64(n) {
-					close(finished)
-					return
-				}
+				done.Add(1)
 			}
 		}()
 	}
 	if err := shared.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0, mem0 := time.Now(), cpuTime(), allocsNow()
+	in0, out0 := e.serverMsgs()
 	publishAll(b, e.js, msgs)
 	select {
 	case <-finished:
 	case <-time.After(20*time.Second + time.Duration(n)*time.Millisecond):
-		b.Fatalf("floor: only %d of %d jobs", done.Load(), n)
+		b.Fatalf("floor: only %d of %d jobs done, %d results received", done.Load(), n, got.Load())
 	}
 	el := time.Since(start)
 	cpu = cpuTime() - cpu0
+	mem = allocsNow().minus(mem0)
+	in1, out1 := e.serverMsgs()
 	close(stop)
 	wg.Wait()
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatalf("floor: %v", err)
 	}
-	return float64(n) / el.Seconds(), cpu
+	return float64(n) / el.Seconds(), cpu, mem, [2]float64{(in1 - in0) / float64(n), (out1 - out0) / float64(n)}
 }
 
 // floorStatus is a status record of the fleet's size and shape.
@@ -263,7 +282,11 @@ func floorPubAck(data []byte) (uint64, error) {
 // FLEET_BENCH_FLOOR_EVENTS=n events per job).
 func BenchmarkProtocolFloor(b *testing.B) {
 	ev, _ := strconv.Atoi(os.Getenv("FLEET_BENCH_FLOOR_EVENTS"))
-	rate, cpu := floorRun(b, b.N, benchSlots(), ev)
+	rate, cpu, mem, msgs := floorRun(b, b.N, benchSlots(), ev)
 	b.ReportMetric(rate, "floor-jobs/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "floor-cpu-µs/job")
+	b.ReportMetric(mem.perJob(b.N).bytes, "floor-B/job")
+	b.ReportMetric(mem.perJob(b.N).count, "floor-allocs/job")
+	b.ReportMetric(msgs[0], "floor-srv-in-msgs/job")
+	b.ReportMetric(msgs[1], "floor-srv-out-msgs/job")
 }

@@ -3,6 +3,7 @@ package queue
 import (
 	"encoding/json"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +19,40 @@ type peerFigures struct {
 	JobsPerS float64 `json:"jobs_per_s"`
 	P50      float64 `json:"p50_ns"`
 	P99      float64 `json:"p99_ns"`
+	// CPU per job of the peer's benchmark process and of its server.
+	CPU       float64 `json:"cpu_ns_per_job"`
+	ServerCPU float64 `json:"server_cpu_ns_per_job"`
+}
+
+// cpuCeiling is the jobs/s a path costing cpu per job (everything:
+// client, worker and server) could reach with every CPU of the machine
+// to itself and no waiting: the bound of a 2-core machine, whatever the
+// concurrency.
+func cpuCeiling(cpu time.Duration) float64 {
+	if cpu <= 0 {
+		return 0
+	}
+	return float64(runtime.NumCPU()) * float64(time.Second) / float64(cpu)
+}
+
+// logCeilings prints the CPU-bound ceilings of the fleet, of the protocol
+// floors and of each peer, and what 2 × the better peer would need: the
+// evidence for the ≥ 2 × target (docs/PERFORMANCE.md). cpus are the CPU
+// per job of the fleet, the floor and the floor with events.
+func logCeilings(b *testing.B, fleet, floor, floorEv time.Duration) {
+	peers := loadPeers(b)
+	b.Logf("CPU-bound ceilings on %d CPUs: fleet %.0f jobs/s (%s per job), floor %.0f (%s), floor with 5 events %.0f (%s)",
+		runtime.NumCPU(), cpuCeiling(fleet), fleet.Round(time.Microsecond), cpuCeiling(floor), floor.Round(time.Microsecond),
+		cpuCeiling(floorEv), floorEv.Round(time.Microsecond))
+	for _, p := range peers {
+		if p.CPU <= 0 {
+			continue
+		}
+		cpu := time.Duration(p.CPU + p.ServerCPU)
+		b.Logf("peer %s: %s CPU per job (bench %s + server %s), ceiling %.0f jobs/s; 2 × its measured %.0f jobs/s = %.0f jobs/s needs ≤ %s per job on %d CPUs",
+			p.Label, cpu.Round(time.Microsecond), time.Duration(p.CPU).Round(time.Microsecond), time.Duration(p.ServerCPU).Round(time.Microsecond),
+			cpuCeiling(cpu), p.JobsPerS, 2*p.JobsPerS, (time.Duration(float64(runtime.NumCPU()) * float64(time.Second) / (2 * p.JobsPerS))).Round(time.Microsecond), runtime.NumCPU())
+	}
 }
 
 // loadPeers reads FLEET_PEERS_OUT when it was written in the last hour (a

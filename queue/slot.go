@@ -44,19 +44,23 @@ type slot struct {
 	hbMu  sync.Mutex
 	hbJob *job
 
-	// Events (events.go): Emit appends to evq (never blocking); the
+	// Events (events.go): Emit publishes an event itself when pubMu is
+	// free, evq is empty and the connection's buffer has room, and
+	// otherwise appends to evq (never waiting for the network); the
 	// publisher goroutine, or the slot itself when it needs the events out
 	// before the result, takes the whole queue and publishes it while
 	// holding pubMu, so events leave in emission order whoever publishes
 	// them.
-	evMu    sync.Mutex
-	evq     []evItem
-	evSpare []evItem
-	evWake  chan struct{}
-	evDone  chan struct{}
-	pubMu   sync.Mutex
-	evBuf   []byte     // event encoding buffer (under pubMu)
-	evTmp   wire.Event // the event being encoded (under pubMu)
+	evMu     sync.Mutex
+	evq      []evItem
+	evSpare  []evItem
+	evWake   chan struct{}
+	evDone   chan struct{}
+	pubMu    sync.Mutex
+	evBuf    []byte      // event encoding buffer (under pubMu)
+	evTmp    wire.Event  // the event being encoded (under pubMu)
+	evHdr    nats.Header // the events' headers, of evHdrKey's job (under pubMu)
+	evHdrKey evHdrKey
 }
 
 type loggerish interface {
@@ -89,7 +93,6 @@ type job struct {
 	enqueued  time.Time
 	dropped   atomic.Int64
 	evSubject string
-	evHeader  nats.Header // shared by the job's events; read-only once built
 }
 
 type evItem struct {

@@ -77,6 +77,24 @@ Review:
         Print the finished job's transcript (model and digest, tools offered,
         every message, outcome) with its review.
 
+Agents and model versions:
+  agents push <dir> [--by NAME] [--json]
+        Validate every agent under <dir> (one folder per operation, as the
+        worker's agents_dir) with the worker's loader and store each in the
+        fleet_agents bucket as its next version (a digest of its files;
+        unchanged files store nothing). Any error (file:line: field:
+        message) stops the push before anything is stored (exit 2).
+        Workers with worker.pushed_agents use the new version for the next
+        jobs; running jobs finish on theirs.
+  agents list [--json]
+        The pushed agents: operation, agent, version, digest, files, when
+        and by whom (a corrupt entry is listed as unusable).
+  stats [--operation OP] [--since D] [--json]
+        Per operation and model version (the agent's model: or its canary's,
+        with the model's digest): jobs, success rate, reviewed jobs, accept
+        rate, mean turns and tokens per job, from the kept transcripts and
+        their reviews.
+
 Dead letters (FLEET_DLQ):
   dlq list [--json]               dead letters with their code and reason
   dlq show <job-id|seq> [--json]  one dead letter: headers and request

@@ -108,6 +108,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdSchedule(cargs)
 	case "memory":
 		err = c.cmdMemory(cargs)
+	case "agents":
+		err = c.cmdAgents(cargs)
+	case "stats":
+		err = c.cmdStats(cargs)
 	case "help":
 		fmt.Fprint(stdout, helpText)
 		return exitOK

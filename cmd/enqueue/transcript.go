@@ -63,7 +63,11 @@ func unfinished(ctx context.Context, cl *client.Client, jobID string) error {
 // offered, each message, and the review.
 func printTranscript(w io.Writer, v *wire.TranscriptView) {
 	t := v.Transcript
-	fmt.Fprintf(w, "job        %s (%s, agent %s)\n", t.JobID, t.Operation, t.Agent)
+	agent := t.Agent
+	if t.AgentVersion > 0 {
+		agent += fmt.Sprintf(" version %d, %s", t.AgentVersion, shortDigest(t.AgentDigest))
+	}
+	fmt.Fprintf(w, "job        %s (%s, agent %s)\n", t.JobID, t.Operation, agent)
 	outcome := string(t.State)
 	if t.Error != "" {
 		outcome += ": " + t.Error
@@ -78,6 +82,12 @@ func printTranscript(w io.Writer, v *wire.TranscriptView) {
 	}
 	if t.Model.Adapter != "" {
 		model += " + adapter " + t.Model.Adapter + " (" + t.Model.AdapterDigest + ")"
+	}
+	if t.ModelRef != "" {
+		model = t.ModelRef + ": " + model
+	}
+	if t.Canary {
+		model += " [canary]"
 	}
 	fmt.Fprintf(w, "model      %s\n", model)
 	fmt.Fprintf(w, "worker     %s, attempt %d, lease %d\n", t.Worker, t.Attempt, t.Lease)

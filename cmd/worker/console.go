@@ -18,7 +18,7 @@ import (
 // the web console on worker.console_listen (when set), and the worker's
 // presence record every worker.presence_every (when not 0), which the
 // consoles' workers pages read. Both stop with done.
-func startOperatorViews(ctx context.Context, cfg *config.Config, nc *nats.Conn, w *queue.Worker, tracker *presence.Tracker,
+func startOperatorViews(ctx context.Context, cfg *config.Config, nc *nats.Conn, w workerView, tracker *presence.Tracker,
 	model string, log *slog.Logger, done *cleanups) error {
 	consoleURL := ""
 	if cfg.Worker.ConsoleListen != "" {
@@ -52,6 +52,13 @@ func startOperatorViews(ctx context.Context, cfg *config.Config, nc *nats.Conn, 
 	}
 	done.add(pub.Stop)
 	return nil
+}
+
+// workerView is what the operator views read of the worker's engine.
+type workerView interface {
+	Name() string
+	Config() queue.Config
+	Stats() queue.Stats
 }
 
 // describe turns a backend's Describe pairs into one line ("backend=llama

@@ -69,7 +69,6 @@ import (
 	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/memory"
-	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // Exit codes.
@@ -170,11 +169,16 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	defer done.run()
 
 	// Agents first: a broken agent stops the worker before anything starts.
-	defs, ops, err := loadAgents(cfg)
+	defs, err := loadAgents(cfg)
 	if err != nil {
 		return &usageError{err}
 	}
-	log.Info("agents loaded", "dir", cfg.Worker.AgentsDir, "operations", ops, "llama_built_in", llamaBuilt)
+	if !cfg.Worker.PushedAgents {
+		if _, err := (&agentSet{local: defs}).operations(cfg); err != nil {
+			return &usageError{err}
+		}
+	}
+	log.Info("agents loaded", "dir", cfg.Worker.AgentsDir, "count", len(defs), "llama_built_in", llamaBuilt)
 
 	be, err := newBackend(cfg, log)
 	if err != nil {
@@ -196,7 +200,6 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	if err != nil {
 		return err
 	}
-	met.AddOperations(ops...)
 	met.SetNATSConnectedFunc(func() bool { return false })
 	var ready atomic.Pointer[func(context.Context) error]
 	if cfg.Worker.MetricsListen != "" {
@@ -233,6 +236,18 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
+	// Pushed agents (worker.pushed_agents) join the local ones.
+	set, err := startPushedAgents(ctx, cfg, nc, defs, log)
+	if err != nil {
+		return err
+	}
+	done.add(set.stop)
+	ops, err := set.operations(cfg)
+	if err != nil {
+		return &usageError{err}
+	}
+	met.AddOperations(ops...)
+
 	// The sandbox, shared by every slot.
 	pool, err := startMonty(ctx, cfg, log)
 	if err != nil {
@@ -268,7 +283,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 				return nil, err
 			}
 			p, err := jobrun.New(jobrun.Config{
-				Agents:       defs,
+				Source:       set.source,
 				Sandbox:      pool,
 				ModelFor:     pick,
 				ModelInfo:    be.ModelInfo,
@@ -311,16 +326,29 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	if b := cfg.Queue.Backoff; len(b) > 0 {
 		wcfg.RetryBackoff, wcfg.MaxRetryBackoff = b[0], slices.Max(b)
 	}
-	w, err := queue.NewWorker(wcfg)
+	// The engine restarts the queue.Worker when a push adds an operation
+	// (engine.go).
+	w, err := startEngine(ctx, ops, func(ops []string) (*queue.Worker, error) {
+		c := wcfg
+		c.Operations = ops
+		return queue.NewWorker(c)
+	}, log)
 	if err != nil {
-		return &usageError{err}
+		return err
+	}
+	if cfg.Worker.PushedAgents && len(cfg.Worker.Operations) == 0 {
+		f := func() {
+			if ops, err := set.operations(cfg); err == nil {
+				met.AddOperations(ops...)
+				w.serve(ops)
+			}
+		}
+		set.onOperations.Store(&f)
+		f() // an agent pushed between the first read and now
 	}
 	met.SetSlots(w.Config().Slots)
 	met.SetWorkerStats(w.Stats)
 	met.SetQueueDepthFunc(metrics.WorkerQueueDepth(w))
-	if err := w.Start(ctx); err != nil {
-		return fmt.Errorf("start: %w", err)
-	}
 	readyFn := metrics.WorkerReady(nc, w)
 	ready.Store(&readyFn)
 	if err := startOperatorViews(ctx, cfg, nc, w, tracker, describe(be.Describe()), log, &done); err != nil {
@@ -360,39 +388,21 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	}
 }
 
-// loadAgents loads every agent of worker.agents_dir and returns the
-// operations to serve (all of them, or worker.operations).
-func loadAgents(cfg *config.Config) (map[string]*agents.Definition, []string, error) {
-	defs, err := agents.LoadDirWith(cfg.Worker.AgentsDir, agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
+// loadAgents loads every agent of worker.agents_dir. With
+// worker.pushed_agents the folder may be missing (the pushed agents are
+// then all there is).
+func loadAgents(cfg *config.Config) (map[string]*agents.Definition, error) {
+	dir := cfg.Worker.AgentsDir
+	if cfg.Worker.PushedAgents {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			return map[string]*agents.Definition{}, nil
+		}
+	}
+	defs, err := agents.LoadDirWith(dir, agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
 	if err != nil {
-		return nil, nil, fmt.Errorf("agents in %s: %w", cfg.Worker.AgentsDir, err)
+		return nil, fmt.Errorf("agents in %s: %w", dir, err)
 	}
-	if len(defs) == 0 {
-		return nil, nil, fmt.Errorf("no agent found in %s (one folder per operation with an agent.yaml)", cfg.Worker.AgentsDir)
-	}
-	var ops []string
-	if len(cfg.Worker.Operations) > 0 {
-		for _, op := range cfg.Worker.Operations {
-			if _, ok := defs[op]; !ok {
-				return nil, nil, fmt.Errorf("worker.operations lists %q, which no agent in %s serves", op, cfg.Worker.AgentsDir)
-			}
-			ops = append(ops, op)
-		}
-	} else {
-		for op := range defs {
-			ops = append(ops, op)
-		}
-	}
-	slices.Sort(ops)
-	ops = slices.Compact(ops)
-	served := make(map[string]*agents.Definition, len(ops))
-	for _, op := range ops {
-		if !wire.ValidOperation(op) {
-			return nil, nil, fmt.Errorf("operation %q cannot be a queue operation (1-64 of a-z 0-9 _ -)", op)
-		}
-		served[op] = defs[op]
-	}
-	return served, ops, nil
+	return defs, nil
 }
 
 // startMonty starts the Monty pool. The default binary path is relative to

@@ -65,8 +65,13 @@ var ErrInvalidConfig = errors.New("jobrun: invalid config")
 // Config is what one slot's Processor needs.
 type Config struct {
 	// Agents are the agent definitions by operation (agents.LoadDir).
-	// Required.
+	// Required unless Source is set.
 	Agents map[string]*agents.Definition
+	// Source, when set, is asked for each job's agent instead of Agents,
+	// at the job's start: a job keeps the definition it started with even
+	// when Source has a newer one by the time it ends (agents pushed
+	// through NATS, agents/agentkv).
+	Source func(operation string) (Agent, bool)
 	// Sandbox runs the .pym tools: the worker's Monty pool, shared by all
 	// slots. Required.
 	Sandbox toolexec.Sandbox
@@ -99,8 +104,8 @@ type Config struct {
 
 func (c *Config) validate() error {
 	switch {
-	case len(c.Agents) == 0:
-		return fmt.Errorf("%w: Agents is empty", ErrInvalidConfig)
+	case len(c.Agents) == 0 && c.Source == nil:
+		return fmt.Errorf("%w: Agents is empty and no Source is set", ErrInvalidConfig)
 	case c.Sandbox == nil:
 		return fmt.Errorf("%w: Sandbox is required", ErrInvalidConfig)
 	case c.Model == nil && c.ModelFor == nil:
@@ -191,7 +196,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 		return p.resume(ctx, req, rs, events)
 	}
 	log := p.cfg.Logger.With("job", req.JobID, "operation", req.Operation)
-	def, model, runner, out, err := p.setup(req)
+	ja, out, err := p.setup(req)
 	if out != nil || err != nil {
 		return out, err
 	}
@@ -207,49 +212,62 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	}
 	defer ws.close()
 
-	mem := p.memoryRun(req, def, log)
-	in, err := p.input(req, def, model, ws, events, log, mem)
+	mem := p.memoryRun(req, ja.def, log)
+	in, err := p.input(req, ja, ws, events, log, mem)
 	if err != nil {
 		return nil, err
 	}
 	in.Context = mem.Recall(ctx)
 	log.Debug("run starting", "workspace", ws.overlay.Path(), "files", len(req.Files))
-	res, err := runner.Run(ctx, in)
+	res, err := ja.runner.Run(ctx, in)
 	if err != nil {
 		// The input is unusable: the agent's template does not render for
 		// this node, or the definition lacks submit_result. Retrying cannot
 		// help; the job fails.
 		return failed(wire.CodeInvalidRequest, "cannot run the agent: "+err.Error()), nil
 	}
-	return p.ended(ctx, dir, req, def, model, ws, mem, res, log)
+	return p.ended(ctx, dir, req, ja, ws, mem, res, log)
 }
 
-// setup finds the operation's agent, its model and the runner with the
+// jobAgent is what runs a job: its agent (a canary share runs a copy of
+// the definition on the canary's model), the model and the runner with
+// the request's options.
+type jobAgent struct {
+	agent  Agent
+	def    *agents.Definition
+	canary bool
+	model  loop.Model
+	runner *loop.Runner
+}
+
+// setup finds the job's agent, its model and the runner with the
 // request's options; out is set when the request cannot run.
-func (p *Processor) setup(req *wire.RunRequest) (def *agents.Definition, model loop.Model, runner *loop.Runner, out *queue.Outcome, err error) {
-	def, ok := p.cfg.Agents[req.Operation]
+func (p *Processor) setup(req *wire.RunRequest) (*jobAgent, *queue.Outcome, error) {
+	agent, ok := p.agent(req.Operation)
 	if !ok {
-		return nil, nil, nil, failed(wire.CodeUnknownOperation, fmt.Sprintf("no agent serves operation %q", req.Operation)), nil
+		return nil, failed(wire.CodeUnknownOperation, fmt.Sprintf("no agent serves operation %q", req.Operation)), nil
 	}
-	model = p.cfg.Model
+	ja := &jobAgent{agent: agent}
+	ja.def, ja.canary = agent.Def.ForJob(req.JobID)
+	ja.model = p.cfg.Model
 	if p.cfg.ModelFor != nil {
-		m, err := p.cfg.ModelFor(def)
+		m, err := p.cfg.ModelFor(ja.def)
 		if err != nil {
-			return nil, nil, nil, nil, fmt.Errorf("jobrun: model for %s: %w", req.Operation, err)
+			return nil, nil, fmt.Errorf("jobrun: model for %s: %w", req.Operation, err)
 		}
-		model = m
+		ja.model = m
 	}
-	runner, def, err = p.runnerFor(req, def)
-	if err != nil {
-		return nil, nil, nil, failed(wire.CodeInvalidRequest, err.Error()), nil
+	var err error
+	if ja.runner, ja.def, err = p.runnerFor(req, ja.def); err != nil {
+		return nil, failed(wire.CodeInvalidRequest, err.Error()), nil
 	}
-	return def, model, runner, nil, nil
+	return ja, nil, nil
 }
 
 // input is the loop's input for the job's run in ws.
-func (p *Processor) input(req *wire.RunRequest, def *agents.Definition, model loop.Model, ws *workspace, events loop.EventSink, log *slog.Logger, mem *memory.Run) (loop.Input, error) {
+func (p *Processor) input(req *wire.RunRequest, ja *jobAgent, ws *workspace, events loop.EventSink, log *slog.Logger, mem *memory.Run) (loop.Input, error) {
 	exec, err := toolexec.New(toolexec.Config{
-		Definition: def,
+		Definition: ja.def,
 		Sandbox:    p.cfg.Sandbox,
 		Workspace:  ws.overlay,
 		Node:       agents.Node(req.Node),
@@ -260,10 +278,10 @@ func (p *Processor) input(req *wire.RunRequest, def *agents.Definition, model lo
 		return loop.Input{}, fmt.Errorf("jobrun: tools of %s: %w", req.Operation, err)
 	}
 	return loop.Input{
-		Agent:       def,
+		Agent:       ja.def,
 		Node:        agents.Node(req.Node),
 		WorkspaceID: ws.overlay.ID(),
-		Model:       model,
+		Model:       ja.model,
 		Tools:       exec,
 		Events:      events,
 	}, nil
@@ -272,7 +290,7 @@ func (p *Processor) input(req *wire.RunRequest, def *agents.Definition, model lo
 // ended turns a run's result into the job's outcome: a run parked on a
 // question parks the job (park.go); any other result gets the workspace's
 // changes and diff, and the job is stored.
-func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest, def *agents.Definition, model loop.Model, ws *workspace, mem *memory.Run, res *loop.Result, log *slog.Logger) (*queue.Outcome, error) {
+func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest, ja *jobAgent, ws *workspace, mem *memory.Run, res *loop.Result, log *slog.Logger) (*queue.Outcome, error) {
 	if cause := context.Cause(ctx); errors.Is(cause, queue.ErrShutdown) {
 		return nil, cause // handed back: it runs again, nothing is stored
 	}
@@ -284,7 +302,7 @@ func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest,
 	// still read, under a short deadline of their own.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	out := &queue.Outcome{Result: *res, Transcript: p.transcript(def, model, res)}
+	out := &queue.Outcome{Result: *res, Transcript: p.transcript(ja.agent, ja.def, ja.canary, ja.model, res)}
 	out.Result.Messages, out.Result.Tools = nil, nil
 	changed, err := ws.overlay.ChangedFiles(dctx)
 	if err != nil {
@@ -308,6 +326,24 @@ func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest,
 	log.Info("run finished", "status", res.Status, "error_code", res.ErrorCode, "turns", res.Turns,
 		"tool_calls", res.ToolCalls, "changed", len(changed), "workspace", ws.overlay.ID())
 	return out, nil
+}
+
+// Agent is the definition a job runs and, for a pushed agent, its version
+// and digest (0 and "" for an agent from a local folder).
+type Agent struct {
+	Def     *agents.Definition
+	Version uint64
+	Digest  string
+}
+
+// agent finds the job's agent: Source's answer, else Agents.
+func (p *Processor) agent(op string) (Agent, bool) {
+	if p.cfg.Source != nil {
+		a, ok := p.cfg.Source(op)
+		return a, ok && a.Def != nil
+	}
+	d, ok := p.cfg.Agents[op]
+	return Agent{Def: d}, ok
 }
 
 // runnerFor applies the request's options: max_turns overrides the agent's

@@ -17,7 +17,7 @@ import (
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// Parked jobs (docs/PROTOCOL.md §16). A run whose tool asked a human
+// Parked jobs (docs/PROTOCOL.md §17). A run whose tool asked a human
 // (loop.StatusWaiting) parks the job: the Processor returns a queue.Park
 // whose State is a parkedJob, and the worker keeps it in fleet_parked
 // until an answer resumes the job, on this worker or any other. The state
@@ -93,7 +93,7 @@ func (p *Processor) resume(ctx context.Context, req *wire.RunRequest, rs *queue.
 	}
 	orig := *req
 	orig.Node, orig.Options = pj.Node, pj.Options
-	def, model, runner, out, err := p.setup(&orig)
+	ja, out, err := p.setup(&orig)
 	if out != nil || err != nil {
 		return out, err
 	}
@@ -108,22 +108,22 @@ func (p *Processor) resume(ctx context.Context, req *wire.RunRequest, rs *queue.
 		return nil, err
 	}
 	defer ws.close()
-	mem := p.memoryRun(&orig, def, log)
+	mem := p.memoryRun(&orig, ja.def, log)
 	for _, e := range pj.Memory {
 		if mem != nil {
 			_ = mem.Remember(ctx, e.Key, e.Text) // checked when first remembered
 		}
 	}
-	in, err := p.input(&orig, def, model, ws, events, log, mem)
+	in, err := p.input(&orig, ja, ws, events, log, mem)
 	if err != nil {
 		return nil, err
 	}
 	log.Info("resuming a parked run", "turns", pj.Loop.Turns)
-	res, err := runner.Resume(ctx, in, pj.Loop, rs.Answer)
+	res, err := ja.runner.Resume(ctx, in, pj.Loop, rs.Answer)
 	if err != nil {
 		return parkStateFailed(err.Error()), nil
 	}
-	return p.ended(ctx, dir, &orig, def, model, ws, mem, res, log)
+	return p.ended(ctx, dir, &orig, ja, ws, mem, res, log)
 }
 
 // pendingMemory is what a run remembered so far (none without memory).

@@ -10,9 +10,11 @@ import (
 
 // transcript is the run's conversation for the queue to store
 // (queue.Outcome.Transcript): the loop's final messages and tool catalog,
-// the agent and the model. The queue fills in the job and its outcome.
-func (p *Processor) transcript(def *agents.Definition, model loop.Model, res *loop.Result) *wire.Transcript {
-	t := &wire.Transcript{Agent: def.Name, Model: p.modelInfo(def, model),
+// the agent (with its pushed version) and the model (the reference the
+// agent or its canary named, and what the backend ran). The queue fills in the job and its outcome.
+func (p *Processor) transcript(agent Agent, def *agents.Definition, canary bool, model loop.Model, res *loop.Result) *wire.Transcript {
+	t := &wire.Transcript{Agent: def.Name, AgentVersion: agent.Version, AgentDigest: agent.Digest,
+		ModelRef: def.Model, Canary: canary, Model: p.modelInfo(def, model),
 		Tools: make([]wire.TranscriptTool, len(res.Tools)), Messages: make([]wire.TranscriptMessage, len(res.Messages))}
 	for i, s := range res.Tools {
 		t.Tools[i] = wire.TranscriptTool{Name: s.Name, Description: s.Description, Parameters: s.Parameters}

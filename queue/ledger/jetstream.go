@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -149,14 +150,34 @@ func msgOf(d *Delivery) (*nats.Msg, bool) {
 // leaseMsg is the lease record write for d with compare-and-set on expect
 // (0: the job has no lease record yet).
 func (j *JetStream) leaseMsg(d *Delivery, state wire.JobState, reason string, expect uint64) (*nats.Msg, error) {
+	return j.leaseMsgInto(d, state, reason, expect, make(nats.Header, 1))
+}
+
+// leaseMsgInto is leaseMsg with h (filled here) as the message's header.
+func (j *JetStream) leaseMsgInto(d *Delivery, state wire.JobState, reason string, expect uint64, h nats.Header) (*nats.Msg, error) {
 	rec := wire.StatusRecord{JobID: d.JobID, Operation: d.Operation, State: state, Worker: j.cfg.Worker,
 		Attempt: d.Attempt, Reason: reason, Seq: d.Seq, UpdatedAt: time.Now().UTC()}
 	data, err := wire.MarshalStatus(&rec)
 	if err != nil {
 		return nil, err
 	}
-	return &nats.Msg{Subject: wire.LeaseSubject(d.JobID), Data: data,
-		Header: nats.Header{wire.HeaderExpectedLastSubjSeq: {strconv.FormatUint(expect, 10)}}}, nil
+	setHeader(h, wire.HeaderExpectedLastSubjSeq, strconv.FormatUint(expect, 10))
+	return &nats.Msg{Subject: wire.LeaseSubject(d.JobID), Data: data, Header: h}, nil
+}
+
+// Headers of the hot path's writes are reused (a publish serialises a
+// message's header before it returns): one map for a lease record, one for
+// a result, per write in flight.
+var leaseHeaders, resultHeaders = sync.Pool{New: func() any { return make(nats.Header, 1) }},
+	sync.Pool{New: func() any { return make(nats.Header, 7) }}
+
+// setHeader sets h's only value of k to v, reusing its value slice.
+func setHeader(h nats.Header, k, v string) {
+	if vs := h[k]; len(vs) == 1 {
+		vs[0] = v
+		return
+	}
+	h[k] = []string{v}
 }
 
 // maxClaimTries bounds the compare-and-set rounds of one claim (each lost
@@ -255,7 +276,9 @@ func (j *JetStream) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
 // the lease stands, and a cancel the read missed still reaches the running
 // job on its cancel subject.
 func (j *JetStream) firstLease(d *Delivery) (*Lease, *wire.StatusRecord, error) {
-	m, err := j.leaseMsg(d, wire.StateRunning, "", 0)
+	h := leaseHeaders.Get().(nats.Header)
+	defer leaseHeaders.Put(h)
+	m, err := j.leaseMsgInto(d, wire.StateRunning, "", 0, h)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -380,20 +403,23 @@ func (j *JetStream) Heartbeat(ctx context.Context, l *Lease) error {
 
 // resultMsg is the fenced write of r under l.
 func resultMsg(l *Lease, r *wire.AgentResult) (*nats.Msg, []byte, error) {
+	return resultMsgInto(l, r, make(nats.Header, 7))
+}
+
+// resultMsgInto is resultMsg with h (filled here) as the message's header.
+func resultMsgInto(l *Lease, r *wire.AgentResult, h nats.Header) (*nats.Msg, []byte, error) {
 	d := l.Delivery
 	data, err := wire.MarshalResult(d.Encoding, r)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ledger: encode result: %w", err)
 	}
-	h := nats.Header{
-		wire.HeaderContentType:             {d.Encoding.ContentType()},
-		wire.HeaderProtocol:                {"1"},
-		wire.HeaderJobID:                   {d.JobID},
-		wire.HeaderAttempt:                 {strconv.Itoa(d.Attempt)},
-		wire.HeaderMsgID:                   {wire.ResultMsgID(d.JobID, l.Rev)},
-		wire.HeaderExpectedLastSubjSeq:     {strconv.FormatUint(l.Rev, 10)},
-		wire.HeaderExpectedLastSubjSeqSubj: {wire.LeaseSubject(d.JobID)},
-	}
+	setHeader(h, wire.HeaderContentType, d.Encoding.ContentType())
+	setHeader(h, wire.HeaderProtocol, "1")
+	setHeader(h, wire.HeaderJobID, d.JobID)
+	setHeader(h, wire.HeaderAttempt, strconv.Itoa(d.Attempt))
+	setHeader(h, wire.HeaderMsgID, wire.ResultMsgID(d.JobID, l.Rev))
+	setHeader(h, wire.HeaderExpectedLastSubjSeq, strconv.FormatUint(l.Rev, 10))
+	setHeader(h, wire.HeaderExpectedLastSubjSeqSubj, wire.LeaseSubject(d.JobID))
 	return &nats.Msg{Subject: wire.ResultSubject(d.JobID), Data: data, Header: h}, data, nil
 }
 
@@ -419,7 +445,9 @@ func (j *JetStream) Complete(ctx context.Context, l *Lease, r *wire.AgentResult)
 }
 
 func (j *JetStream) storeResult(ctx context.Context, l *Lease, r *wire.AgentResult, live bool) error {
-	m, data, err := resultMsg(l, r)
+	h := resultHeaders.Get().(nats.Header)
+	defer resultHeaders.Put(h)
+	m, data, err := resultMsgInto(l, r, h)
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ type pubAcks struct {
 	sub     *nats.Subscription
 	ch      chan *nats.Msg
 	next    uint64
+	reply   []byte // nextReply's buffer
 	timer   *time.Timer
 	timeout time.Duration
 }
@@ -57,19 +58,25 @@ func (a *pubAcks) close() {
 
 // publish sends m (its Reply is set) and returns the number to wait for.
 func (a *pubAcks) publish(m *nats.Msg) (uint64, error) {
-	a.next++
-	m.Reply = a.prefix + strconv.FormatUint(a.next, 10)
+	m.Reply = a.nextReply()
 	if err := a.nc.PublishMsg(m); err != nil {
 		return 0, err
 	}
 	return a.next, nil
 }
 
+// nextReply numbers the next write and returns its reply subject (built
+// in a reused buffer: one allocation, the string).
+func (a *pubAcks) nextReply() string {
+	a.next++
+	a.reply = strconv.AppendUint(append(a.reply[:0], a.prefix...), a.next, 10)
+	return string(a.reply)
+}
+
 // request sends a request (a direct get) whose answer comes back on the
 // same subscription, and returns the number to wait for.
 func (a *pubAcks) request(subject string, data []byte) (uint64, error) {
-	a.next++
-	if err := a.nc.PublishRequest(subject, a.prefix+strconv.FormatUint(a.next, 10), data); err != nil {
+	if err := a.nc.PublishRequest(subject, a.nextReply(), data); err != nil {
 		return 0, err
 	}
 	return a.next, nil

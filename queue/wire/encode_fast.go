@@ -141,7 +141,8 @@ var (
 	fastResultFields = "version/int job_id/string operation/string state/JobState status/Status " +
 		"workspace_id/string changed_files/[]string summary/string details,omitempty/ " +
 		"error,omitempty/string error_code,omitempty/ErrorCode turns/int tool_calls/int usage/Usage " +
-		"diff,omitempty/string worker/string attempts/int events_dropped,omitempty/int64 timings/ResultTimings transcript_seq,omitempty/uint64"
+		"diff,omitempty/string worker/string attempts/int events_dropped,omitempty/int64 timings/ResultTimings transcript_seq,omitempty/uint64 " +
+		"agent_version,omitempty/uint64 agent_digest,omitempty/string model_ref,omitempty/string canary,omitempty/bool"
 	fastTimingsFields = "enqueued_at/Time started_at/Time finished_at/Time queued_ns/Duration run_ns/Duration " +
 		"model_ns/Duration tools_ns/Duration"
 	fastJSON = jsonFields(reflect.TypeFor[Event]()) == fastEventFields &&
@@ -341,6 +342,21 @@ func appendResultJSON(dst []byte, r *AgentResult) (_ []byte, ok bool) {
 	if r.TranscriptSeq != 0 {
 		dst = append(dst, `,"transcript_seq":`...)
 		dst = strconv.AppendUint(dst, r.TranscriptSeq, 10)
+	}
+	if r.AgentVersion != 0 {
+		dst = append(dst, `,"agent_version":`...)
+		dst = strconv.AppendUint(dst, r.AgentVersion, 10)
+	}
+	if r.AgentDigest != "" {
+		dst = append(dst, `,"agent_digest":`...)
+		dst = appendJSONString(dst, r.AgentDigest)
+	}
+	if r.ModelRef != "" {
+		dst = append(dst, `,"model_ref":`...)
+		dst = appendJSONString(dst, r.ModelRef)
+	}
+	if r.Canary {
+		dst = append(dst, `,"canary":true`...)
 	}
 	return append(dst, '}'), true
 }

@@ -235,7 +235,7 @@ type RunOptions struct {
 	// ToolTimeoutMS bounds one tool call, in milliseconds.
 	ToolTimeoutMS int64 `json:"tool_timeout_ms,omitempty" msgpack:"tool_timeout_ms,omitempty"`
 	// ParkTimeoutMS bounds how long the run may wait for a human's answer
-	// (§16), in milliseconds; 0 = the worker's default.
+	// (§17), in milliseconds; 0 = the worker's default.
 	ParkTimeoutMS int64 `json:"park_timeout_ms,omitempty" msgpack:"park_timeout_ms,omitempty"`
 }
 
@@ -325,7 +325,7 @@ type StatusRecord struct {
 	Seq uint64 `json:"seq,omitempty"`
 	// ScheduledAt is when a scheduled job is due (state scheduled, §12.3).
 	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
-	// Question, Park and Deadline describe a waiting job (§16): what it
+	// Question, Park and Deadline describe a waiting job (§17): what it
 	// asks, the park id an answer names, and when it times out.
 	Question string     `json:"question,omitempty"`
 	Park     uint64     `json:"park,omitempty"`
@@ -388,6 +388,13 @@ type AgentResult struct {
 	// TranscriptSeq is the FLEET_TRANSCRIPTS sequence of the run's
 	// transcript (0: none was stored, e.g. a queue failure).
 	TranscriptSeq uint64 `json:"transcript_seq,omitempty" msgpack:"transcript_seq,omitempty"`
+	// AgentVersion and AgentDigest identify the pushed agent version the
+	// job ran (absent for an agent from a worker's folder); ModelRef and
+	// Canary say which model version it ran (as in its Transcript).
+	AgentVersion uint64 `json:"agent_version,omitempty" msgpack:"agent_version,omitempty"`
+	AgentDigest  string `json:"agent_digest,omitempty" msgpack:"agent_digest,omitempty"`
+	ModelRef     string `json:"model_ref,omitempty" msgpack:"model_ref,omitempty"`
+	Canary       bool   `json:"canary,omitempty" msgpack:"canary,omitempty"`
 }
 
 // Event is one loop event of a job, published in order on

@@ -73,6 +73,15 @@ type Transcript struct {
 	Operation string `json:"operation"`
 	// Agent is the agent's name.
 	Agent string `json:"agent,omitempty"`
+	// AgentVersion and AgentDigest identify a pushed agent's version (the
+	// fleet_agents bucket); absent for an agent from a worker's folder.
+	AgentVersion uint64 `json:"agent_version,omitempty"`
+	AgentDigest  string `json:"agent_digest,omitempty"`
+	// ModelRef is the model reference the run's definition named (the
+	// agent's model:, or its canary's); "" for the worker's default.
+	ModelRef string `json:"model_ref,omitempty"`
+	// Canary is set when the job fell in the agent's canary share.
+	Canary bool `json:"canary,omitempty"`
 	// Lease is the revision of the lease the attempt held (its result's
 	// Nats-Msg-Id is "<job_id>-result-<lease>").
 	Lease   uint64    `json:"lease"`
