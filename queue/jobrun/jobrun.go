@@ -126,6 +126,8 @@ type Processor struct {
 	runner *loop.Runner // for requests without options
 
 	storePath string // the job store's file
+
+	digests map[*agents.Definition]string // agentDigest's cache
 }
 
 var _ queue.Processor = (*Processor)(nil)
@@ -196,6 +198,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 		}
 		model = m
 	}
+	agent := def // the definition as loaded (runnerFor may copy it)
 	runner, def, err := p.runnerFor(req, def)
 	if err != nil {
 		return failed(wire.CodeInvalidRequest, err.Error()), nil
@@ -246,7 +249,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	// still read, under a short deadline of their own.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	out := &queue.Outcome{Result: *res, Transcript: p.transcript(def, model, res)}
+	out := &queue.Outcome{Result: *res, Transcript: p.transcript(agent, model, res)}
 	out.Result.Messages, out.Result.Tools = nil, nil
 	changed, err := ws.overlay.ChangedFiles(dctx)
 	if err != nil {

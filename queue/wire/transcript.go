@@ -73,6 +73,14 @@ type Transcript struct {
 	Operation string `json:"operation"`
 	// Agent is the agent's name.
 	Agent string `json:"agent,omitempty"`
+	// AgentDigest is "sha256:<hex>" over the agent definition the run
+	// used (its model-facing fields and its .pym files): it tells the
+	// versions of an agent apart. Empty from workers older than it.
+	AgentDigest string `json:"agent_digest,omitempty"`
+	// Teacher is set on a teacher run: the job ran on the worker's remote
+	// teacher model (named in Model) instead of its own, so that its
+	// transcript can become training data for the local model.
+	Teacher bool `json:"teacher,omitempty"`
 	// Lease is the revision of the lease the attempt held (its result's
 	// Nats-Msg-Id is "<job_id>-result-<lease>").
 	Lease   uint64    `json:"lease"`
