@@ -62,6 +62,19 @@ Review:
         Print the finished job's transcript (model and digest, tools offered,
         every message, outcome) with its review.
 
+Training data (docs/TRAINING.md):
+  dataset export [--format messages|text] [-o FILE] [filters] [--no-meta]
+        Write the stored transcripts joined with their reviews as JSONL, one
+        job a line, ordered by finish time then job id: --format messages
+        (default) gives {"messages", "tools"} records (TRL, Unsloth); text
+        gives {"text", "model_spans"}, the FunctionGemma prompt text exactly
+        as the local backend renders it. Filters: --operation OP,...,
+        --agent-version DIGEST, --model M, --outcome S,..., --verdict V,...
+        (accepted (default), rejected, unreviewed, any), --since T, --until T
+        (RFC 3339, YYYY-MM-DD or a duration ago like 72h), --teacher.
+        Prints what was kept and dropped, and why, on stderr (a progress
+        bar on a terminal). -o replaces FILE only when the export succeeds.
+
 Dead letters (FLEET_DLQ):
   dlq list [--json]               dead letters with their code and reason
   dlq show <job-id|seq> [--json]  one dead letter: headers and request
