@@ -20,6 +20,9 @@ Jobs:
         file sent is recorded in <root>/.fleet/jobs/<job-id>.json for accept.
         Flags: --max-turns N, --timeout D (how long to wait, default 10m),
         --job-id ID, --msgpack, --no-progress, --no-record.
+        --teacher: a teacher run on the worker's remote teacher model
+        (model.teacher); a worker without one dead-letters the job with
+        QUEUE_008 (replay it once a worker has a teacher).
         --at TIME (RFC 3339, e.g. 2026-05-01T09:00:00Z) or --in DURATION
         (e.g. 90s, 2h): schedule the job instead (the server queues it at
         that time); prints the job id and exits, status says scheduled.

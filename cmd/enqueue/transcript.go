@@ -79,6 +79,9 @@ func printTranscript(w io.Writer, v *wire.TranscriptView) {
 	if t.Model.Adapter != "" {
 		model += " + adapter " + t.Model.Adapter + " (" + t.Model.AdapterDigest + ")"
 	}
+	if t.Teacher {
+		model += " (teacher run)"
+	}
 	fmt.Fprintf(w, "model      %s\n", model)
 	fmt.Fprintf(w, "worker     %s, attempt %d, lease %d\n", t.Worker, t.Attempt, t.Lease)
 	fmt.Fprintf(w, "turns      %d, %d tool calls, %d prompt + %d completion tokens\n", t.Turns, t.ToolCalls,

@@ -77,6 +77,16 @@ type Config struct {
 	// ModelInfo, when set, names the model (and its digest) a job of the
 	// agent runs on, for the job's transcript; nil = the model's Go type.
 	ModelInfo func(def *agents.Definition) wire.ModelInfo
+	// Teacher, when set, is the worker's teacher: a big remote model jobs
+	// run on instead of Model/ModelFor when their request sets
+	// options.teacher, or always with TeacherAlways (docs/TRAINING.md).
+	// Its transcripts say so and name TeacherInfo. Without it, a teacher
+	// job is refused (wire.CodeNoTeacher, dead-lettered).
+	Teacher loop.Model
+	// TeacherInfo names the teacher model in transcripts and results.
+	TeacherInfo wire.ModelInfo
+	// TeacherAlways runs every job on Teacher (a teacher worker).
+	TeacherAlways bool
 	// Loop is the worker's loop configuration; a request's options override
 	// its turn limit and timeouts.
 	Loop loop.Config
@@ -103,6 +113,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Model or ModelFor is required", ErrInvalidConfig)
 	case c.WorkspaceDir == "":
 		return fmt.Errorf("%w: WorkspaceDir is required", ErrInvalidConfig)
+	case c.TeacherAlways && c.Teacher == nil:
+		return fmt.Errorf("%w: TeacherAlways needs a Teacher", ErrInvalidConfig)
 	}
 	for op, d := range c.Agents {
 		if d == nil {
@@ -190,13 +202,9 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	if !ok {
 		return failed(wire.CodeUnknownOperation, fmt.Sprintf("no agent serves operation %q", req.Operation)), nil
 	}
-	model := p.cfg.Model
-	if p.cfg.ModelFor != nil {
-		m, err := p.cfg.ModelFor(def)
-		if err != nil {
-			return nil, fmt.Errorf("jobrun: model for %s: %w", req.Operation, err)
-		}
-		model = m
+	model, teacher, err := p.pickModel(req, def)
+	if err != nil {
+		return nil, err
 	}
 	agent := def // the definition as loaded (runnerFor may copy it)
 	runner, def, err := p.runnerFor(req, def)
@@ -249,7 +257,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	// still read, under a short deadline of their own.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	out := &queue.Outcome{Result: *res, Transcript: p.transcript(agent, model, res)}
+	out := &queue.Outcome{Result: *res, Transcript: p.transcript(agent, model, teacher, res)}
 	out.Result.Messages, out.Result.Tools = nil, nil
 	changed, err := ws.overlay.ChangedFiles(dctx)
 	if err != nil {
@@ -270,6 +278,29 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	log.Info("run finished", "status", res.Status, "error_code", res.ErrorCode, "turns", res.Turns,
 		"tool_calls", res.ToolCalls, "changed", len(changed), "workspace", ws.overlay.ID())
 	return out, nil
+}
+
+// pickModel chooses the model a job runs on: the teacher for a teacher
+// run (options.teacher or Config.TeacherAlways), else the agent's model
+// (ModelFor) or the slot's. A teacher run on a worker without a teacher
+// is refused with a *wire.RequestError (CodeNoTeacher): the queue
+// dead-letters the request, nothing is run or lost.
+func (p *Processor) pickModel(req *wire.RunRequest, def *agents.Definition) (_ loop.Model, teacher bool, _ error) {
+	if req.Options.Teacher || p.cfg.TeacherAlways {
+		if p.cfg.Teacher == nil {
+			return nil, false, &wire.RequestError{Code: wire.CodeNoTeacher, Field: "options.teacher",
+				Reason: "this worker has no teacher model (model.teacher in its configuration)"}
+		}
+		return p.cfg.Teacher, true, nil
+	}
+	if p.cfg.ModelFor == nil {
+		return p.cfg.Model, false, nil
+	}
+	m, err := p.cfg.ModelFor(def)
+	if err != nil {
+		return nil, false, fmt.Errorf("jobrun: model for %s: %w", req.Operation, err)
+	}
+	return m, false, nil
 }
 
 // runnerFor applies the request's options: max_turns overrides the agent's

@@ -14,9 +14,13 @@ import (
 
 // transcript is the run's conversation for the queue to store
 // (queue.Outcome.Transcript): the loop's final messages and tool catalog,
-// the agent and the model. The queue fills in the job and its outcome.
-func (p *Processor) transcript(def *agents.Definition, model loop.Model, res *loop.Result) *wire.Transcript {
-	t := &wire.Transcript{Agent: def.Name, AgentDigest: p.agentDigest(def), Model: p.modelInfo(def, model),
+// the agent and the model (the teacher's, on a teacher run). The queue fills in the job and its outcome.
+func (p *Processor) transcript(def *agents.Definition, model loop.Model, teacher bool, res *loop.Result) *wire.Transcript {
+	mi := p.modelInfo(def, model)
+	if teacher {
+		mi = p.cfg.TeacherInfo
+	}
+	t := &wire.Transcript{Agent: def.Name, AgentDigest: p.agentDigest(def), Model: mi, Teacher: teacher,
 		Tools: make([]wire.TranscriptTool, len(res.Tools)), Messages: make([]wire.TranscriptMessage, len(res.Messages))}
 	for i, s := range res.Tools {
 		t.Tools[i] = wire.TranscriptTool{Name: s.Name, Description: s.Description, Parameters: s.Parameters}

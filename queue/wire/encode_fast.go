@@ -141,7 +141,8 @@ var (
 	fastResultFields = "version/int job_id/string operation/string state/JobState status/Status " +
 		"workspace_id/string changed_files/[]string summary/string details,omitempty/ " +
 		"error,omitempty/string error_code,omitempty/ErrorCode turns/int tool_calls/int usage/Usage " +
-		"diff,omitempty/string worker/string attempts/int events_dropped,omitempty/int64 timings/ResultTimings transcript_seq,omitempty/uint64"
+		"diff,omitempty/string worker/string attempts/int events_dropped,omitempty/int64 timings/ResultTimings transcript_seq,omitempty/uint64 " +
+		"teacher,omitempty/string"
 	fastTimingsFields = "enqueued_at/Time started_at/Time finished_at/Time queued_ns/Duration run_ns/Duration " +
 		"model_ns/Duration tools_ns/Duration"
 	fastJSON = jsonFields(reflect.TypeFor[Event]()) == fastEventFields &&
@@ -327,6 +328,10 @@ func appendResultJSON(dst []byte, r *AgentResult) (_ []byte, ok bool) {
 	if r.TranscriptSeq != 0 {
 		dst = append(dst, `,"transcript_seq":`...)
 		dst = strconv.AppendUint(dst, r.TranscriptSeq, 10)
+	}
+	if r.Teacher != "" {
+		dst = append(dst, `,"teacher":`...)
+		dst = appendJSONString(dst, r.Teacher)
 	}
 	return append(dst, '}'), true
 }
