@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +12,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/inference/remote"
+	"github.com/agentfleet/fleet/internal/testutil/chattest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
@@ -23,61 +21,6 @@ import (
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
-
-// teacherServer is an OpenAI-compatible chat-completions server that runs
-// the lint agent: run_linter, then submit_result. It records the model
-// name and tool names of every request.
-type teacherServer struct {
-	*httptest.Server
-	mu       sync.Mutex
-	models   []string
-	sawTools bool
-}
-
-func newTeacherServer(t *testing.T) *teacherServer {
-	s := &teacherServer{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/chat/completions" || r.Method != http.MethodPost {
-			http.NotFound(w, r)
-			return
-		}
-		var req struct {
-			Model    string `json:"model"`
-			Messages []struct {
-				Role string `json:"role"`
-			} `json:"messages"`
-			Tools []struct {
-				Function struct {
-					Name string `json:"name"`
-				} `json:"function"`
-			} `json:"tools"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		s.mu.Lock()
-		s.models = append(s.models, req.Model)
-		s.sawTools = s.sawTools || len(req.Tools) > 0
-		s.mu.Unlock()
-		name, args, id := "run_linter", "{}", "call_t1"
-		if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "tool" {
-			name, args, id = "submit_result", `{"summary":"teacher checked","changed_files":[]}`, "call_t2"
-		}
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"finish_reason":"tool_calls",
-			"message":{"role":"assistant","content":null,"tool_calls":[{"id":%q,"type":"function","function":{"name":%q,"arguments":%q}}]}}],
-			"usage":{"prompt_tokens":50,"completion_tokens":7,"total_tokens":57}}`, id, name, args)
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *teacherServer) calls() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.models...)
-}
 
 // localModel is the worker's own model in the teacher tests: a teacher
 // job must never reach it; other jobs get one submit_result.
@@ -149,8 +92,8 @@ func TestTeacherRunPerJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown()
-	ts := newTeacherServer(t)
-	teacher, err := remote.New(remote.Config{BaseURL: ts.URL + "/v1", Model: "big-teacher", MaxRetries: -1})
+	ts := chattest.NewLintTeacher(t, "teacher checked")
+	teacher, err := remote.New(remote.Config{BaseURL: ts.BaseURL(), Model: "big-teacher", MaxRetries: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,8 +114,8 @@ func TestTeacherRunPerJob(t *testing.T) {
 	if res.State != wire.StateSucceeded || res.Summary != "teacher checked" || res.Teacher != info.Name {
 		t.Fatalf("teacher job: %s %q teacher %q (%s)", res.State, res.Summary, res.Teacher, res.Error)
 	}
-	if got := ts.calls(); len(got) != 2 || got[0] != "big-teacher" || !ts.sawTools {
-		t.Fatalf("teacher server saw %v (tools %v)", got, ts.sawTools)
+	if got := ts.Models(); len(got) != 2 || got[0] != "big-teacher" || ts.MaxTools() == 0 {
+		t.Fatalf("teacher server saw %v (tools %d)", got, ts.MaxTools())
 	}
 	v, err := cl.Transcript(ctx, "teach-1")
 	if err != nil {
@@ -193,8 +136,8 @@ func TestTeacherRunPerJob(t *testing.T) {
 	local.mu.Lock()
 	calls := local.calls
 	local.mu.Unlock()
-	if res.State != wire.StateSucceeded || res.Summary != "local" || res.Teacher != "" || calls != 1 || len(ts.calls()) != 2 {
-		t.Fatalf("local job: %s %q teacher %q; local calls %d, teacher calls %d", res.State, res.Summary, res.Teacher, calls, len(ts.calls()))
+	if res.State != wire.StateSucceeded || res.Summary != "local" || res.Teacher != "" || calls != 1 || len(ts.Models()) != 2 {
+		t.Fatalf("local job: %s %q teacher %q; local calls %d, teacher calls %d", res.State, res.Summary, res.Teacher, calls, len(ts.Models()))
 	}
 	if v2, err := cl.Transcript(ctx, "teach-2"); err != nil || v2.Transcript.Teacher || v2.Transcript.Model.Name != "local.gguf" ||
 		v2.Transcript.AgentDigest != v.Transcript.AgentDigest {
@@ -211,8 +154,8 @@ func TestTeacherRunPerWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown()
-	ts := newTeacherServer(t)
-	teacher, err := remote.New(remote.Config{BaseURL: ts.URL + "/v1", Model: "big-teacher", MaxRetries: -1})
+	ts := chattest.NewLintTeacher(t, "teacher checked")
+	teacher, err := remote.New(remote.Config{BaseURL: ts.BaseURL(), Model: "big-teacher", MaxRetries: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,8 +173,8 @@ func TestTeacherRunPerWorker(t *testing.T) {
 	local.mu.Lock()
 	calls := local.calls
 	local.mu.Unlock()
-	if res.State != wire.StateSucceeded || res.Teacher != info.Name || len(ts.calls()) != 2 || calls != 0 {
-		t.Fatalf("job on a teacher worker: %s teacher %q, teacher calls %d, local calls %d", res.State, res.Teacher, len(ts.calls()), calls)
+	if res.State != wire.StateSucceeded || res.Teacher != info.Name || len(ts.Models()) != 2 || calls != 0 {
+		t.Fatalf("job on a teacher worker: %s teacher %q, teacher calls %d, local calls %d", res.State, res.Teacher, len(ts.Models()), calls)
 	}
 	if _, err := jobrun.New(jobrun.Config{Agents: realAgents(t), Sandbox: montytest.Pool(t, monty.Config{Size: 1}), Model: local,
 		WorkspaceDir: t.TempDir(), TeacherAlways: true}); !errors.Is(err, jobrun.ErrInvalidConfig) {
