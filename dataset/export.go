@@ -55,6 +55,7 @@ const (
 	DropNotNamed     = "not the transcript the job's result names"
 	DropCutContents  = "contents cut to fit max_payload (not what the model saw)"
 	DropBadReview    = "the job's last review record is corrupt"
+	DropLastChance   = "turn limit hit (its last prompt offered only submit_result)"
 	DropUnrenderable = "does not render as FunctionGemma"
 	DropExpired      = "expired while exporting"
 )
@@ -137,6 +138,10 @@ func Export(ctx context.Context, src Source, w io.Writer, opts Options) (*Summar
 			sum.Dropped[DropCutContents]++
 			continue
 		}
+		if pick.h.LastChance {
+			sum.Dropped[DropLastChance]++
+			continue
+		}
 		keep = append(keep, *pick)
 	}
 	sort.Slice(keep, func(i, j int) bool {
@@ -183,19 +188,26 @@ func choose(ctx context.Context, src Source, jobID string, cands []candidate, su
 				best = i
 			}
 		}
-		sum.Dropped[DropSuperseded] += len(cands) - 1
+		sum.drop(DropSuperseded, len(cands)-1)
 		return &cands[best], nil
 	case err != nil:
 		return nil, fmt.Errorf("dataset: result of %s: %w", jobID, err)
 	}
 	for i, c := range cands {
 		if c.seq == res.TranscriptSeq {
-			sum.Dropped[DropSuperseded] += len(cands) - 1
+			sum.drop(DropSuperseded, len(cands)-1)
 			return &cands[i], nil
 		}
 	}
-	sum.Dropped[DropNotNamed] += len(cands)
+	sum.drop(DropNotNamed, len(cands))
 	return nil, nil
+}
+
+// drop counts n transcripts dropped for why.
+func (s *Summary) drop(why string, n int) {
+	if n > 0 {
+		s.Dropped[why] += n
+	}
 }
 
 // record reads c's transcript again and encodes its record; why says why

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,11 +69,19 @@ func (r *promptRecorder) take() []string {
 // submit_result. The arguments are written the way a model may write
 // them (spaces, keys out of order): the next prompt shows them as the
 // renderer writes them.
+//
+// On a file named long.py it never submits until the loop's last-chance
+// turn offers submit_result alone.
 func lintModel(summary string) loop.Model {
 	s := looptest.NewScripted(looptest.Func(func(_ context.Context, req *loop.Request) (*loop.Response, error) {
 		msg := loop.Message{Role: loop.RoleAssistant, Content: "I will lint the file first.",
 			ToolCalls: []loop.ToolCall{{Name: "run_linter", Arguments: json.RawMessage(`{ }`)}}}
-		if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == loop.RoleTool {
+		n := len(req.Messages)
+		if strings.Contains(summary, "long.py") && len(req.Tools) > 1 {
+			if n > 0 && req.Messages[n-1].Role == loop.RoleTool {
+				msg.ToolCalls[0].Name = "read_current_file"
+			}
+		} else if n > 0 && req.Messages[n-1].Role == loop.RoleTool || len(req.Tools) == 1 {
 			msg = loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{Name: "submit_result",
 				Arguments: json.RawMessage(`{"summary": "` + summary + `", "changed_files": [], "details": {"issues_remaining": 0, "issues_fixed": 0}}`)}}}
 		}
@@ -179,11 +188,7 @@ func (f *fleet) run(t *testing.T, ctx context.Context, req *wire.RunRequest) []s
 	if res.State != wire.StateSucceeded || res.TranscriptSeq == 0 {
 		t.Fatalf("job %s: %s %s (transcript %d)", req.JobID, res.State, res.Error, res.TranscriptSeq)
 	}
-	p := f.rec.take()
-	if len(p) != 2 {
-		t.Fatalf("job %s: %d model calls, want 2", req.JobID, len(p))
-	}
-	return p
+	return f.rec.take()
 }
 
 func export(t *testing.T, ctx context.Context, cl *client.Client, opts dataset.Options) ([]byte, *dataset.Summary) {
@@ -240,6 +245,24 @@ func TestExportMatchesTheModelsPrompts(t *testing.T) {
 		"ds-b": f.run(t, ctx, lintJob(t, "ds-b", "src/b.py", "import os\nx=1\n")),
 		"ds-c": f.run(t, ctx, lintJob(t, "ds-c", "src/c.py", "y = 2\n")),
 	}
+	for id, p := range prompts {
+		if len(p) != 2 {
+			t.Fatalf("job %s: %d model calls, want 2", id, len(p))
+		}
+	}
+	// A run that reaches its turn limit: its last prompt offers only
+	// submit_result, which its record could not show.
+	long := lintJob(t, "ds-long", "src/long.py", "z = 3\n")
+	long.Options.MaxTurns = 2
+	if p := f.run(t, ctx, long); len(p) != 3 {
+		t.Fatalf("turn-limited job: %d model calls, want 3", len(p))
+	}
+	if v, err := f.cl.Transcript(ctx, "ds-long"); err != nil || !v.Transcript.LastChance {
+		t.Fatalf("turn-limited transcript: %v", err)
+	}
+	if p := f.run(t, ctx, lintJob(t, "ds-d", "src/d.py", "w = 4\n")); len(p) != 2 {
+		t.Fatalf("ds-d: %d model calls", len(p))
+	}
 	if _, err := f.cl.Review(ctx, "ds-a", wire.VerdictAccepted, "ann", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -256,9 +279,21 @@ func TestExportMatchesTheModelsPrompts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A stale attempt of ds-a (its result names the other one), a
+	// transcript whose contents were cut, and a corrupt last review of
+	// ds-d.
+	stale := *good.Transcript
+	stale.Lease, stale.Worker = 1, "stale"
+	staleJSON, _ := json.Marshal(&stale)
+	cut := *good.Transcript
+	cut.JobID, cut.Truncated = "ds-cut", true
+	cutJSON, _ := json.Marshal(&cut)
 	for subj, data := range map[string][]byte{
 		wire.TranscriptSubject("ds-bad-1"): []byte("\x00not json"),
 		wire.TranscriptSubject("ds-bad-2"): whole[:len(whole)/2],
+		wire.TranscriptSubject("ds-a"):     staleJSON,
+		wire.TranscriptSubject("ds-cut"):   cutJSON,
+		wire.ReviewSubject("ds-d"):         []byte(`{"version":1,"job_id":"ds-d","verdict":"acc`),
 	} {
 		if _, err := js.Publish(ctx, subj, data); err != nil {
 			t.Fatal(err)
@@ -267,7 +302,9 @@ func TestExportMatchesTheModelsPrompts(t *testing.T) {
 
 	all := dataset.Filter{Verdicts: []string{"accepted", "rejected", dataset.Unreviewed}}
 	text, sum := export(t, ctx, f.cl, dataset.Options{Format: dataset.FormatText, Filter: all})
-	if sum.Kept != 3 || sum.Dropped[dataset.DropCorrupt] != 2 || sum.Jobs != 5 || sum.Reviews != 2 {
+	want := map[string]int{dataset.DropCorrupt: 2, dataset.DropLastChance: 1, dataset.DropSuperseded: 1,
+		dataset.DropCutContents: 1, dataset.DropBadReview: 1}
+	if sum.Kept != 3 || sum.Jobs != 8 || sum.Transcripts != 9 || sum.Reviews != 3 || !maps.Equal(sum.Dropped, want) {
 		t.Fatalf("summary %+v", sum)
 	}
 	recs := lines[dataset.Rendered](t, text)
@@ -329,7 +366,7 @@ func TestExportMatchesTheModelsPrompts(t *testing.T) {
 	acc, sum := export(t, ctx, f.cl, dataset.Options{Format: dataset.FormatText,
 		Filter: dataset.Filter{Verdicts: []string{"accepted"}}})
 	if got := lines[dataset.Rendered](t, acc); len(got) != 1 || got[0].Fleet.JobID != "ds-a" || got[0].Fleet.Verdict != wire.VerdictAccepted ||
-		sum.Dropped["filtered out: review verdict"] != 2 {
+		sum.Dropped["filtered out: review verdict"] != 4 || sum.Kept != 1 {
 		t.Fatalf("accepted only: %d records, %+v", len(got), sum)
 	}
 	// Other filters: a model digest, an agent version, a time range.
@@ -337,7 +374,7 @@ func TestExportMatchesTheModelsPrompts(t *testing.T) {
 		f    dataset.Filter
 		want int
 	}{
-		{dataset.Filter{Model: "sha256:00a"}, 3},
+		{dataset.Filter{Model: "sha256:00a"}, 3}, // the turn-limited job is dropped anyway
 		{dataset.Filter{Model: "other"}, 0},
 		{dataset.Filter{AgentVersion: recs[0].Fleet.AgentDigest[:15]}, 3},
 		{dataset.Filter{AgentVersion: "sha256:ffff"}, 0},

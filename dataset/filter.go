@@ -64,6 +64,7 @@ type header struct {
 	Lease       uint64         `json:"lease"`
 	Model       wire.ModelInfo `json:"model"`
 	Truncated   bool           `json:"truncated"`
+	LastChance  bool           `json:"last_chance"`
 	State       wire.JobState  `json:"state"`
 	Timings     struct {
 		FinishedAt time.Time `json:"finished_at"`

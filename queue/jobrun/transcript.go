@@ -20,7 +20,8 @@ func (p *Processor) transcript(def *agents.Definition, model loop.Model, teacher
 	if teacher {
 		mi = p.cfg.TeacherInfo
 	}
-	t := &wire.Transcript{Agent: def.Name, AgentDigest: p.agentDigest(def), Model: mi, Teacher: teacher,
+	lastChance := res.ErrorCode == loop.ErrCodeTurnLimit || res.Details[loop.DetailTurnLimitHit] == true
+	t := &wire.Transcript{Agent: def.Name, AgentDigest: p.agentDigest(def), Model: mi, Teacher: teacher, LastChance: lastChance,
 		Tools: make([]wire.TranscriptTool, len(res.Tools)), Messages: make([]wire.TranscriptMessage, len(res.Messages))}
 	for i, s := range res.Tools {
 		t.Tools[i] = wire.TranscriptTool{Name: s.Name, Description: s.Description, Parameters: s.Parameters}

@@ -93,6 +93,10 @@ type Transcript struct {
 	// the answers to its last calls. When the loop trimmed old turns to fit
 	// the context window, they appear as its summary message.
 	Messages []TranscriptMessage `json:"messages"`
+	// LastChance is set when the run reached its turn limit and had the
+	// loop's last-chance turn, on which only submit_result was offered
+	// (Tools lists the catalog of the other turns).
+	LastChance bool `json:"last_chance,omitempty"`
 	// Truncated is set when message contents were cut to fit the server's
 	// max_payload (each cut content ends with a marker).
 	Truncated bool `json:"truncated,omitempty"`
