@@ -91,6 +91,12 @@ func (c *cli) datasetExport(args []string) error {
 	}
 	defer nc.Close()
 
+	if progress != nil {
+		// The stream's size now: the reading bar's total.
+		if n, err := cl.TranscriptsSize(cctx); err == nil {
+			progress.readTotal = int(n)
+		}
+	}
 	w, commit, discard, err := c.output(*out)
 	if err != nil {
 		return err
@@ -191,12 +197,13 @@ func printSummary(w io.Writer, s *dataset.Summary, f dataset.Format, path string
 	}
 }
 
-// exportProgress is the export's progress on a terminal: a spinner with a
-// count while the stream is read, then a bar of the records written.
+// exportProgress is the export's progress on a terminal: a bar of the
+// stream messages read, then one of the records written.
 type exportProgress struct {
-	w     io.Writer
-	bar   *progressbar.ProgressBar
-	phase string
+	w         io.Writer
+	bar       *progressbar.ProgressBar
+	phase     string
+	readTotal int // 0: unknown, a spinner
 }
 
 func (p *exportProgress) update(phase string, done, total int) {
@@ -207,7 +214,11 @@ func (p *exportProgress) update(phase string, done, total int) {
 		p.phase, p.bar = phase, nil
 		switch phase {
 		case "read":
-			p.bar = newBar(p.w, -1, "reading transcripts")
+			max := -1
+			if p.readTotal > 0 {
+				max = p.readTotal
+			}
+			p.bar = newBar(p.w, max, "reading transcripts")
 		case "write":
 			p.bar = newBar(p.w, total, "writing records")
 		}

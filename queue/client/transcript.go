@@ -147,13 +147,7 @@ func (c *Client) ScanTranscripts(ctx context.Context, fn func(TranscriptEntry) e
 			if err != nil {
 				return fmt.Errorf("queue: read %s: %w", wire.StreamTranscripts, err)
 			}
-			e := TranscriptEntry{Seq: meta.Sequence.Stream, Data: m.Data()}
-			subj := m.Subject()
-			if id, ok := strings.CutPrefix(subj, wire.SubjectReviewsPrefix); ok {
-				e.JobID, e.Review = id, true
-			} else {
-				e.JobID = strings.TrimPrefix(subj, wire.SubjectTranscriptsPrefix)
-			}
+			e := transcriptEntry(meta.Sequence.Stream, m.Subject(), m.Data())
 			if err := fn(e); err != nil {
 				return err
 			}
@@ -167,16 +161,16 @@ func (c *Client) ScanTranscripts(ctx context.Context, fn func(TranscriptEntry) e
 		if n > 0 {
 			continue
 		}
-		// Nothing came: done when the messages up to last expired
-		// meanwhile (the stream's first sequence passed them).
+		// Nothing came: done when nothing is pending (the messages up to
+		// last were deleted or expired meanwhile).
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		info, err := s.Info(ctx)
+		ci, err := cons.Info(ctx)
 		if err != nil {
-			return fmt.Errorf("queue: %w", err)
+			return fmt.Errorf("queue: read %s: %w", wire.StreamTranscripts, err)
 		}
-		if info.State.FirstSeq > last || info.State.Msgs == 0 {
+		if ci.NumPending == 0 {
 			return nil
 		}
 	}
@@ -199,11 +193,16 @@ func (c *Client) TranscriptAt(ctx context.Context, seq uint64) (_ TranscriptEntr
 	if err != nil {
 		return TranscriptEntry{}, false, fmt.Errorf("queue: read %s: %w", wire.StreamTranscripts, err)
 	}
-	e := TranscriptEntry{Seq: m.Sequence, Data: m.Data}
-	if id, ok := strings.CutPrefix(m.Subject, wire.SubjectReviewsPrefix); ok {
+	return transcriptEntry(m.Sequence, m.Subject, m.Data), true, nil
+}
+
+// transcriptEntry is the stream message seq on subj.
+func transcriptEntry(seq uint64, subj string, data []byte) TranscriptEntry {
+	e := TranscriptEntry{Seq: seq, Data: data}
+	if id, ok := strings.CutPrefix(subj, wire.SubjectReviewsPrefix); ok {
 		e.JobID, e.Review = id, true
 	} else {
-		e.JobID = strings.TrimPrefix(m.Subject, wire.SubjectTranscriptsPrefix)
+		e.JobID = strings.TrimPrefix(subj, wire.SubjectTranscriptsPrefix)
 	}
-	return e, true, nil
+	return e
 }
