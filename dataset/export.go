@@ -8,13 +8,17 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // Source is what Export reads: FLEET_TRANSCRIPTS and the jobs' results.
-// *client.Client implements it.
+// *client.Client implements it. Export calls it from several goroutines
+// at once.
 type Source interface {
 	// ScanTranscripts calls fn with every stored transcript and review.
 	ScanTranscripts(ctx context.Context, fn func(client.TranscriptEntry) error) error
@@ -31,9 +35,10 @@ type Options struct {
 	Filter Filter
 	// NoMeta leaves the "fleet" object out of the records.
 	NoMeta bool
-	// Progress, when set, is called as the export goes: phase "read" with
-	// the stream messages read so far, then "write" with the records
-	// considered so far and their total.
+	// Progress, when set, is called as the export goes (never
+	// concurrently): phase "read" with the stream messages read so far,
+	// "join" with the jobs whose transcript was chosen and their total,
+	// then "write" with the records considered so far and their total.
 	Progress func(phase string, done, total int)
 }
 
@@ -113,12 +118,36 @@ func Export(ctx context.Context, src Source, w io.Writer, opts Options) (*Summar
 	}
 	sum.Jobs = len(jobs)
 
+	// Each job's pick needs its result: looked up concurrently (the
+	// source's round trips, not CPU, bound this), collected in order.
+	ids := sortedKeys(jobs)
+	picks := make([]*candidate, len(ids))
+	dropped := make([]map[string]int, len(ids))
+	var mu sync.Mutex
+	joined := 0
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(concurrency)
+	for i, id := range ids {
+		g.Go(func() error {
+			local := &Summary{Dropped: map[string]int{}}
+			pick, err := choose(gctx, src, id, jobs[id], local)
+			picks[i], dropped[i] = pick, local.Dropped
+			mu.Lock()
+			joined++
+			progress("join", joined, len(ids))
+			mu.Unlock()
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
 	var keep []candidate
-	for _, id := range sortedKeys(jobs) {
-		pick, err := choose(ctx, src, id, jobs[id], sum)
-		if err != nil {
-			return nil, err
+	for i, id := range ids {
+		for why, n := range dropped[i] {
+			sum.drop(why, n)
 		}
+		pick := picks[i]
 		if pick == nil {
 			continue
 		}
@@ -152,25 +181,46 @@ func Export(ctx context.Context, src Source, w io.Writer, opts Options) (*Summar
 		return a.JobID < b.JobID
 	})
 
+	// The records are read and encoded concurrently a window at a time
+	// and written in order.
 	bw := bufio.NewWriter(w)
-	for i, c := range keep {
-		progress("write", i, len(keep))
-		line, why, err := record(ctx, src, c, reviews[c.h.JobID], opts)
-		if err != nil {
+	for start := 0; start < len(keep); start += window {
+		part := keep[start:min(start+window, len(keep))]
+		lines := make([][]byte, len(part))
+		whys := make([]string, len(part))
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(concurrency)
+		for i, c := range part {
+			g.Go(func() (err error) {
+				lines[i], whys[i], err = record(gctx, src, c, reviews[c.h.JobID], opts)
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
 			return nil, err
 		}
-		if why != "" {
-			sum.Dropped[why]++
-			continue
+		for i := range part {
+			progress("write", start+i, len(keep))
+			if whys[i] != "" {
+				sum.drop(whys[i], 1)
+				continue
+			}
+			if _, err := bw.Write(append(lines[i], '\n')); err != nil {
+				return nil, err
+			}
+			sum.Kept++
 		}
-		if _, err := bw.Write(append(line, '\n')); err != nil {
-			return nil, err
-		}
-		sum.Kept++
 	}
 	progress("write", len(keep), len(keep))
 	return sum, bw.Flush()
 }
+
+// concurrency bounds the source requests under way at once; window is how
+// many records are read ahead of the writer.
+const (
+	concurrency = 16
+	window      = 256
+)
 
 // choose picks the job's transcript: the one its stored result names,
 // else (the result expired, or none is stored yet) the one of the highest

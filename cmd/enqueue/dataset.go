@@ -219,6 +219,8 @@ func (p *exportProgress) update(phase string, done, total int) {
 				max = p.readTotal
 			}
 			p.bar = newBar(p.w, max, "reading transcripts")
+		case "join":
+			p.bar = newBar(p.w, total, "joining reviews")
 		case "write":
 			p.bar = newBar(p.w, total, "writing records")
 		}

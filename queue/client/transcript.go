@@ -177,23 +177,24 @@ func (c *Client) ScanTranscripts(ctx context.Context, fn func(TranscriptEntry) e
 }
 
 // TranscriptAt reads the FLEET_TRANSCRIPTS message at stream sequence seq
-// (one ScanTranscripts gave); ok is false when it is gone (expired).
+// (one ScanTranscripts gave) with one direct get; ok is false when it is
+// gone (expired). Safe for concurrent use.
 func (c *Client) TranscriptAt(ctx context.Context, seq uint64) (_ TranscriptEntry, ok bool, _ error) {
-	s, err := c.js.Stream(ctx, wire.StreamTranscripts)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
+	m, err := c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+wire.StreamTranscripts, fmt.Appendf(nil, `{"seq":%d}`, seq))
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
 		return TranscriptEntry{}, false, fmt.Errorf("%w (%s)", ErrNoStreams, wire.StreamTranscripts)
-	}
-	if err != nil {
-		return TranscriptEntry{}, false, fmt.Errorf("queue: %w", err)
-	}
-	m, err := s.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return TranscriptEntry{}, false, nil
-	}
-	if err != nil {
+	case err != nil:
 		return TranscriptEntry{}, false, fmt.Errorf("queue: read %s: %w", wire.StreamTranscripts, err)
 	}
-	return transcriptEntry(m.Sequence, m.Subject, m.Data), true, nil
+	switch st := m.Header.Get("Status"); st {
+	case "":
+	case "404":
+		return TranscriptEntry{}, false, nil
+	default:
+		return TranscriptEntry{}, false, fmt.Errorf("queue: read %s at %d: %s %s", wire.StreamTranscripts, seq, st, m.Header.Get("Description"))
+	}
+	return transcriptEntry(seq, m.Header.Get("Nats-Subject"), m.Data), true, nil
 }
 
 // transcriptEntry is the stream message seq on subj.
