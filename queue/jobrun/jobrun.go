@@ -83,6 +83,16 @@ type Config struct {
 	// ModelInfo, when set, names the model (and its digest) a job of the
 	// agent runs on, for the job's transcript; nil = the model's Go type.
 	ModelInfo func(def *agents.Definition) wire.ModelInfo
+	// Teacher, when set, is the worker's teacher: a big remote model jobs
+	// run on instead of Model/ModelFor when their request sets
+	// options.teacher, or always with TeacherAlways (docs/TRAINING.md).
+	// Its transcripts say so and name TeacherInfo. Without it, a teacher
+	// job is refused (wire.CodeNoTeacher, dead-lettered).
+	Teacher loop.Model
+	// TeacherInfo names the teacher model in transcripts and results.
+	TeacherInfo wire.ModelInfo
+	// TeacherAlways runs every job on Teacher (a teacher worker).
+	TeacherAlways bool
 	// Loop is the worker's loop configuration; a request's options override
 	// its turn limit and timeouts.
 	Loop loop.Config
@@ -112,6 +122,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Model or ModelFor is required", ErrInvalidConfig)
 	case c.WorkspaceDir == "":
 		return fmt.Errorf("%w: WorkspaceDir is required", ErrInvalidConfig)
+	case c.TeacherAlways && c.Teacher == nil:
+		return fmt.Errorf("%w: TeacherAlways needs a Teacher", ErrInvalidConfig)
 	}
 	for op, d := range c.Agents {
 		if d == nil {
@@ -135,6 +147,8 @@ type Processor struct {
 	runner *loop.Runner // for requests without options
 
 	storePath string // the job store's file
+
+	digests map[*agents.Definition]string // agentDigest's cache
 }
 
 var _ queue.Processor = (*Processor)(nil)
@@ -199,13 +213,9 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	}
 	// A canary share runs a copy of the definition on the canary's model.
 	def, canary := agent.Def.ForJob(req.JobID)
-	model := p.cfg.Model
-	if p.cfg.ModelFor != nil {
-		m, err := p.cfg.ModelFor(def)
-		if err != nil {
-			return nil, fmt.Errorf("jobrun: model for %s: %w", req.Operation, err)
-		}
-		model = m
+	model, teacher, err := p.pickModel(req, def)
+	if err != nil {
+		return nil, err
 	}
 	runner, def, err := p.runnerFor(req, def)
 	if err != nil {
@@ -260,7 +270,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	// still read, under a short deadline of their own.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	out := &queue.Outcome{Result: *res, Transcript: p.transcript(agent, def, canary, model, res)}
+	out := &queue.Outcome{Result: *res, Transcript: p.transcript(agent, def, canary, model, teacher, res)}
 	out.Result.Messages, out.Result.Tools = nil, nil
 	changed, err := ws.overlay.ChangedFiles(dctx)
 	if err != nil {
@@ -302,6 +312,29 @@ func (p *Processor) agent(op string) (Agent, bool) {
 	}
 	d, ok := p.cfg.Agents[op]
 	return Agent{Def: d}, ok
+}
+
+// pickModel chooses the model a job runs on: the teacher for a teacher
+// run (options.teacher or Config.TeacherAlways), else the agent's model
+// (ModelFor) or the slot's. A teacher run on a worker without a teacher
+// is refused with a *wire.RequestError (CodeNoTeacher): the queue
+// dead-letters the request, nothing is run or lost.
+func (p *Processor) pickModel(req *wire.RunRequest, def *agents.Definition) (_ loop.Model, teacher bool, _ error) {
+	if req.Options.Teacher || p.cfg.TeacherAlways {
+		if p.cfg.Teacher == nil {
+			return nil, false, &wire.RequestError{Code: wire.CodeNoTeacher, Field: "options.teacher",
+				Reason: "this worker has no teacher model (model.teacher in its configuration)"}
+		}
+		return p.cfg.Teacher, true, nil
+	}
+	if p.cfg.ModelFor == nil {
+		return p.cfg.Model, false, nil
+	}
+	m, err := p.cfg.ModelFor(def)
+	if err != nil {
+		return nil, false, fmt.Errorf("jobrun: model for %s: %w", req.Operation, err)
+	}
+	return m, false, nil
 }
 
 // runnerFor applies the request's options: max_turns overrides the agent's
