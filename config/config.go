@@ -228,6 +228,28 @@ type Model struct {
 	Remote Remote `yaml:"remote"`
 	// Scripted configures the scripted backend.
 	Scripted Scripted `yaml:"scripted"`
+	// Teacher is a remote teacher model for teacher runs
+	// (docs/TRAINING.md), beside whichever backend runs the jobs.
+	Teacher Teacher `yaml:"teacher"`
+}
+
+// Teacher is an OpenAI-compatible server with a big model that jobs run on
+// as teacher runs: those whose request sets options.teacher, or all of
+// them with Always. Its fields other than Always mean what Remote's do.
+// Without BaseURL the worker has no teacher and refuses teacher jobs.
+type Teacher struct {
+	BaseURL    string        `yaml:"base_url"`
+	APIKeyEnv  string        `yaml:"api_key_env"`
+	Model      string        `yaml:"model"`
+	Timeout    time.Duration `yaml:"timeout"`
+	MaxRetries int           `yaml:"max_retries"`
+	// Always runs every job of this worker on the teacher.
+	Always bool `yaml:"always"`
+}
+
+// Remote is the teacher's server as a Remote.
+func (t Teacher) Remote() Remote {
+	return Remote{BaseURL: t.BaseURL, APIKeyEnv: t.APIKeyEnv, Model: t.Model, Timeout: t.Timeout, MaxRetries: t.MaxRetries}
 }
 
 // Remote is an OpenAI-compatible chat-completions server (vLLM,
@@ -410,6 +432,10 @@ func Default() *Config {
 			MaxContexts: DefaultMaxContexts,
 			TopK:        DefaultTopK,
 			Remote: Remote{
+				Timeout:    DefaultRemoteTimeout,
+				MaxRetries: DefaultRemoteRetries,
+			},
+			Teacher: Teacher{
 				Timeout:    DefaultRemoteTimeout,
 				MaxRetries: DefaultRemoteRetries,
 			},

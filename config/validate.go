@@ -242,26 +242,50 @@ func (w *Worker) validate(k *checker) {
 	k.nonEmpty("worker.workspace_dir", w.WorkspaceDir)
 }
 
+// validate checks a remote server's settings under prefix (a missing
+// base_url is the caller's to report).
+func (r Remote) validate(k *checker, prefix string) {
+	if r.BaseURL != "" {
+		if u, err := url.Parse(r.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			k.add(prefix+".base_url", "must be an http:// or https:// URL, got %q", r.BaseURL)
+		}
+	}
+	if r.APIKeyEnv != "" {
+		if !envVarRE.MatchString(r.APIKeyEnv) {
+			k.add(prefix+".api_key_env", "must be an environment variable name, got %q", r.APIKeyEnv)
+		} else if os.Getenv(r.APIKeyEnv) == "" {
+			k.add(prefix+".api_key_env", "names %s, which is not set", r.APIKeyEnv)
+		}
+	}
+	k.positive(prefix+".timeout", r.Timeout)
+	k.minInt(prefix+".max_retries", r.MaxRetries, 0)
+}
+
+// validate checks the teacher: nothing when it is off (no base_url),
+// except that always needs it.
+func (t Teacher) validate(k *checker) {
+	if t.BaseURL == "" {
+		if t.Always {
+			k.add("model.teacher.always", "needs model.teacher.base_url")
+		}
+		return
+	}
+	if t.Model == "" {
+		k.add("model.teacher.model", "is required with model.teacher.base_url")
+	}
+	t.Remote().validate(k, "model.teacher")
+}
+
 func (m *Model) validate(k *checker) {
+	m.Teacher.validate(k)
 	switch m.Backend {
 	case BackendLlama:
 		k.nonEmpty("model.path", m.Path)
 	case BackendRemote:
-		r := m.Remote
-		if r.BaseURL == "" {
+		if m.Remote.BaseURL == "" {
 			k.add("model.remote.base_url", "is required with model.backend: remote")
-		} else if u, err := url.Parse(r.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			k.add("model.remote.base_url", "must be an http:// or https:// URL, got %q", r.BaseURL)
 		}
-		if r.APIKeyEnv != "" {
-			if !envVarRE.MatchString(r.APIKeyEnv) {
-				k.add("model.remote.api_key_env", "must be an environment variable name, got %q", r.APIKeyEnv)
-			} else if os.Getenv(r.APIKeyEnv) == "" {
-				k.add("model.remote.api_key_env", "names %s, which is not set", r.APIKeyEnv)
-			}
-		}
-		k.positive("model.remote.timeout", r.Timeout)
-		k.minInt("model.remote.max_retries", r.MaxRetries, 0)
+		m.Remote.validate(k, "model.remote")
 	case BackendScripted:
 		if m.Scripted.Script == "" {
 			k.add("model.scripted.script", "is required with model.backend: scripted")

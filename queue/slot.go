@@ -255,6 +255,7 @@ func (s *slot) runJob(j *job) {
 
 	cause := context.Cause(ctx)
 	var ce *CanceledError
+	var re *wire.RequestError
 	switch {
 	case errors.Is(cause, errFenced):
 		s.fenced(j)
@@ -264,6 +265,10 @@ func (s *slot) runJob(j *job) {
 		s.requeue(j, 0, "worker shutdown")
 	case errors.As(cause, &ce):
 		s.cancelled(j, ce)
+	case errors.As(perr, &re):
+		// The processor refused the request (a teacher run on a worker
+		// without a teacher): no retry can help.
+		s.poison(j, re.Code, re.Error())
 	case perr != nil:
 		s.transient(j, perr)
 	case out == nil:

@@ -21,6 +21,9 @@ type transcriptWriter interface {
 // means the job was dropped (fenced) or handed back (shutdown): nothing
 // more is written.
 func (s *slot) storeTranscript(j *job, res *wire.AgentResult, t *wire.Transcript) bool {
+	if t != nil && t.Teacher {
+		res.Teacher = t.Model.Name
+	}
 	tw, ok := s.w.ledger.(transcriptWriter)
 	if t == nil || !ok {
 		return true

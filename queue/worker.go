@@ -30,7 +30,10 @@ import (
 // Outcome with Result.Status failed). A non-nil error means a transient
 // infrastructure failure (the model server is down): the job is retried
 // after a delay, and dead-lettered with QUEUE_004 when its deliveries are
-// exhausted. A panic is caught and treated as poison (QUEUE_006).
+// exhausted. An error that is a *wire.RequestError means the processor
+// refuses the request itself (a teacher run on a worker without a
+// teacher): it is poison, dead-lettered with the error's code at once. A
+// panic is caught and treated as poison (QUEUE_006).
 type Processor interface {
 	Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error)
 }

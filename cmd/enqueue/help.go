@@ -21,6 +21,9 @@ Jobs:
         Flags: --max-turns N, --timeout D (how long to wait, default 10m),
         --job-id ID, --msgpack, --no-progress, --no-record, --park-timeout D
         (how long the job may wait on a tool's question, enqueue answer).
+        --teacher: a teacher run on the worker's remote teacher model
+        (model.teacher); a worker without one dead-letters the job with
+        QUEUE_008 (replay it once a worker has a teacher).
         --at TIME (RFC 3339, e.g. 2026-05-01T09:00:00Z) or --in DURATION
         (e.g. 90s, 2h): schedule the job instead (the server queues it at
         that time); prints the job id and exits, status says scheduled.
@@ -94,6 +97,18 @@ Agents and model versions:
         with the model's digest): jobs, success rate, reviewed jobs, accept
         rate, mean turns and tokens per job, from the kept transcripts and
         their reviews.
+Training data (docs/TRAINING.md):
+  dataset export [--format messages|text] [-o FILE] [filters] [--no-meta]
+        Write the stored transcripts joined with their reviews as JSONL, one
+        job a line, ordered by finish time then job id: --format messages
+        (default) gives {"messages", "tools"} records (TRL, Unsloth); text
+        gives {"text", "model_spans"}, the FunctionGemma prompt text exactly
+        as the local backend renders it. Filters: --operation OP,...,
+        --agent-version DIGEST, --model M, --outcome S,..., --verdict V,...
+        (accepted (default), rejected, unreviewed, any), --since T, --until T
+        (RFC 3339, YYYY-MM-DD or a duration ago like 72h), --teacher.
+        Prints what was kept and dropped, and why, on stderr (a progress
+        bar on a terminal). -o replaces FILE only when the export succeeds.
 
 Dead letters (FLEET_DLQ):
   dlq list [--json]               dead letters with their code and reason

@@ -112,6 +112,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdAgents(cargs)
 	case "stats":
 		err = c.cmdStats(cargs)
+	case "dataset":
+		err = c.cmdDataset(cargs)
 	case "help":
 		fmt.Fprint(stdout, helpText)
 		return exitOK
@@ -279,13 +281,14 @@ func connErr(err error) error {
 }
 
 func (c *cli) cmdRun(args []string) error {
-	fs := c.subFlags("run", "run <operation> <file.py> [--node NAME | --line N] [--json] [--no-wait]")
+	fs := c.subFlags("run", "run <operation> <file.py> [--node NAME | --line N] [--json] [--no-wait] [--teacher]")
 	node := fs.String("node", "", "run on the function or class `NAME` (Class.method for a method)")
 	line := fs.Int("line", 0, "run on the function or class enclosing line `N`")
 	asJSON := fs.Bool("json", false, "print newline-delimited JSON events, then the result")
 	noWait := fs.Bool("no-wait", false, "print the job id and exit once the job is queued")
 	maxTurns := fs.Int("max-turns", 0, "override the agent's turn limit")
 	parkTimeout := fs.Duration("park-timeout", 0, "how long the job may wait for a human's answer (enqueue answer); default: the worker's queue.park_timeout")
+	teacher := fs.Bool("teacher", false, "a teacher run: the job runs on the worker's remote teacher model (docs/TRAINING.md)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the result")
 	jobID := fs.String("job-id", "", "the job id (default: generated); the same id is never run twice")
 	msgpack := fs.Bool("msgpack", false, "publish the request as msgpack instead of JSON")
@@ -311,7 +314,8 @@ func (c *cli) cmdRun(args []string) error {
 	if !wire.ValidOperation(op) {
 		return fail(exitUsage, "operation %q: want 1-64 of a-z 0-9 _ - (for example lint, docstring, test, sample_data)", op)
 	}
-	req, notes, err := buildRequest(op, file, nodeSpec{name: *node, line: *line}, wire.RunOptions{MaxTurns: *maxTurns, ParkTimeoutMS: parkTimeout.Milliseconds()})
+	req, notes, err := buildRequest(op, file, nodeSpec{name: *node, line: *line}, wire.RunOptions{MaxTurns: *maxTurns, Teacher: *teacher,
+		ParkTimeoutMS: parkTimeout.Milliseconds()})
 	for _, n := range notes {
 		fmt.Fprintln(c.stderr, n)
 	}

@@ -164,6 +164,9 @@ func (p *printer) result(r *wire.AgentResult) {
 		fmt.Fprintf(p.w, "summary:  %s\n", capLine(r.Summary, 400))
 	}
 	fmt.Fprintf(p.w, "turns:    %d, %d tool call(s)\n", r.Turns, r.ToolCalls)
+	if r.Teacher != "" {
+		fmt.Fprintf(p.w, "teacher:  %s\n", r.Teacher)
+	}
 	printUsage(p.w, r)
 	if r.WorkspaceID != "" {
 		fmt.Fprintf(p.w, "workspace: %s\n", r.WorkspaceID)

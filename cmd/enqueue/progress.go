@@ -90,11 +90,34 @@ func newLive(w io.Writer, color bool) *live {
 		// redraws under l.mu, so lines and the bar never interleave.
 		progressbar.OptionSetSpinnerChangeInterval(0),
 		progressbar.OptionSpinnerType(14),
-		progressbar.OptionSetTheme(progressbar.Theme{Saucer: "█", SaucerPadding: "░", BarStart: "▕", BarEnd: "▏"}),
+		progressbar.OptionSetTheme(barTheme),
 	)
 	_ = l.bar.RenderBlank()
 	go l.tick()
 	return l
+}
+
+// barTheme is how enqueue's progress bars look.
+var barTheme = progressbar.Theme{Saucer: "█", SaucerPadding: "░", BarStart: "▕", BarEnd: "▏"}
+
+// newBar is a progress bar of max steps (-1: a spinner with a count) on a
+// terminal w, in enqueue's look.
+func newBar(w io.Writer, max int, desc string) *progressbar.ProgressBar {
+	b := progressbar.NewOptions(max,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionSetPredictTime(max > 0),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetWidth(20),
+		progressbar.OptionThrottle(65*time.Millisecond),
+		// No spinner goroutine of the library's own: Set redraws.
+		progressbar.OptionSetSpinnerChangeInterval(0),
+		progressbar.OptionSpinnerType(14),
+		progressbar.OptionSetTheme(barTheme),
+	)
+	_ = b.RenderBlank()
+	return b
 }
 
 func (l *live) describe() string {

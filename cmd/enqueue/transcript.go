@@ -89,6 +89,9 @@ func printTranscript(w io.Writer, v *wire.TranscriptView) {
 	if t.Canary {
 		model += " [canary]"
 	}
+	if t.Teacher {
+		model += " (teacher run)"
+	}
 	fmt.Fprintf(w, "model      %s\n", model)
 	fmt.Fprintf(w, "worker     %s, attempt %d, lease %d\n", t.Worker, t.Attempt, t.Lease)
 	fmt.Fprintf(w, "turns      %d, %d tool calls, %d prompt + %d completion tokens\n", t.Turns, t.ToolCalls,

@@ -190,6 +190,13 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 		}
 	})
 	log.Info("model backend ready", be.Describe()...)
+	teacher, teacherInfo, err := newTeacher(cfg)
+	if err != nil {
+		return &usageError{fmt.Errorf("model.teacher: %w", err)}
+	}
+	if teacher != nil {
+		log.Info("teacher model ready", "teacher", teacherInfo.Name, "always", cfg.Model.Teacher.Always)
+	}
 
 	// Metrics on an injected registry, served only with
 	// worker.metrics_listen. The server starts before NATS is connected, so
@@ -283,12 +290,17 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 				return nil, err
 			}
 			p, err := jobrun.New(jobrun.Config{
-				Source:       set.source,
-				Sandbox:      pool,
-				ModelFor:     pick,
-				ModelInfo:    be.ModelInfo,
-				Loop:         loopCfg,
-				WorkspaceDir: wsDir,
+				Source:    set.source,
+				Sandbox:   pool,
+				ModelFor:  pick,
+				ModelInfo: be.ModelInfo,
+				// Teacher runs: the remote teacher instead of pick
+				// (jobrun's pickModel chooses per job).
+				Teacher:       teacher,
+				TeacherInfo:   teacherInfo,
+				TeacherAlways: cfg.Model.Teacher.Always,
+				Loop:          loopCfg,
+				WorkspaceDir:  wsDir,
 				// A stored job is as durable as the queue's own writes.
 				SyncWorkspace: cfg.NATS.Embedded.SyncAlways,
 				Logger:        log.With("slot", slot),

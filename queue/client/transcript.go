@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -77,4 +78,132 @@ func (c *Client) transcriptsStream(ctx context.Context) error {
 		return fmt.Errorf("queue: %w", err)
 	}
 	return nil
+}
+
+// TranscriptEntry is one message of FLEET_TRANSCRIPTS as ScanTranscripts
+// reads it: a transcript (Review false) or a review, undecoded (a reader
+// decides what to do with one that does not decode).
+type TranscriptEntry struct {
+	// Seq is the message's stream sequence.
+	Seq uint64
+	// JobID is the job the subject names.
+	JobID string
+	// Review is set for agents.reviews.<job_id>, unset for
+	// agents.transcripts.<job_id>.
+	Review bool
+	Data   []byte
+}
+
+// TranscriptsSize returns how many messages FLEET_TRANSCRIPTS holds now
+// (transcripts and reviews): a progress bar's total for ScanTranscripts.
+func (c *Client) TranscriptsSize(ctx context.Context) (uint64, error) {
+	s, err := c.js.Stream(ctx, wire.StreamTranscripts)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, fmt.Errorf("%w (%s)", ErrNoStreams, wire.StreamTranscripts)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("queue: %w", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("queue: %w", err)
+	}
+	return info.State.Msgs, nil
+}
+
+// ScanTranscripts calls fn with every transcript and review stored in
+// FLEET_TRANSCRIPTS when it starts, in stream order, through an ordered
+// consumer (messages stored meanwhile are left out). It stops at fn's
+// first error and returns it.
+func (c *Client) ScanTranscripts(ctx context.Context, fn func(TranscriptEntry) error) error {
+	s, err := c.js.Stream(ctx, wire.StreamTranscripts)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("%w (%s)", ErrNoStreams, wire.StreamTranscripts)
+	}
+	if err != nil {
+		return fmt.Errorf("queue: %w", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("queue: %w", err)
+	}
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return fmt.Errorf("queue: read %s: %w", wire.StreamTranscripts, err)
+	}
+	for {
+		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return fmt.Errorf("queue: read %s: %w", wire.StreamTranscripts, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("queue: read %s: %w", wire.StreamTranscripts, err)
+			}
+			e := transcriptEntry(meta.Sequence.Stream, m.Subject(), m.Data())
+			if err := fn(e); err != nil {
+				return err
+			}
+			if e.Seq >= last {
+				return nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("queue: read %s: %w", wire.StreamTranscripts, err)
+		}
+		if n > 0 {
+			continue
+		}
+		// Nothing came: done when nothing is pending (the messages up to
+		// last were deleted or expired meanwhile).
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("queue: read %s: %w", wire.StreamTranscripts, err)
+		}
+		if ci.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
+// TranscriptAt reads the FLEET_TRANSCRIPTS message at stream sequence seq
+// (one ScanTranscripts gave) with one direct get; ok is false when it is
+// gone (expired). Safe for concurrent use.
+func (c *Client) TranscriptAt(ctx context.Context, seq uint64) (_ TranscriptEntry, ok bool, _ error) {
+	m, err := c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+wire.StreamTranscripts, fmt.Appendf(nil, `{"seq":%d}`, seq))
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return TranscriptEntry{}, false, fmt.Errorf("%w (%s)", ErrNoStreams, wire.StreamTranscripts)
+	case err != nil:
+		return TranscriptEntry{}, false, fmt.Errorf("queue: read %s: %w", wire.StreamTranscripts, err)
+	}
+	switch st := m.Header.Get("Status"); st {
+	case "":
+	case "404":
+		return TranscriptEntry{}, false, nil
+	default:
+		return TranscriptEntry{}, false, fmt.Errorf("queue: read %s at %d: %s %s", wire.StreamTranscripts, seq, st, m.Header.Get("Description"))
+	}
+	return transcriptEntry(seq, m.Header.Get("Nats-Subject"), m.Data), true, nil
+}
+
+// transcriptEntry is the stream message seq on subj.
+func transcriptEntry(seq uint64, subj string, data []byte) TranscriptEntry {
+	e := TranscriptEntry{Seq: seq, Data: data}
+	if id, ok := strings.CutPrefix(subj, wire.SubjectReviewsPrefix); ok {
+		e.JobID, e.Review = id, true
+	} else {
+		e.JobID = strings.TrimPrefix(subj, wire.SubjectTranscriptsPrefix)
+	}
+	return e
 }

@@ -83,6 +83,16 @@ type Config struct {
 	// ModelInfo, when set, names the model (and its digest) a job of the
 	// agent runs on, for the job's transcript; nil = the model's Go type.
 	ModelInfo func(def *agents.Definition) wire.ModelInfo
+	// Teacher, when set, is the worker's teacher: a big remote model jobs
+	// run on instead of Model/ModelFor when their request sets
+	// options.teacher, or always with TeacherAlways (docs/TRAINING.md).
+	// Its transcripts say so and name TeacherInfo. Without it, a teacher
+	// job is refused (wire.CodeNoTeacher, dead-lettered).
+	Teacher loop.Model
+	// TeacherInfo names the teacher model in transcripts and results.
+	TeacherInfo wire.ModelInfo
+	// TeacherAlways runs every job on Teacher (a teacher worker).
+	TeacherAlways bool
 	// Loop is the worker's loop configuration; a request's options override
 	// its turn limit and timeouts.
 	Loop loop.Config
@@ -112,6 +122,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Model or ModelFor is required", ErrInvalidConfig)
 	case c.WorkspaceDir == "":
 		return fmt.Errorf("%w: WorkspaceDir is required", ErrInvalidConfig)
+	case c.TeacherAlways && c.Teacher == nil:
+		return fmt.Errorf("%w: TeacherAlways needs a Teacher", ErrInvalidConfig)
 	}
 	for op, d := range c.Agents {
 		if d == nil {
@@ -135,6 +147,8 @@ type Processor struct {
 	runner *loop.Runner // for requests without options
 
 	storePath string // the job store's file
+
+	digests map[*agents.Definition]string // agentDigest's cache
 }
 
 var _ queue.Processor = (*Processor)(nil)
@@ -237,7 +251,9 @@ type jobAgent struct {
 	def    *agents.Definition
 	canary bool
 	model  loop.Model
-	runner *loop.Runner
+	// teacher: the model is the worker's remote teacher (pickModel).
+	teacher bool
+	runner  *loop.Runner
 }
 
 // setup finds the job's agent, its model and the runner with the
@@ -249,15 +265,10 @@ func (p *Processor) setup(req *wire.RunRequest) (*jobAgent, *queue.Outcome, erro
 	}
 	ja := &jobAgent{agent: agent}
 	ja.def, ja.canary = agent.Def.ForJob(req.JobID)
-	ja.model = p.cfg.Model
-	if p.cfg.ModelFor != nil {
-		m, err := p.cfg.ModelFor(ja.def)
-		if err != nil {
-			return nil, nil, fmt.Errorf("jobrun: model for %s: %w", req.Operation, err)
-		}
-		ja.model = m
-	}
 	var err error
+	if ja.model, ja.teacher, err = p.pickModel(req, ja.def); err != nil {
+		return nil, nil, err
+	}
 	if ja.runner, ja.def, err = p.runnerFor(req, ja.def); err != nil {
 		return nil, failed(wire.CodeInvalidRequest, err.Error()), nil
 	}
@@ -302,7 +313,7 @@ func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest,
 	// still read, under a short deadline of their own.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	out := &queue.Outcome{Result: *res, Transcript: p.transcript(ja.agent, ja.def, ja.canary, ja.model, res)}
+	out := &queue.Outcome{Result: *res, Transcript: p.transcript(ja.agent, ja.def, ja.canary, ja.model, ja.teacher, res)}
 	out.Result.Messages, out.Result.Tools = nil, nil
 	changed, err := ws.overlay.ChangedFiles(dctx)
 	if err != nil {
@@ -344,6 +355,29 @@ func (p *Processor) agent(op string) (Agent, bool) {
 	}
 	d, ok := p.cfg.Agents[op]
 	return Agent{Def: d}, ok
+}
+
+// pickModel chooses the model a job runs on: the teacher for a teacher
+// run (options.teacher or Config.TeacherAlways), else the agent's model
+// (ModelFor) or the slot's. A teacher run on a worker without a teacher
+// is refused with a *wire.RequestError (CodeNoTeacher): the queue
+// dead-letters the request, nothing is run or lost.
+func (p *Processor) pickModel(req *wire.RunRequest, def *agents.Definition) (_ loop.Model, teacher bool, _ error) {
+	if req.Options.Teacher || p.cfg.TeacherAlways {
+		if p.cfg.Teacher == nil {
+			return nil, false, &wire.RequestError{Code: wire.CodeNoTeacher, Field: "options.teacher",
+				Reason: "this worker has no teacher model (model.teacher in its configuration)"}
+		}
+		return p.cfg.Teacher, true, nil
+	}
+	if p.cfg.ModelFor == nil {
+		return p.cfg.Model, false, nil
+	}
+	m, err := p.cfg.ModelFor(def)
+	if err != nil {
+		return nil, false, fmt.Errorf("jobrun: model for %s: %w", req.Operation, err)
+	}
+	return m, false, nil
 }
 
 // runnerFor applies the request's options: max_turns overrides the agent's

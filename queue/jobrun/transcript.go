@@ -1,7 +1,11 @@
 package jobrun
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"os"
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/loop"
@@ -10,11 +14,22 @@ import (
 
 // transcript is the run's conversation for the queue to store
 // (queue.Outcome.Transcript): the loop's final messages and tool catalog,
-// the agent (with its pushed version) and the model (the reference the
-// agent or its canary named, and what the backend ran). The queue fills in the job and its outcome.
-func (p *Processor) transcript(agent Agent, def *agents.Definition, canary bool, model loop.Model, res *loop.Result) *wire.Transcript {
-	t := &wire.Transcript{Agent: def.Name, AgentVersion: agent.Version, AgentDigest: agent.Digest,
-		ModelRef: def.Model, Canary: canary, Model: p.modelInfo(def, model),
+// the agent (with its pushed version, else a digest of its definition)
+// and the model (the reference the agent or its canary named and what the
+// backend ran, or the teacher's on a teacher run). The queue fills in the
+// job and its outcome.
+func (p *Processor) transcript(agent Agent, def *agents.Definition, canary bool, model loop.Model, teacher bool, res *loop.Result) *wire.Transcript {
+	mi, ref := p.modelInfo(def, model), def.Model
+	if teacher {
+		mi, ref = p.cfg.TeacherInfo, ""
+	}
+	digest := agent.Digest
+	if digest == "" {
+		digest = p.agentDigest(agent.Def) // as loaded: not the canary's copy, not the request's options
+	}
+	lastChance := res.ErrorCode == loop.ErrCodeTurnLimit || res.Details[loop.DetailTurnLimitHit] == true
+	t := &wire.Transcript{Agent: def.Name, AgentVersion: agent.Version, AgentDigest: digest, ModelRef: ref, Canary: canary,
+		Model: mi, Teacher: teacher, LastChance: lastChance,
 		Tools: make([]wire.TranscriptTool, len(res.Tools)), Messages: make([]wire.TranscriptMessage, len(res.Messages))}
 	for i, s := range res.Tools {
 		t.Tools[i] = wire.TranscriptTool{Name: s.Name, Description: s.Description, Parameters: s.Parameters}
@@ -36,4 +51,51 @@ func (p *Processor) modelInfo(def *agents.Definition, model loop.Model) wire.Mod
 		return p.cfg.ModelInfo(def)
 	}
 	return wire.ModelInfo{Backend: fmt.Sprintf("%T", model)}
+}
+
+// agentDigest is "sha256:<hex>" over what makes def's runs what they are:
+// its model-facing fields (prompt, node template, tool names,
+// descriptions and schemas, turn limit, model) and the content of its
+// .pym files (a file that cannot be read counts by its path). It is
+// computed once per definition.
+func (p *Processor) agentDigest(def *agents.Definition) string {
+	if d, ok := p.digests[def]; ok {
+		return d
+	}
+	type tool struct {
+		Name, Description string
+		Parameters        json.RawMessage
+		Files             []string
+	}
+	v := struct {
+		Name, Operation, Model string
+		MaxTurns               int
+		System, Node           string
+		Tools                  []tool
+	}{def.Name, def.Operation, def.Model, def.MaxTurns, def.InitialContext.SystemPrompt, def.InitialContext.NodeContext, nil}
+	for _, t := range def.Tools {
+		tv := tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
+		for _, f := range append([]string{t.Pym}, t.ContextProviders...) {
+			if f == "" {
+				continue
+			}
+			if b, err := os.ReadFile(def.ResolvePath(f)); err == nil {
+				sum := sha256.Sum256(b)
+				f = hex.EncodeToString(sum[:])
+			}
+			tv.Files = append(tv.Files, f)
+		}
+		v.Tools = append(v.Tools, tv)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	d := "sha256:" + hex.EncodeToString(sum[:])
+	if p.digests == nil {
+		p.digests = map[*agents.Definition]string{}
+	}
+	p.digests[def] = d
+	return d
 }

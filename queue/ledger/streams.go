@@ -72,7 +72,7 @@ type StreamsConfig struct {
 	MaxAckPending int
 	// MaxWaiting caps waiting pull requests per consumer (one per idle slot).
 	MaxWaiting int
-	// ParkedMaxBytes caps one parked run's state in fleet_parked (§17);
+	// ParkedMaxBytes caps one parked run's state in fleet_parked (§18);
 	// a run whose state is larger fails instead of parking.
 	// 0 = DefaultParkedMaxBytes.
 	ParkedMaxBytes int64

@@ -309,6 +309,7 @@ const (
 	kindString  = "a string"
 	kindInteger = "an integer"
 	kindObject  = "an object"
+	kindBoolean = "a boolean"
 )
 
 var requestSchema = &msgpackSchema{
@@ -319,7 +320,7 @@ var requestSchema = &msgpackSchema{
 			"file_path": kindString, "text": kindString}},
 		"files": {kinds: map[string]string{"*": kindString}},
 		"options": {kinds: map[string]string{"max_turns": kindInteger, "step_timeout_ms": kindInteger,
-			"total_timeout_ms": kindInteger, "tool_timeout_ms": kindInteger, "park_timeout_ms": kindInteger}},
+			"total_timeout_ms": kindInteger, "tool_timeout_ms": kindInteger, "park_timeout_ms": kindInteger, "teacher": kindBoolean}},
 	},
 }
 
@@ -381,7 +382,7 @@ func msgpackKind(c byte) string {
 	case c == msgpcode.Float, c == msgpcode.Double:
 		return "a float"
 	case c == msgpcode.True, c == msgpcode.False:
-		return "a boolean"
+		return kindBoolean
 	case c == msgpcode.Nil:
 		return "nil"
 	}

@@ -55,6 +55,9 @@ func TestDecodeCodesAsDocumented(t *testing.T) {
 		{"max_turns a float", opt("max_turns", 6.5), CodeUndecodable, "options.max_turns"},
 		{"options a list", set("options", []any{1}), CodeUndecodable, "options"},
 		{"max_turns out of range", opt("max_turns", 5000), CodeInvalidRequest, "options.max_turns"},
+		{"teacher", opt("teacher", true), "", ""},
+		{"teacher a string", opt("teacher", "yes"), CodeUndecodable, "options.teacher"},
+		{"teacher a number", opt("teacher", 1), CodeUndecodable, "options.teacher"},
 	}
 	for _, enc := range []Encoding{JSON, Msgpack} {
 		for _, c := range cases {
@@ -75,6 +78,9 @@ func TestDecodeCodesAsDocumented(t *testing.T) {
 				if c.code == "" {
 					if err != nil {
 						t.Fatalf("refused: %v", err)
+					}
+					if _, ok := m["options"].(map[string]any)["teacher"]; ok != req.Options.Teacher {
+						t.Fatalf("options.teacher decoded as %v", req.Options.Teacher)
 					}
 					if v, ok := m["created_at"].(string); ok {
 						want, _ := time.Parse(time.RFC3339Nano, v)

@@ -142,7 +142,7 @@ var (
 		"workspace_id/string changed_files/[]string summary/string details,omitempty/ " +
 		"error,omitempty/string error_code,omitempty/ErrorCode turns/int tool_calls/int usage/Usage " +
 		"diff,omitempty/string worker/string attempts/int events_dropped,omitempty/int64 timings/ResultTimings transcript_seq,omitempty/uint64 " +
-		"agent_version,omitempty/uint64 agent_digest,omitempty/string model_ref,omitempty/string canary,omitempty/bool"
+		"agent_version,omitempty/uint64 agent_digest,omitempty/string model_ref,omitempty/string canary,omitempty/bool teacher,omitempty/string"
 	fastTimingsFields = "enqueued_at/Time started_at/Time finished_at/Time queued_ns/Duration run_ns/Duration " +
 		"model_ns/Duration tools_ns/Duration"
 	fastJSON = jsonFields(reflect.TypeFor[Event]()) == fastEventFields &&
@@ -357,6 +357,10 @@ func appendResultJSON(dst []byte, r *AgentResult) (_ []byte, ok bool) {
 	}
 	if r.Canary {
 		dst = append(dst, `,"canary":true`...)
+	}
+	if r.Teacher != "" {
+		dst = append(dst, `,"teacher":`...)
+		dst = appendJSONString(dst, r.Teacher)
 	}
 	return append(dst, '}'), true
 }

@@ -166,6 +166,10 @@ const (
 	// CodeProcessorPanic: the worker's processor panicked on this request.
 	// Treated as poison: terminated, dead-lettered.
 	CodeProcessorPanic ErrorCode = "QUEUE_006"
+	// CodeNoTeacher: the request asks for a teacher run (options.teacher)
+	// and the worker has no teacher model configured. Poison: terminated,
+	// dead-lettered, replayable once a worker has a teacher.
+	CodeNoTeacher ErrorCode = "QUEUE_008"
 )
 
 // Sentinel errors matched with errors.Is against a *RequestError.
@@ -176,12 +180,15 @@ var (
 	ErrUnknownOperation = errors.New("unknown operation")
 	// ErrInvalidRequest matches a *RequestError with CodeInvalidRequest.
 	ErrInvalidRequest = errors.New("invalid request")
+	// ErrNoTeacher matches a *RequestError with CodeNoTeacher.
+	ErrNoTeacher = errors.New("no teacher model")
 )
 
 // RequestError is why a run request was refused. It is poison: the worker
 // terminates the message with Error() as the reason.
 type RequestError struct {
-	// Code is CodeUndecodable, CodeUnknownOperation or CodeInvalidRequest.
+	// Code is CodeUndecodable, CodeUnknownOperation, CodeInvalidRequest or
+	// CodeNoTeacher.
 	Code ErrorCode
 	// Field names the offending field ("job_id", "files[\"a.py\"]"), or "".
 	Field string
@@ -210,6 +217,8 @@ func (e *RequestError) sentinel() error {
 		return ErrUndecodable
 	case CodeUnknownOperation:
 		return ErrUnknownOperation
+	case CodeNoTeacher:
+		return ErrNoTeacher
 	default:
 		return ErrInvalidRequest
 	}
@@ -235,8 +244,12 @@ type RunOptions struct {
 	// ToolTimeoutMS bounds one tool call, in milliseconds.
 	ToolTimeoutMS int64 `json:"tool_timeout_ms,omitempty" msgpack:"tool_timeout_ms,omitempty"`
 	// ParkTimeoutMS bounds how long the run may wait for a human's answer
-	// (§17), in milliseconds; 0 = the worker's default.
+	// (§18), in milliseconds; 0 = the worker's default.
 	ParkTimeoutMS int64 `json:"park_timeout_ms,omitempty" msgpack:"park_timeout_ms,omitempty"`
+	// Teacher runs the job on the worker's remote teacher model instead of
+	// its local one (docs/TRAINING.md); a worker without a teacher refuses
+	// the job with CodeNoTeacher.
+	Teacher bool `json:"teacher,omitempty" msgpack:"teacher,omitempty"`
 }
 
 // StepTimeout is StepTimeoutMS as a duration.
@@ -325,7 +338,7 @@ type StatusRecord struct {
 	Seq uint64 `json:"seq,omitempty"`
 	// ScheduledAt is when a scheduled job is due (state scheduled, §12.3).
 	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
-	// Question, Park and Deadline describe a waiting job (§17): what it
+	// Question, Park and Deadline describe a waiting job (§18): what it
 	// asks, the park id an answer names, and when it times out.
 	Question string     `json:"question,omitempty"`
 	Park     uint64     `json:"park,omitempty"`
@@ -395,6 +408,9 @@ type AgentResult struct {
 	AgentDigest  string `json:"agent_digest,omitempty" msgpack:"agent_digest,omitempty"`
 	ModelRef     string `json:"model_ref,omitempty" msgpack:"model_ref,omitempty"`
 	Canary       bool   `json:"canary,omitempty" msgpack:"canary,omitempty"`
+	// Teacher names the remote teacher model of a teacher run (its base
+	// URL and model name); empty for a run on the worker's own model.
+	Teacher string `json:"teacher,omitempty" msgpack:"teacher,omitempty"`
 }
 
 // Event is one loop event of a job, published in order on

@@ -73,15 +73,23 @@ type Transcript struct {
 	Operation string `json:"operation"`
 	// Agent is the agent's name.
 	Agent string `json:"agent,omitempty"`
-	// AgentVersion and AgentDigest identify a pushed agent's version (the
-	// fleet_agents bucket); absent for an agent from a worker's folder.
+	// AgentVersion is a pushed agent's version (the fleet_agents bucket);
+	// absent for an agent from a worker's folder.
 	AgentVersion uint64 `json:"agent_version,omitempty"`
-	AgentDigest  string `json:"agent_digest,omitempty"`
+	// AgentDigest is "sha256:<hex>": a pushed agent's digest, else one
+	// over the definition the run used (its model-facing fields and its
+	// .pym files). It tells the versions of an agent apart. Empty from
+	// workers older than it.
+	AgentDigest string `json:"agent_digest,omitempty"`
 	// ModelRef is the model reference the run's definition named (the
 	// agent's model:, or its canary's); "" for the worker's default.
 	ModelRef string `json:"model_ref,omitempty"`
 	// Canary is set when the job fell in the agent's canary share.
 	Canary bool `json:"canary,omitempty"`
+	// Teacher is set on a teacher run: the job ran on the worker's remote
+	// teacher model (named in Model) instead of its own, so that its
+	// transcript can become training data for the local model.
+	Teacher bool `json:"teacher,omitempty"`
 	// Lease is the revision of the lease the attempt held (its result's
 	// Nats-Msg-Id is "<job_id>-result-<lease>").
 	Lease   uint64    `json:"lease"`
@@ -94,6 +102,10 @@ type Transcript struct {
 	// the answers to its last calls. When the loop trimmed old turns to fit
 	// the context window, they appear as its summary message.
 	Messages []TranscriptMessage `json:"messages"`
+	// LastChance is set when the run reached its turn limit and had the
+	// loop's last-chance turn, on which only submit_result was offered
+	// (Tools lists the catalog of the other turns).
+	LastChance bool `json:"last_chance,omitempty"`
 	// Truncated is set when message contents were cut to fit the server's
 	// max_payload (each cut content ends with a marker).
 	Truncated bool `json:"truncated,omitempty"`
