@@ -43,8 +43,14 @@ type Definition struct {
 	// Operation is the queue operation the agent serves (agents.run.<operation>).
 	// It defaults to the name of the folder the definition lives in.
 	Operation string `yaml:"operation"`
-	// Model names the GGUF the agent runs on; empty means the worker's default.
+	// Model names the GGUF the agent runs on: a local path (relative to the
+	// agent's folder, see ResolvePath), a stored model "name@version" or
+	// "sha256:<hex>" (inference/modelref); empty means the worker's default.
 	Model string `yaml:"model"`
+	// Adapter names a LoRA adapter applied over the model, in the same
+	// forms as Model; empty means none. The base model's weights stay
+	// shared with every other agent on it.
+	Adapter string `yaml:"adapter"`
 	// MaxTurns bounds the tool loop; 0 means the loop's default.
 	MaxTurns int `yaml:"max_turns"`
 	// InitialContext is the static context set once per run.

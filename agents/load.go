@@ -192,6 +192,7 @@ func (v *validator) decode(data []byte) bool {
 		"name":      func(f string, n *yaml.Node) { d.Name = v.str(f, n) },
 		"operation": func(f string, n *yaml.Node) { d.Operation = v.str(f, n) },
 		"model":     func(f string, n *yaml.Node) { d.Model = v.str(f, n) },
+		"adapter":   func(f string, n *yaml.Node) { d.Adapter = v.str(f, n) },
 		"max_turns": func(f string, n *yaml.Node) { d.MaxTurns = v.int(f, n) },
 		"initial_context": func(f string, n *yaml.Node) {
 			v.mapping(f, n, map[string]func(string, *yaml.Node){

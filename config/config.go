@@ -210,6 +210,12 @@ type Model struct {
 	MinP float64 `yaml:"min_p"`
 	// Seed seeds sampling (slot i uses Seed+i). Default 0.
 	Seed uint64 `yaml:"seed"`
+	// CacheDir holds the models and LoRA adapters agents name from the
+	// fleet_models store ("name@version", "sha256:<hex>"): fetched once,
+	// verified against their sha256, kept by digest. Default ./data/models.
+	CacheDir string `yaml:"cache_dir"`
+	// FetchTimeout bounds one model fetch from the store. Default 10m.
+	FetchTimeout time.Duration `yaml:"fetch_timeout"`
 	// Remote configures the remote backend.
 	Remote Remote `yaml:"remote"`
 	// Scripted configures the scripted backend.
@@ -323,19 +329,23 @@ const (
 	DefaultWorkspaceDir    = "./data/workspaces"
 	DefaultPresenceEvery   = 5 * time.Second
 	DefaultModelPath       = "./models/functiongemma-270m-random-q8_0.gguf"
-	DefaultBatchSize       = 128
-	DefaultContextSize     = 4096
-	DefaultMaxTokens       = 256
-	DefaultMaxContexts     = 2
-	DefaultTopK            = 64
-	DefaultRemoteTimeout   = 60 * time.Second
-	DefaultRemoteRetries   = 2
-	DefaultMontyBinary     = "./.build/monty/monty"
-	DefaultMontyMaxRuns    = 500
-	DefaultMontyMemory     = 128 * MiB
-	DefaultMontyRecursion  = 400
-	DefaultMontyTimeout    = 10 * time.Second
-	fallbackWorkerHostname = "fleet-worker"
+	// DefaultModelCacheDir and DefaultModelFetchTimeout: model.cache_dir
+	// and model.fetch_timeout.
+	DefaultModelCacheDir     = "./data/models"
+	DefaultModelFetchTimeout = 10 * time.Minute
+	DefaultBatchSize         = 128
+	DefaultContextSize       = 4096
+	DefaultMaxTokens         = 256
+	DefaultMaxContexts       = 2
+	DefaultTopK              = 64
+	DefaultRemoteTimeout     = 60 * time.Second
+	DefaultRemoteRetries     = 2
+	DefaultMontyBinary       = "./.build/monty/monty"
+	DefaultMontyMaxRuns      = 500
+	DefaultMontyMemory       = 128 * MiB
+	DefaultMontyRecursion    = 400
+	DefaultMontyTimeout      = 10 * time.Second
+	fallbackWorkerHostname   = "fleet-worker"
 )
 
 // DefaultTranscriptsMaxAge is queue.transcripts_max_age's default.
@@ -382,15 +392,17 @@ func Default() *Config {
 			PresenceEvery: DefaultPresenceEvery,
 		},
 		Model: Model{
-			Backend:     BackendLlama,
-			Path:        DefaultModelPath,
-			Strict:      true,
-			FastForward: true,
-			BatchSize:   DefaultBatchSize,
-			ContextSize: DefaultContextSize,
-			MaxTokens:   DefaultMaxTokens,
-			MaxContexts: DefaultMaxContexts,
-			TopK:        DefaultTopK,
+			Backend:      BackendLlama,
+			Path:         DefaultModelPath,
+			Strict:       true,
+			FastForward:  true,
+			BatchSize:    DefaultBatchSize,
+			ContextSize:  DefaultContextSize,
+			MaxTokens:    DefaultMaxTokens,
+			MaxContexts:  DefaultMaxContexts,
+			TopK:         DefaultTopK,
+			CacheDir:     DefaultModelCacheDir,
+			FetchTimeout: DefaultModelFetchTimeout,
 			Remote: Remote{
 				Timeout:    DefaultRemoteTimeout,
 				MaxRetries: DefaultRemoteRetries,

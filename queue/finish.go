@@ -59,6 +59,7 @@ func (s *slot) complete(j *job, out *Outcome) {
 		res.ChangedFiles = []string{}
 	}
 	res.Diff = out.Diff
+	res.Model = out.Model
 	if !s.storeTranscript(j, res, out.Transcript) {
 		return
 	}

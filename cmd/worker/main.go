@@ -55,6 +55,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/pym"
@@ -227,6 +229,16 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 		return err
 	}
 	met.SetNATSConnectedFunc(nc.IsConnected)
+	// Agents may name models in the fleet_models store (name@version).
+	if u, ok := be.(modelStoreUser); ok {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		if err := u.useModelStore(js); err != nil {
+			return &usageError{err}
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

@@ -14,11 +14,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentfleet/fleet/inference/modelref"
 )
 
 // Source is where a Cache resolves and fetches models (*Store).
 type Source interface {
-	Resolve(ctx context.Context, ref Ref) (Info, error)
+	Resolve(ctx context.Context, ref modelref.Ref) (Info, error)
 	Fetch(ctx context.Context, i Info, w io.Writer) error
 }
 
@@ -77,7 +79,7 @@ type Cache struct {
 	mu       sync.Mutex
 	calls    map[string]*fetchCall // by sha256: fetches or checks under way
 	verified map[string]bool       // sha256s whose file was checked
-	known    map[Ref]Info          // last successful resolutions
+	known    map[modelref.Ref]Info // last successful resolutions
 
 	fetches atomic.Int64
 }
@@ -103,7 +105,7 @@ func NewCache(cfg CacheConfig) (*Cache, error) {
 			}
 		}
 	}
-	return &Cache{cfg: cfg, calls: map[string]*fetchCall{}, verified: map[string]bool{}, known: map[Ref]Info{}}, nil
+	return &Cache{cfg: cfg, calls: map[string]*fetchCall{}, verified: map[string]bool{}, known: map[modelref.Ref]Info{}}, nil
 }
 
 // Fetches counts the fetches this Cache started (a test's and the
@@ -117,7 +119,7 @@ func (c *Cache) Path(sha string) string { return filepath.Join(c.cfg.Dir, sha+".
 // fetching it first when needed. When the store cannot be asked (NATS
 // down) a reference resolved before is served from the cache; ErrNotFound
 // is never papered over.
-func (c *Cache) Get(ctx context.Context, ref Ref) (string, Info, error) {
+func (c *Cache) Get(ctx context.Context, ref modelref.Ref) (string, Info, error) {
 	info, err := c.cfg.Source.Resolve(ctx, ref)
 	if err != nil {
 		c.mu.Lock()

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/agentfleet/fleet/inference/modelref"
 )
 
 // gatedSource holds every Fetch until release is closed and counts them.
@@ -22,7 +24,7 @@ type gatedSource struct {
 	down    atomic.Bool
 }
 
-func (g *gatedSource) Resolve(ctx context.Context, ref Ref) (Info, error) {
+func (g *gatedSource) Resolve(ctx context.Context, ref modelref.Ref) (Info, error) {
 	if g.down.Load() {
 		return Info{}, errors.New("nats: connection closed")
 	}
@@ -82,7 +84,7 @@ func TestCacheOneFetchForManySlots(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			paths[i], _, errs[i] = c.Get(ctx, Ref{Name: "fg", Version: 1})
+			paths[i], _, errs[i] = c.Get(ctx, modelref.Ref{Name: "fg", Version: 1})
 		}()
 	}
 	// The first caller is inside Fetch; the others must be waiting on it.
@@ -112,7 +114,7 @@ func TestCacheOneFetchForManySlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, _, err := c2.Get(ctx, Ref{Digest: info.SHA256}); err != nil || p != paths[0] || c2.Fetches() != 0 {
+	if p, _, err := c2.Get(ctx, modelref.Ref{Digest: info.SHA256}); err != nil || p != paths[0] || c2.Fetches() != 0 {
 		t.Fatalf("second cache: %q %v fetches=%d", p, err, c2.Fetches())
 	}
 }
@@ -130,7 +132,7 @@ func TestCacheDigestMismatch(t *testing.T) {
 	}
 	putForged(t, obs, "forged", 1, strings.Repeat("0", 64), data)
 	c, dir := newCache(t, s)
-	if _, _, err := c.Get(ctx, Ref{Name: "forged", Version: 1}); !errors.Is(err, ErrDigestMismatch) {
+	if _, _, err := c.Get(ctx, modelref.Ref{Name: "forged", Version: 1}); !errors.Is(err, ErrDigestMismatch) {
 		t.Fatalf("forged object: %v, want ErrDigestMismatch", err)
 	}
 	if fs := onlyFiles(t, dir); len(fs) != 0 {
@@ -139,10 +141,10 @@ func TestCacheDigestMismatch(t *testing.T) {
 	// The size is checked too (same sha256 claimed for fewer bytes).
 	sha, _ := hashFile(model)
 	putForged(t, obs, "short", 1, sha, data[:len(data)/2])
-	if _, _, err := c.Get(ctx, Ref{Name: "short", Version: 1}); !errors.Is(err, ErrDigestMismatch) {
+	if _, _, err := c.Get(ctx, modelref.Ref{Name: "short", Version: 1}); !errors.Is(err, ErrDigestMismatch) {
 		t.Fatalf("short object: %v, want ErrDigestMismatch", err)
 	}
-	if _, _, err := c.Get(ctx, Ref{Name: "absent", Version: 1}); !errors.Is(err, ErrNotFound) {
+	if _, _, err := c.Get(ctx, modelref.Ref{Name: "absent", Version: 1}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("missing model: %v, want ErrNotFound", err)
 	}
 	if fs := onlyFiles(t, dir); len(fs) != 0 {
@@ -172,7 +174,7 @@ func TestCacheReplacesCorruptFile(t *testing.T) {
 	if err := os.WriteFile(c.Path(info.SHA256), []byte("bit rot"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, _, err := c.Get(ctx, Ref{Name: "fg", Version: 1})
+	p, _, err := c.Get(ctx, modelref.Ref{Name: "fg", Version: 1})
 	if err != nil || c.Fetches() != 1 {
 		t.Fatalf("Get: %v, fetches %d", err, c.Fetches())
 	}
@@ -198,15 +200,15 @@ func TestCacheServesKnownModelsWhenStoreIsDown(t *testing.T) {
 	}
 	src := &gatedSource{Source: s}
 	c, _ := newCache(t, src)
-	p1, _, err := c.Get(ctx, Ref{Name: "fg", Version: 1})
+	p1, _, err := c.Get(ctx, modelref.Ref{Name: "fg", Version: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	src.down.Store(true)
-	if p, _, err := c.Get(ctx, Ref{Name: "fg", Version: 1}); err != nil || p != p1 {
+	if p, _, err := c.Get(ctx, modelref.Ref{Name: "fg", Version: 1}); err != nil || p != p1 {
 		t.Fatalf("known ref with the store down: %q %v", p, err)
 	}
-	if _, _, err := c.Get(ctx, Ref{Name: "fg", Version: 2}); err == nil {
+	if _, _, err := c.Get(ctx, modelref.Ref{Name: "fg", Version: 2}); err == nil {
 		t.Fatal("an unknown ref resolved with the store down")
 	}
 }

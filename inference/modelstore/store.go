@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/inference/modelref"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -53,10 +54,10 @@ type Info struct {
 }
 
 // Ref returns "name@version".
-func (i Info) Ref() string { return Ref{Name: i.Name, Version: i.Version}.String() }
+func (i Info) Ref() string { return modelref.Ref{Name: i.Name, Version: i.Version}.String() }
 
 // Digest returns "sha256:<hex>".
-func (i Info) Digest() string { return DigestPrefix + i.SHA256 }
+func (i Info) Digest() string { return modelref.DigestPrefix + i.SHA256 }
 
 // ObjectName is the object a version is stored under: "<name>@<version>".
 func ObjectName(name string, version int) string { return name + "@" + strconv.Itoa(version) }
@@ -99,8 +100,8 @@ type PushOptions struct {
 // name's latest version already has the same sha256 and opts.Version is
 // 0, nothing is uploaded and that version is returned with existed true.
 func (s *Store) Push(ctx context.Context, name, path string, opts PushOptions) (info Info, existed bool, err error) {
-	if !ValidName(name) {
-		return Info{}, false, fmt.Errorf("%w %q: the name must be 1-%d of A-Z a-z 0-9 . _ - starting with a letter or digit", ErrBadRef, clip(name), MaxNameLen)
+	if !modelref.ValidName(name) {
+		return Info{}, false, fmt.Errorf("%w %q: the name must be 1-%d of A-Z a-z 0-9 . _ - starting with a letter or digit", modelref.ErrBadRef, modelref.Clip(name), modelref.MaxNameLen)
 	}
 	if opts.Version < 0 {
 		return Info{}, false, fmt.Errorf("modelstore: version %d: want 1 or more (0 = next)", opts.Version)
@@ -197,7 +198,7 @@ func infoOf(oi *jetstream.ObjectInfo) (Info, bool) {
 	size, err2 := strconv.ParseInt(m[wire.ModelMetaSize], 10, 64)
 	i := Info{Name: m[wire.ModelMetaName], Version: v, Kind: Kind(m[wire.ModelMetaKind]), SHA256: m[wire.ModelMetaSHA256],
 		Size: size, Arch: m[wire.ModelMetaArch], Pushed: oi.ModTime}
-	if err != nil || err2 != nil || !ValidName(i.Name) || v < 1 || !digestRE.MatchString(i.SHA256) ||
+	if err != nil || err2 != nil || !modelref.ValidName(i.Name) || v < 1 || !modelref.DigestRE.MatchString(i.SHA256) ||
 		(i.Kind != KindGGUF && i.Kind != KindLoRA) || oi.Name != ObjectName(i.Name, v) {
 		return Info{}, false
 	}
@@ -235,7 +236,7 @@ func (s *Store) versions(ctx context.Context, name string) ([]Info, error) {
 
 // Resolve returns the stored version ref names (for a digest, the oldest
 // version with that sha256).
-func (s *Store) Resolve(ctx context.Context, ref Ref) (Info, error) {
+func (s *Store) Resolve(ctx context.Context, ref modelref.Ref) (Info, error) {
 	if ref.Digest == "" {
 		oi, err := s.obs.GetInfo(ctx, ObjectName(ref.Name, ref.Version))
 		if errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -265,7 +266,7 @@ func (s *Store) Resolve(ctx context.Context, ref Ref) (Info, error) {
 // Remove deletes the version ref names (for a digest, every version with
 // that sha256) and returns what it removed. Workers that cached it keep
 // their copy for jobs already running; new jobs naming it fail.
-func (s *Store) Remove(ctx context.Context, ref Ref) ([]Info, error) {
+func (s *Store) Remove(ctx context.Context, ref modelref.Ref) ([]Info, error) {
 	var gone []Info
 	if ref.Digest == "" {
 		i, err := s.Resolve(ctx, ref)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/inference/modelref"
 	"github.com/agentfleet/fleet/internal/gguf"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -146,7 +147,7 @@ func TestPushListResolveRemove(t *testing.T) {
 	if err != nil || ad.Kind != KindLoRA {
 		t.Fatalf("adapter: %+v %v", ad, err)
 	}
-	if _, _, err := s.Push(ctx, "bad/name", model, PushOptions{}); !errors.Is(err, ErrBadRef) {
+	if _, _, err := s.Push(ctx, "bad/name", model, PushOptions{}); !errors.Is(err, modelref.ErrBadRef) {
 		t.Fatalf("bad name: %v", err)
 	}
 
@@ -162,11 +163,11 @@ func TestPushListResolveRemove(t *testing.T) {
 		t.Fatalf("list %v, want %v", got, w)
 	}
 
-	r, err := s.Resolve(ctx, Ref{Digest: v2.SHA256})
+	r, err := s.Resolve(ctx, modelref.Ref{Digest: v2.SHA256})
 	if err != nil || r.Ref() != "fg@2" {
 		t.Fatalf("resolve by digest: %+v %v", r, err)
 	}
-	if _, err := s.Resolve(ctx, Ref{Name: "fg", Version: 3}); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Resolve(ctx, modelref.Ref{Name: "fg", Version: 3}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("missing version: %v", err)
 	}
 	var buf bytes.Buffer
@@ -178,11 +179,11 @@ func TestPushListResolveRemove(t *testing.T) {
 	}
 
 	// fg@1 and fg@7 share a digest: removing by digest removes both.
-	gone, err := s.Remove(ctx, Ref{Digest: v1.SHA256})
+	gone, err := s.Remove(ctx, modelref.Ref{Digest: v1.SHA256})
 	if err != nil || len(gone) != 2 {
 		t.Fatalf("remove by digest: %+v %v", gone, err)
 	}
-	if _, err := s.Remove(ctx, Ref{Name: "fg", Version: 1}); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Remove(ctx, modelref.Ref{Name: "fg", Version: 1}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("remove again: %v", err)
 	}
 	// Versions are not reused while a higher one is stored.

@@ -61,6 +61,12 @@ import (
 // ErrInvalidConfig is wrapped by every Config validation error.
 var ErrInvalidConfig = errors.New("jobrun: invalid config")
 
+// ErrModelUnavailable is wrapped by a ModelFor error that retrying cannot
+// fix (the agent names a model or adapter that is not stored, does not
+// match its digest or does not load): the job fails with
+// wire.CodeModelUnavailable instead of being retried.
+var ErrModelUnavailable = errors.New("model unavailable")
+
 // Config is what one slot's Processor needs.
 type Config struct {
 	// Agents are the agent definitions by operation (agents.LoadDir).
@@ -72,7 +78,9 @@ type Config struct {
 	// Model is this slot's model. Required unless ModelFor is set.
 	Model loop.Model
 	// ModelFor, when set, picks the model for an agent (for example the
-	// llama slot bound to the agent's own GGUF); it may return Model.
+	// llama slot bound to the agent's own GGUF); it may return Model. An
+	// error wrapping ErrModelUnavailable fails the job
+	// (wire.CodeModelUnavailable); any other error is retried.
 	ModelFor func(def *agents.Definition) (loop.Model, error)
 	// ModelInfo, when set, names the model (and its digest) a job of the
 	// agent runs on, for the job's transcript; nil = the model's Go type.
@@ -191,6 +199,13 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	model := p.cfg.Model
 	if p.cfg.ModelFor != nil {
 		m, err := p.cfg.ModelFor(def)
+		if errors.Is(err, ErrModelUnavailable) {
+			log.Warn("model unavailable; job failed", "err", err)
+			out := failed(wire.CodeModelUnavailable, err.Error())
+			mi := p.modelInfo(def, nil)
+			out.Model = &mi
+			return out, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("jobrun: model for %s: %w", req.Operation, err)
 		}
@@ -247,6 +262,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	out := &queue.Outcome{Result: *res, Transcript: p.transcript(def, model, res)}
+	out.Model = &out.Transcript.Model
 	out.Result.Messages, out.Result.Tools = nil, nil
 	changed, err := ws.overlay.ChangedFiles(dctx)
 	if err != nil {

@@ -376,6 +376,10 @@ type AgentResult struct {
 	// TranscriptSeq is the FLEET_TRANSCRIPTS sequence of the run's
 	// transcript (0: none was stored, e.g. a queue failure).
 	TranscriptSeq uint64 `json:"transcript_seq,omitempty" msgpack:"transcript_seq,omitempty"`
+	// Model is the model (and LoRA adapter) the run used, with their
+	// sha256 digests; absent from workers older than this field and from
+	// results of jobs that never reached a model (queue failures).
+	Model *ModelInfo `json:"model,omitempty" msgpack:"model,omitempty"`
 }
 
 // Event is one loop event of a job, published in order on

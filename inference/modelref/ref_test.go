@@ -1,4 +1,4 @@
-package modelstore
+package modelref
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestParseRef(t *testing.T) {
+func TestParse(t *testing.T) {
 	t.Parallel()
 	hex := strings.Repeat("ab", 32)
 	for _, c := range []struct {
@@ -17,9 +17,9 @@ func TestParseRef(t *testing.T) {
 		{"fg-lint.v2@12", Ref{Name: "fg-lint.v2", Version: 12}},
 		{"sha256:" + hex, Ref{Digest: hex}},
 	} {
-		got, err := ParseRef(c.in)
+		got, err := Parse(c.in)
 		if err != nil || got != c.want {
-			t.Errorf("ParseRef(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
+			t.Errorf("Parse(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
 		}
 		if got.String() != c.in {
 			t.Errorf("String() = %q, want %q", got.String(), c.in)
@@ -30,8 +30,8 @@ func TestParseRef(t *testing.T) {
 	}
 	for _, in := range []string{"fg", "fg@", "fg@0", "fg@01", "fg@-1", "fg@+1", "fg@1.0", "@1", ".fg@1", "f g@1",
 		"sha256:", "sha256:" + strings.ToUpper(hex), "sha256:" + hex[:63], strings.Repeat("a", 65) + "@1"} {
-		if _, err := ParseRef(in); !errors.Is(err, ErrBadRef) {
-			t.Errorf("ParseRef(%q): %v, want ErrBadRef", in, err)
+		if _, err := Parse(in); !errors.Is(err, ErrBadRef) {
+			t.Errorf("Parse(%q): %v, want ErrBadRef", in, err)
 		}
 	}
 	for _, path := range []string{"models/fg.gguf", "./fg@1", "/abs/fg@1", "fg.gguf", ""} {
@@ -41,12 +41,12 @@ func TestParseRef(t *testing.T) {
 	}
 }
 
-func FuzzParseRef(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{"fg@1", "sha256:" + strings.Repeat("0", 64), "a@b@1", "x@99999999999999999999"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		r, err := ParseRef(s)
+		r, err := Parse(s)
 		if err != nil {
 			if !errors.Is(err, ErrBadRef) {
 				t.Fatalf("error %v does not wrap ErrBadRef", err)
@@ -56,7 +56,7 @@ func FuzzParseRef(f *testing.F) {
 		if !IsRef(s) {
 			t.Fatalf("ParseRef accepted %q but IsRef says it is a path", s)
 		}
-		back, err := ParseRef(r.String())
+		back, err := Parse(r.String())
 		if err != nil || back != r || r.String() != s {
 			t.Fatalf("round trip %q -> %+v -> %q (%v)", s, r, r.String(), err)
 		}
