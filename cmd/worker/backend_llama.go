@@ -81,7 +81,7 @@ func (l *llamaBackend) ForSlot(int) (modelPicker, error) {
 		}
 		if err := s.Load(ref); err != nil {
 			if errors.Is(err, llama.ErrLoad) {
-				return nil, fmt.Errorf("%w: agent %s: %w", jobrun.ErrModelUnavailable, d.Name, err)
+				return nil, fmt.Errorf("%w: agent %s: %s: %w", jobrun.ErrModelUnavailable, d.Name, describeRef(r.info), err)
 			}
 			return nil, err
 		}
@@ -108,3 +108,12 @@ func (l *llamaBackend) ModelInfo(d *agents.Definition) wire.ModelInfo {
 func (l *llamaBackend) useModelStore(js jetstream.JetStream) error { return l.models.useStore(js) }
 
 func (l *llamaBackend) Close() error { return l.b.Close() }
+
+// describeRef names a resolved model and adapter for an error.
+func describeRef(mi wire.ModelInfo) string {
+	s := "model " + cmp.Or(mi.Name, "(the worker's default)")
+	if mi.Adapter != "" {
+		s += " with adapter " + mi.Adapter
+	}
+	return s
+}
