@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,8 @@ import (
 type gatedSource struct {
 	Source
 	release chan struct{}
+	entered chan struct{} // closed by the first Fetch
+	once    sync.Once
 	started atomic.Int64
 	down    atomic.Bool
 }
@@ -33,6 +34,9 @@ func (g *gatedSource) Resolve(ctx context.Context, ref modelref.Ref) (Info, erro
 
 func (g *gatedSource) Fetch(ctx context.Context, i Info, w io.Writer) error {
 	g.started.Add(1)
+	if g.entered != nil {
+		g.once.Do(func() { close(g.entered) })
+	}
 	if g.release != nil {
 		<-g.release
 	}
@@ -74,7 +78,7 @@ func TestCacheOneFetchForManySlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &gatedSource{Source: s, release: make(chan struct{})}
+	src := &gatedSource{Source: s, release: make(chan struct{}), entered: make(chan struct{})}
 	c, dir := newCache(t, src)
 	const slots = 8
 	var wg sync.WaitGroup
@@ -88,9 +92,7 @@ func TestCacheOneFetchForManySlots(t *testing.T) {
 		}()
 	}
 	// The first caller is inside Fetch; the others must be waiting on it.
-	for src.started.Load() == 0 {
-		runtimeGosched()
-	}
+	<-src.entered
 	close(src.release)
 	wg.Wait()
 	for i := range slots {
@@ -212,5 +214,3 @@ func TestCacheServesKnownModelsWhenStoreIsDown(t *testing.T) {
 		t.Fatal("an unknown ref resolved with the store down")
 	}
 }
-
-func runtimeGosched() { runtime.Gosched() }

@@ -29,13 +29,31 @@ var ErrNotGGUF = errors.New("modelstore: not a usable GGUF file")
 // tensor lies inside the file (a truncated upload fails here). It returns
 // the file's kind and architecture. Arrays are not kept (the vocabulary of
 // a real model is 262,144 strings).
-func Inspect(r io.ReadSeeker) (Kind, string, error) {
+func Inspect(r io.ReadSeeker) (kind Kind, arch string, err error) {
+	size, err := r.Seek(0, io.SeekEnd)
+	if err != nil {
+		return "", "", err
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return "", "", err
+	}
+	if err := prescan(r, size); err != nil {
+		return "", "", fmt.Errorf("%w: %v", ErrNotGGUF, err)
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return "", "", err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			kind, arch, err = "", "", fmt.Errorf("%w: the header does not decode (%v)", ErrNotGGUF, p)
+		}
+	}()
 	g, err := ggml.Decode(r, 0)
 	if err != nil {
 		return "", "", fmt.Errorf("%w: %v", ErrNotGGUF, err)
 	}
 	kv := g.KV()
-	arch, _ := kv.Value("general.architecture").(string)
+	arch, _ = kv.Value("general.architecture").(string)
 	if arch == "" {
 		return "", "", fmt.Errorf("%w: no general.architecture", ErrNotGGUF)
 	}

@@ -250,3 +250,34 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+// FuzzInspect: any bytes give a kind or ErrNotGGUF, never a panic or an
+// allocation larger than the input.
+func FuzzInspect(f *testing.F) {
+	dir := f.TempDir()
+	model, lora := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "l.gguf")
+	if err := gguf.WriteFile(model, gguf.Tiny()); err != nil {
+		f.Fatal(err)
+	}
+	if err := gguf.WriteLoRA(lora, gguf.Tiny(), 2, 1); err != nil {
+		f.Fatal(err)
+	}
+	for _, p := range []string{model, lora} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b[:4096])
+		f.Add(b)
+	}
+	f.Add([]byte("GGUF\x01\x00\x00\x00"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		k, _, err := Inspect(bytes.NewReader(data))
+		if err != nil && !errors.Is(err, ErrNotGGUF) {
+			t.Fatalf("error %v does not wrap ErrNotGGUF", err)
+		}
+		if err == nil && k != KindGGUF && k != KindLoRA {
+			t.Fatalf("kind %q", k)
+		}
+	})
+}
