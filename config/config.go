@@ -329,23 +329,19 @@ const (
 	DefaultWorkspaceDir    = "./data/workspaces"
 	DefaultPresenceEvery   = 5 * time.Second
 	DefaultModelPath       = "./models/functiongemma-270m-random-q8_0.gguf"
-	// DefaultModelCacheDir and DefaultModelFetchTimeout: model.cache_dir
-	// and model.fetch_timeout.
-	DefaultModelCacheDir     = "./data/models"
-	DefaultModelFetchTimeout = 10 * time.Minute
-	DefaultBatchSize         = 128
-	DefaultContextSize       = 4096
-	DefaultMaxTokens         = 256
-	DefaultMaxContexts       = 2
-	DefaultTopK              = 64
-	DefaultRemoteTimeout     = 60 * time.Second
-	DefaultRemoteRetries     = 2
-	DefaultMontyBinary       = "./.build/monty/monty"
-	DefaultMontyMaxRuns      = 500
-	DefaultMontyMemory       = 128 * MiB
-	DefaultMontyRecursion    = 400
-	DefaultMontyTimeout      = 10 * time.Second
-	fallbackWorkerHostname   = "fleet-worker"
+	DefaultBatchSize       = 128
+	DefaultContextSize     = 4096
+	DefaultMaxTokens       = 256
+	DefaultMaxContexts     = 2
+	DefaultTopK            = 64
+	DefaultRemoteTimeout   = 60 * time.Second
+	DefaultRemoteRetries   = 2
+	DefaultMontyBinary     = "./.build/monty/monty"
+	DefaultMontyMaxRuns    = 500
+	DefaultMontyMemory     = 128 * MiB
+	DefaultMontyRecursion  = 400
+	DefaultMontyTimeout    = 10 * time.Second
+	fallbackWorkerHostname = "fleet-worker"
 )
 
 // DefaultTranscriptsMaxAge is queue.transcripts_max_age's default.
@@ -355,6 +351,12 @@ const DefaultTranscriptsMaxAge = 90 * 24 * time.Hour
 func DefaultBackoff() []time.Duration {
 	return []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}
 }
+
+// Defaults of model.cache_dir and model.fetch_timeout.
+const (
+	DefaultModelCacheDir     = "./data/models"
+	DefaultModelFetchTimeout = 10 * time.Minute
+)
 
 // Default returns the configuration used when no file and no environment
 // variable say otherwise. Worker.Slots is runtime.NumCPU() and Worker.Name

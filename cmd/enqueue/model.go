@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentfleet/fleet/inference/modelref"
 	"github.com/agentfleet/fleet/inference/modelstore"
+	"github.com/agentfleet/fleet/internal/modelref"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/agentfleet/fleet/inference/modelref"
+	"github.com/agentfleet/fleet/internal/modelref"
 )
 
 // gatedSource holds every Fetch until release is closed and counts them.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentfleet/fleet/inference/modelref"
 	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/internal/modelref"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/wire"
 )

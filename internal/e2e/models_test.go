@@ -145,6 +145,9 @@ func TestModelsThroughNATS(t *testing.T) {
 	if r.ErrorCode != wire.CodeModelUnavailable || !strings.Contains(r.Error, "tiny@2") || r.State != wire.StateFailed {
 		t.Fatalf("lintb before tiny@2 exists: %+v", r)
 	}
+	if want := (wire.ModelInfo{Backend: "llama", Name: "tiny@2"}); r.Model == nil || *r.Model != want {
+		t.Fatalf("the failed job's model %+v, want what the agent asked for %+v", r.Model, want)
+	}
 	if out := push("tiny", base2, 0); !strings.Contains(out, "stored tiny@2") {
 		t.Fatalf("second version: %s", out)
 	}

@@ -202,7 +202,8 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 		if errors.Is(err, ErrModelUnavailable) {
 			log.Warn("model unavailable; job failed", "err", err)
 			out := failed(wire.CodeModelUnavailable, err.Error())
-			mi := p.modelInfo(def, nil)
+			// What the agent asked for: nothing was resolved, so no digests.
+			mi := wire.ModelInfo{Backend: p.modelInfo(def, nil).Backend, Name: def.Model, Adapter: def.Adapter}
 			out.Model = &mi
 			return out, nil
 		}

@@ -20,12 +20,17 @@ import (
 // queue retries it).
 func TestModelUnavailableFailsTheJob(t *testing.T) {
 	root := t.TempDir()
+	defs := realAgents(t)
+	lint := *defs["lint"]
+	lint.Model = "lint-fg@9"
+	defs["lint"] = &lint
 	pickErr := fmt.Errorf("%w: lint-fg@9 is not stored", jobrun.ErrModelUnavailable)
 	p, err := jobrun.New(jobrun.Config{
-		Agents: realAgents(t), Sandbox: nopSandbox{}, WorkspaceDir: root,
+		Agents: defs, Sandbox: nopSandbox{}, WorkspaceDir: root,
 		ModelFor: func(*agents.Definition) (loop.Model, error) { return nil, pickErr },
 		ModelInfo: func(def *agents.Definition) wire.ModelInfo {
-			return wire.ModelInfo{Backend: "llama", Name: "lint-fg@9"}
+			// The backend's last successful resolution: not what this job asked for.
+			return wire.ModelInfo{Backend: "llama", Name: "lint-fg@1", Digest: "sha256:00"}
 		},
 	})
 	if err != nil {
@@ -39,7 +44,7 @@ func TestModelUnavailableFailsTheJob(t *testing.T) {
 		!strings.Contains(out.Result.Error, "lint-fg@9 is not stored") {
 		t.Fatalf("result %+v", out.Result)
 	}
-	if out.Model == nil || out.Model.Name != "lint-fg@9" || out.Transcript != nil {
+	if want := (wire.ModelInfo{Backend: "llama", Name: "lint-fg@9"}); out.Model == nil || *out.Model != want || out.Transcript != nil {
 		t.Fatalf("outcome model %+v transcript %v", out.Model, out.Transcript)
 	}
 	if _, err := os.Stat(jobrun.JobDir(root, "job-model")); !errors.Is(err, os.ErrNotExist) {
