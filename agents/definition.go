@@ -57,6 +57,10 @@ type Definition struct {
 	InitialContext InitialContext `yaml:"initial_context"`
 	// Tools is the tool catalog, including exactly one submit_result.
 	Tools []*Tool `yaml:"tools"`
+	// Memory, when set, lets the agent's tools remember observations
+	// across runs (remember(key, text)) and recalls them into the first
+	// turn (memory.go). nil = no memory.
+	Memory *Memory `yaml:"memory"`
 
 	// Path is the file the definition was loaded from ("" when built in code).
 	Path string `yaml:"-"`

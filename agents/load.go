@@ -194,6 +194,7 @@ func (v *validator) decode(data []byte) bool {
 		"model":     func(f string, n *yaml.Node) { d.Model = v.str(f, n) },
 		"adapter":   func(f string, n *yaml.Node) { d.Adapter = v.str(f, n) },
 		"max_turns": func(f string, n *yaml.Node) { d.MaxTurns = v.int(f, n) },
+		"memory":    func(f string, n *yaml.Node) { d.Memory = v.memory(f, n) },
 		"initial_context": func(f string, n *yaml.Node) {
 			v.mapping(f, n, map[string]func(string, *yaml.Node){
 				"system_prompt": func(f string, n *yaml.Node) { d.InitialContext.SystemPrompt = v.str(f, n) },

@@ -199,7 +199,7 @@ func TestLoadFileBad(t *testing.T) {
 		{"bad_template.yaml", []string{`:3: initial_context.node_context: template does not render: line 2 col 1: unknown variable "node_body" (known: node_text, node_name, node_type, file_path)`}},
 		{"unclosed_template.yaml", []string{`:3: initial_context.node_context: template does not render: line 1 col 7: unclosed "{{"`}},
 		{"unknown_key.yaml", []string{`:4: tools[0]: unknown key "tool_name" (known: context_providers, description, name, parameters, pym)`}},
-		{"unknown_top_key.yaml", []string{`:2: unknown key "model_id" (known: adapter, initial_context, max_turns, model, name, operation, tools)`}},
+		{"unknown_top_key.yaml", []string{`:2: unknown key "model_id" (known: adapter, initial_context, max_turns, memory, model, name, operation, tools)`}},
 		{"bad_model_ref.yaml", []string{`:2: model: bad model reference "fg@0": the version must be a whole number from 1`,
 			`:3: adapter: bad model reference "sha256:XYZ": want sha256: and 64 lowercase hex digits`}},
 		{"bad_operation.yaml", []string{`:2: operation: "agents.run.*" is not a valid operation`}},

@@ -206,6 +206,7 @@ func (v *validator) check(derive func(path string) (json.RawMessage, error)) {
 	if err := CheckTemplate(d.InitialContext.NodeContext); err != nil {
 		v.add("initial_context.node_context", "template does not render: %v", err)
 	}
+	v.checkMemory()
 	fileChecks := d.Path != ""
 
 	seen := map[string]int{}

@@ -191,7 +191,8 @@ type Model struct {
 	// FastForward appends the tokens the grammar allows exactly one way
 	// without sampling them (strict mode only). Default true.
 	FastForward bool `yaml:"fast_forward"`
-	// BatchSize is the prefill chunk in tokens. Default 128.
+	// BatchSize is the prefill chunk in tokens. Default 512 (the context
+	// size when that is smaller).
 	BatchSize int `yaml:"batch_size"`
 	// ContextSize is each slot's context window in tokens. Default 4096.
 	ContextSize int `yaml:"context_size"`
@@ -329,7 +330,7 @@ const (
 	DefaultWorkspaceDir    = "./data/workspaces"
 	DefaultPresenceEvery   = 5 * time.Second
 	DefaultModelPath       = "./models/functiongemma-270m-random-q8_0.gguf"
-	DefaultBatchSize       = 128
+	DefaultBatchSize       = 512
 	DefaultContextSize     = 4096
 	DefaultMaxTokens       = 256
 	DefaultMaxContexts     = 2

@@ -65,7 +65,7 @@ func TestDefaults(t *testing.T) {
 		{"model.backend", c.Model.Backend, "llama"},
 		{"model.path", c.Model.Path, "./models/functiongemma-270m-random-q8_0.gguf"},
 		{"model.strict", c.Model.Strict, true},
-		{"model.batch_size", c.Model.BatchSize, 128},
+		{"model.batch_size", c.Model.BatchSize, 512},
 		{"model.context_size", c.Model.ContextSize, 4096},
 		{"model.temperature", c.Model.Temperature, 0.0},
 		{"loop.max_turns", c.Loop.MaxTurns, loop.DefaultMaxTurns},

@@ -260,6 +260,9 @@ func (m *Model) validate(k *checker) {
 	default:
 		k.add("model.backend", "must be %s, %s or %s, got %q", BackendLlama, BackendRemote, BackendScripted, m.Backend)
 	}
+	if m.BatchSize == DefaultBatchSize && m.ContextSize >= 256 && m.ContextSize < DefaultBatchSize {
+		m.BatchSize = m.ContextSize // the default never exceeds a small context
+	}
 	k.minInt("model.batch_size", m.BatchSize, 1)
 	k.minInt("model.context_size", m.ContextSize, 256)
 	if m.BatchSize > m.ContextSize && m.ContextSize >= 256 {

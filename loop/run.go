@@ -86,6 +86,9 @@ func newRun(ctx context.Context, r *Runner, in Input) (*run, error) {
 		s.msgs = append(s.msgs, Message{Role: RoleSystem, Content: in.Agent.InitialContext.SystemPrompt})
 	}
 	s.msgs = append(s.msgs, Message{Role: RoleUser, Content: nodeCtx})
+	for _, c := range in.Context {
+		s.msgs = append(s.msgs, Message{Role: RoleUser, Content: "[Context] " + c.Text})
+	}
 	s.initWindow()
 	return s, nil
 }

@@ -23,6 +23,10 @@ type Input struct {
 	Tools ToolExecutor
 	// Events receives the run's events; nil discards them.
 	Events EventSink
+	// Context is given before the first turn (for example the entries an
+	// agent's memory recalls): each output is a "[Context] ..." user
+	// message after the node context, pinned like it (never trimmed).
+	Context []ContextOutput
 }
 
 // Runner runs the bounded multi-turn tool loop. A Runner is safe for

@@ -50,6 +50,9 @@ type Config struct {
 	// Logger receives the scripts' print output at debug level.
 	// nil = slog.Default().
 	Logger *slog.Logger
+	// Memory serves the scripts' remember(key, text) calls (remember.go);
+	// nil when the agent has no memory, and remember raises RuntimeError.
+	Memory Rememberer
 }
 
 func (c *Config) validate() error {
@@ -220,7 +223,7 @@ func (e *Executor) run(ctx context.Context, f *pym.File, inputs map[string]any) 
 			Details: map[string]any{"missing": missing},
 		}
 	}
-	out, err := e.cfg.Sandbox.Run(ctx, f.Script, inputs, e.cfg.Workspace.CallExternal)
+	out, err := e.cfg.Sandbox.Run(ctx, f.Script, inputs, e.externals)
 	if out.Output != "" {
 		e.log.Debug("tool output", "pym", f.Path, "output", out.Output, "truncated", out.OutputTruncated)
 	}

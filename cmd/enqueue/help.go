@@ -26,6 +26,8 @@ Jobs:
         --unique[=KEY]: refuse the job (exit 5, naming the holder) while a
         job with the same key is queued or running; the default key is
         operation + node + a digest of the files sent.
+        --project P: the project agents' memory is kept under (default: the
+        project root's folder name).
   attach <job-id> [--json] [--no-progress]
         Show a job's events (stored ones first, then live) and its result,
         also long after it finished.
@@ -45,6 +47,13 @@ Schedules (server-side, FLEET_RUNS):
         runs as job <name>-<unix seconds>.
   schedule list [--json]    schedules and not yet fired --at/--in jobs
   schedule rm <name>        stop a schedule (or a --at/--in job not yet fired)
+
+Memory (what agents with memory: remembered, fleet_memory):
+  memory list [--agent OP] [--project P] [--key K] [--json]
+        Entries: agent, project, key, when written, text. Corrupt values
+        are skipped with a warning.
+  memory rm [--agent OP] [--project P] [--key K]
+        Remove the selected entries (at least one filter; exit 4 if none).
 
 Review:
   accept <job-id> [--dir D] [--force] [--reviewer NAME] [--note TEXT]

@@ -106,6 +106,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdSchedule(cargs)
 	case "model":
 		err = c.cmdModel(cargs)
+	case "memory":
+		err = c.cmdMemory(cargs)
 	case "help":
 		fmt.Fprint(stdout, helpText)
 		return exitOK
@@ -284,6 +286,7 @@ func (c *cli) cmdRun(args []string) error {
 	msgpack := fs.Bool("msgpack", false, "publish the request as msgpack instead of JSON")
 	noProgress := fs.Bool("no-progress", false, "plain lines even on a terminal")
 	noRecord := fs.Bool("no-record", false, "do not record the sent files in <root>/.fleet/jobs (accept then needs --force)")
+	project := fs.String("project", "", "the project agents' memory is kept under (default: the project root's folder name)")
 	tf := registerTiming(fs)
 	pos, err := c.parse(fs, args, 2, "<operation> <file.py>")
 	if err != nil {
@@ -309,6 +312,12 @@ func (c *cli) cmdRun(args []string) error {
 	}
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
+	}
+	if *project != "" {
+		if !wire.ValidProject(*project) {
+			return fail(exitUsage, "--project %q: want 1-%d of A-Z a-z 0-9 _ -", *project, wire.MaxProjectLength)
+		}
+		req.Project = *project
 	}
 	req.JobID = *jobID
 	if req.JobID == "" {

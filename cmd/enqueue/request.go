@@ -150,6 +150,25 @@ func buildRequest(op, file string, spec nodeSpec, opts wire.RunOptions) (*wire.R
 			add(p)
 		}
 	}
-	req := &wire.RunRequest{Version: wire.ProtocolVersion, Operation: op, Node: wire.Node(node), Files: files, Options: opts}
+	req := &wire.RunRequest{Version: wire.ProtocolVersion, Operation: op, Node: wire.Node(node), Files: files, Options: opts,
+		Project: projectName(root)}
 	return req, notes, nil
+}
+
+// projectName is the request's default project (the key agents' memory is
+// kept under, docs/PROTOCOL.md §15): the project root's folder name with
+// every character outside [A-Za-z0-9_-] made "_", cut to 64 characters;
+// "" (the protocol's default project) when nothing is left.
+func projectName(root string) string {
+	b := []byte(filepath.Base(root))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	name := string(b[:min(len(b), wire.MaxProjectLength)])
+	if strings.Trim(name, "_") == "" {
+		return ""
+	}
+	return name
 }

@@ -68,6 +68,7 @@ import (
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/memory"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -260,6 +261,11 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	}
 
 	loopCfg := cfg.Loop.LoopConfig()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	mem := memory.NewStore(js, log)  // fleet_memory, for agents with memory: (w.Start creates it)
 	tracker := presence.NewTracker() // the running jobs, for the presence record
 	wcfg := queue.Config{
 		Conn:       nc,
@@ -281,6 +287,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 				// A stored job is as durable as the queue's own writes.
 				SyncWorkspace: cfg.NATS.Embedded.SyncAlways,
 				Logger:        log.With("slot", slot),
+				Memory:        mem,
 			})
 			if err != nil {
 				return nil, err

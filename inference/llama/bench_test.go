@@ -307,13 +307,22 @@ func BenchmarkInference(b *testing.B) {
 		wg.Wait()
 		return float64(len(slots)*genN) / time.Since(t0).Seconds()
 	}
+	// Each slot first prefills a prompt longer than two full batches, so
+	// that the compute buffer's pages a full batch touches are resident
+	// when RSS is read.
+	n := 2*beA.cfg.BatchSize + 100
+	long := make([]int, 0, n+len(prompt))
+	for len(long) < n {
+		long = append(long, prompt...)
+	}
+	long = long[:n]
 	a1, _ := beA.NewSlot()
-	decodeRun(b, a1, prompt, 8)
+	decodeRun(b, a1, long, 8)
 	one := agg([]*Slot{a1})
 	freeMem()
 	rss1 := rss(b)
 	a2, _ := beA.NewSlot()
-	decodeRun(b, a2, prompt, 8)
+	decodeRun(b, a2, long, 8)
 	two := agg([]*Slot{a1, a2})
 	freeMem()
 	rss2 := rss(b)

@@ -9,7 +9,7 @@ import (
 // Defaults of Config's zero fields.
 const (
 	DefaultContextSize = 4096
-	DefaultBatchSize   = 128
+	DefaultBatchSize   = 512
 	DefaultMaxTokens   = 256
 	DefaultMaxContexts = 2
 	DefaultTopK        = 64
@@ -33,7 +33,11 @@ type Config struct {
 	// token for the 270M shape). 0 = 4096.
 	ContextSize int
 	// BatchSize is the prefill chunk (llama.cpp n_batch = n_ubatch). The
-	// request context is checked between chunks. 0 = 128.
+	// request context is checked between chunks. 0 = 512, or ContextSize
+	// when that is smaller. llama.cpp reserves a compute buffer for a full
+	// batch's logits (262,144 × 512 floats with Gemma 3's vocabulary) but
+	// fleet asks for the last token's logits only, so the pages it touches
+	// stay far below that: docs/PERFORMANCE.md measures the resident cost.
 	BatchSize int
 	// MaxTokens caps the tokens generated in one model turn (forced tokens
 	// included). 0 = 256.
@@ -115,7 +119,7 @@ func (c *Config) validate() error {
 		return bad("ContextSize, BatchSize, MaxTokens, MaxContexts, GrammarCandidates and MaxStringTokens must not be negative")
 	}
 	c.ContextSize = cmp.Or(c.ContextSize, DefaultContextSize)
-	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.BatchSize = cmp.Or(c.BatchSize, min(DefaultBatchSize, cmp.Or(c.ContextSize, DefaultContextSize)))
 	c.MaxTokens = cmp.Or(c.MaxTokens, DefaultMaxTokens)
 	c.MaxContexts = cmp.Or(c.MaxContexts, DefaultMaxContexts)
 	c.GrammarCandidates = cmp.Or(c.GrammarCandidates, DefaultGrammarCandidates)

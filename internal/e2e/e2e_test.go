@@ -122,16 +122,22 @@ func startWorker(t *testing.T, bin, modelYAML string) *worker {
 // the same folder finds the first one's queue).
 func startWorkerIn(t *testing.T, dir, bin, modelYAML string) *worker {
 	t.Helper()
+	return startWorkerAgents(t, dir, bin, filepath.Join(repoRoot, "agents"), modelYAML)
+}
+
+// startWorkerAgents is startWorkerIn with the agents folder agentsDir.
+func startWorkerAgents(t *testing.T, dir, bin, agentsDir, modelYAML string) *worker {
+	t.Helper()
 	// One slot serving every operation in the agents folder (the default
 	// worker's several-operations pull path).
 	cfg := fmt.Sprintf(`worker:
   slots: 1
-  agents_dir: %[2]s/agents
+  agents_dir: %[4]s
   workspace_dir: %[1]s/ws
   name: e2e-worker
 monty:
   binary: %[2]s/.build/monty/monty
-%[3]s`, dir, repoRoot, modelYAML)
+%[3]s`, dir, repoRoot, modelYAML, agentsDir)
 	if !strings.Contains(modelYAML, "queue:") {
 		cfg += "queue:\n  drain_grace: 10s\n"
 	}

@@ -117,12 +117,12 @@ func BenchmarkPeer(b *testing.B) {
 	pf := func(format string, a ...any) { fmt.Fprintf(out, format, a...) }
 	ctx := context.Background()
 
-	// 1. Raw speed, interleaved: fleet with its default prefill batch (128)
-	// and with ollama's (512), then ollama; best of 5 rounds after a
+	// 1. Raw speed, interleaved: fleet with its default prefill batch (512,
+	// ollama's too) and with the low-memory 128, then ollama; best of 5 rounds after a
 	// warm-up round. Both sample (temperature 0.8, top-k 40): greedy
 	// decoding of random weights repeats tokens, and ollama then aborts the
 	// generation without counters.
-	var fs, fs512, os_ speed
+	var fs, fs128, os_ speed
 	var fleetPrompt, ollamaPrompt int
 	var preRatios, decRatios []float64
 	backends := map[int]*llama.Backend{}
@@ -153,15 +153,15 @@ func BenchmarkPeer(b *testing.B) {
 	}
 	for run := range 6 {
 		_, msgs := benchMessages(b, run)
-		u := fleetRun(backends[128], msgs)
-		u512 := fleetRun(backends[512], msgs)
+		u := fleetRun(backends[512], msgs)
+		u128 := fleetRun(backends[128], msgs)
 		op, od, on, _ := ollamaSpeed(b, srv.URL, msgs, run)
 		if run == 0 {
 			continue // warm-up: page in the weights on both sides
 		}
 		fp, fd := float64(u.PromptTokens-u.CachedTokens)/u.PromptDuration.Seconds(), float64(u.CompletionTokens)/u.CompletionDuration.Seconds()
 		fs.best(fp, fd)
-		fs512.best(float64(u512.PromptTokens-u512.CachedTokens)/u512.PromptDuration.Seconds(), float64(u512.CompletionTokens)/u512.CompletionDuration.Seconds())
+		fs128.best(float64(u128.PromptTokens-u128.CachedTokens)/u128.PromptDuration.Seconds(), float64(u128.CompletionTokens)/u128.CompletionDuration.Seconds())
 		os_.best(op, od)
 		if op > 0 && od > 0 {
 			preRatios, decRatios = append(preRatios, fp/op), append(decRatios, fd/od)
@@ -169,9 +169,9 @@ func BenchmarkPeer(b *testing.B) {
 		fleetPrompt, ollamaPrompt = u.PromptTokens, on
 	}
 	pf("same GGUF, one thread, best of 5 interleaved rounds (fleet %d-token prompt, ollama %d tokens):\n", fleetPrompt, ollamaPrompt)
-	pf("  prefill  fleet %7.1f tok/s (batch 512: %7.1f)   ollama %7.1f tok/s   fleet/ollama %.2f (batch 512: %.2f)\n",
-		fs.prefill, fs512.prefill, os_.prefill, fs.prefill/os_.prefill, fs512.prefill/os_.prefill)
-	pf("  decode   fleet %7.1f tok/s (batch 512: %7.1f)   ollama %7.1f tok/s   fleet/ollama %.2f\n", fs.decode, fs512.decode, os_.decode, fs.decode/os_.decode)
+	pf("  prefill  fleet %7.1f tok/s (batch 128: %7.1f)   ollama %7.1f tok/s   fleet/ollama %.2f (batch 128: %.2f)\n",
+		fs.prefill, fs128.prefill, os_.prefill, fs.prefill/os_.prefill, fs128.prefill/os_.prefill)
+	pf("  decode   fleet %7.1f tok/s (batch 128: %7.1f)   ollama %7.1f tok/s   fleet/ollama %.2f\n", fs.decode, fs128.decode, os_.decode, fs.decode/os_.decode)
 	pf("  per-round ratios fleet/ollama (each round measures both back to back): prefill median %.2f %s, decode median %.2f %s\n",
 		median(preRatios), fmtRatios(preRatios), median(decRatios), fmtRatios(decRatios))
 	b.ReportMetric(fs.prefill/os_.prefill, "prefill-fleet/ollama")

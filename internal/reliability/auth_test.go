@@ -40,7 +40,7 @@ func authUsers() []*server.User {
 	}
 	return []*server.User{
 		{Username: "worker", Password: "worker-pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{"$JS.API.>", "$JS.ACK.>", "$KV." + wire.BucketJobs + ".>",
+			Publish: &server.SubjectPermission{Allow: []string{"$JS.API.>", "$JS.ACK.>", "$KV." + wire.BucketJobs + ".>", "$KV." + wire.BucketMemory + ".>",
 				wire.SubjectResultsPrefix + ">", wire.SubjectLeasesPrefix + ">", wire.SubjectEventsPrefix + ">", wire.SubjectDLQPrefix + ">",
 				wire.SubjectTranscriptsPrefix + ">", "clients.>"}},
 			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", wire.SubjectCancelPrefix + "*"}},

@@ -55,6 +55,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/toolexec"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/memory"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -99,6 +100,9 @@ type Config struct {
 	// sync_always). Off, it survives a killed worker; a power loss can
 	// lose the jobs stored since the log's last checkpoint.
 	SyncWorkspace bool
+	// Memory is the fleet_memory bucket for agents that declare memory:
+	// (memory.go); nil = such agents run without their memory.
+	Memory *memory.Store
 }
 
 func (c *Config) validate() error {
@@ -229,12 +233,14 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	}
 	defer ws.close()
 
+	mem := p.memoryRun(req, def, log)
 	exec, err := toolexec.New(toolexec.Config{
 		Definition: def,
 		Sandbox:    p.cfg.Sandbox,
 		Workspace:  ws.overlay,
 		Node:       agents.Node(req.Node),
 		Logger:     log,
+		Memory:     rememberer(mem),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobrun: tools of %s: %w", req.Operation, err)
@@ -247,6 +253,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 		Model:       model,
 		Tools:       exec,
 		Events:      events,
+		Context:     mem.Recall(ctx),
 	})
 	if err != nil {
 		// The input is unusable: the agent's template does not render for
@@ -277,6 +284,9 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 		if out.Diff, err = ws.overlay.Diff(dctx); err != nil {
 			return nil, fmt.Errorf("jobrun: diff: %w", err)
 		}
+	}
+	if err := flushMemory(dctx, mem); err != nil {
+		return nil, err
 	}
 	if err := p.persist(dctx, dir, req, ws); err != nil {
 		return nil, err

@@ -313,7 +313,7 @@ const (
 
 var requestSchema = &msgpackSchema{
 	kinds: map[string]string{"version": kindInteger, "job_id": kindString, "operation": kindString,
-		"node": kindObject, "files": kindObject, "options": kindObject},
+		"node": kindObject, "files": kindObject, "options": kindObject, "project": kindString},
 	nested: map[string]*msgpackSchema{
 		"node": {kinds: map[string]string{"id": kindString, "name": kindString, "type": kindString,
 			"file_path": kindString, "text": kindString}},

@@ -269,6 +269,10 @@ type RunRequest struct {
 	Files map[string]string `json:"files,omitempty" msgpack:"files,omitempty"`
 	// Options are per-run limits.
 	Options RunOptions `json:"options" msgpack:"options"`
+	// Project names the project the node belongs to: agents with memory
+	// keep their entries per agent and project (docs/PROTOCOL.md §15).
+	// Optional, 1-64 of [A-Za-z0-9_-]; empty means DefaultProject.
+	Project string `json:"project,omitempty" msgpack:"project,omitempty"`
 	// CreatedAt is when the client built the request (informational).
 	CreatedAt time.Time `json:"created_at" msgpack:"created_at"`
 }

@@ -106,6 +106,9 @@ func (r *RunRequest) Validate() error {
 	if !ValidOperation(r.Operation) {
 		return Invalid("operation", "%q must be 1-%d characters of [a-z0-9_-]", Clip(r.Operation), MaxOperationLength)
 	}
+	if r.Project != "" && !ValidProject(r.Project) {
+		return Invalid("project", "%q must be 1-%d characters of [A-Za-z0-9_-]", Clip(r.Project), MaxProjectLength)
+	}
 	n := &r.Node
 	for _, f := range []struct{ name, v string }{
 		{"node.id", n.ID}, {"node.name", n.Name}, {"node.type", n.Type}, {"node.file_path", n.FilePath}, {"node.text", n.Text},

@@ -1,0 +1,90 @@
+package toolexec
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agentfleet/fleet/cairn/monty"
+)
+
+// RememberExternal is the name of the external function that writes an
+// observation to the agent's memory (docs/TOOLS.md §4): remember(key,
+// text) -> True.
+const RememberExternal = "remember"
+
+// Rememberer keeps a run's remember() calls (*memory.Run implements it).
+// An error with a PythonException() method is raised as that exception.
+type Rememberer interface {
+	Remember(ctx context.Context, key, text string) error
+}
+
+// externals serves a script's external calls: remember from the run's
+// memory, every other name from the workspace.
+func (e *Executor) externals(ctx context.Context, name string, args []any, kwargs map[string]any) (any, error) {
+	if name != RememberExternal {
+		return e.cfg.Workspace.CallExternal(ctx, name, args, kwargs)
+	}
+	key, text, err := rememberArgs(args, kwargs)
+	if err != nil {
+		return nil, err
+	}
+	if e.cfg.Memory == nil {
+		return nil, &monty.PythonError{Type: "RuntimeError", Message: fmt.Sprintf(
+			"remember: agent %q has no memory (declare memory: in its YAML to use remember)", e.cfg.Definition.Name)}
+	}
+	if err := e.cfg.Memory.Remember(ctx, key, text); err != nil {
+		return nil, err
+	}
+	return true, nil
+}
+
+// rememberArgs binds remember(key, text) the way Python does.
+func rememberArgs(args []any, kwargs map[string]any) (key, text string, err error) {
+	names := []string{"key", "text"}
+	if len(args) > len(names) {
+		return "", "", typeErr("remember() takes 2 positional arguments but %d were given", len(args))
+	}
+	vals := make([]any, len(names))
+	set := make([]bool, len(names))
+	for i, a := range args {
+		vals[i], set[i] = a, true
+	}
+	for k, v := range kwargs {
+		i := -1
+		for j, n := range names {
+			if n == k {
+				i = j
+			}
+		}
+		switch {
+		case i < 0:
+			return "", "", typeErr("remember() got an unexpected keyword argument '%s'", clip(k))
+		case set[i]:
+			return "", "", typeErr("remember() got multiple values for argument '%s'", k)
+		}
+		vals[i], set[i] = v, true
+	}
+	out := make([]string, len(names))
+	for i, n := range names {
+		if !set[i] {
+			return "", "", typeErr("remember() missing required argument: '%s'", n)
+		}
+		s, ok := vals[i].(string)
+		if !ok {
+			return "", "", typeErr("remember() argument '%s' must be str, not %T", n, vals[i])
+		}
+		out[i] = s
+	}
+	return out[0], out[1], nil
+}
+
+func typeErr(format string, a ...any) error {
+	return &monty.PythonError{Type: "TypeError", Message: fmt.Sprintf(format, a...)}
+}
+
+func clip(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
+}
