@@ -219,6 +219,12 @@ type Model struct {
 	MinP float64 `yaml:"min_p"`
 	// Seed seeds sampling (slot i uses Seed+i). Default 0.
 	Seed uint64 `yaml:"seed"`
+	// CacheDir holds the models and LoRA adapters agents name from the
+	// fleet_models store ("name@version", "sha256:<hex>"): fetched once,
+	// verified against their sha256, kept by digest. Default ./data/models.
+	CacheDir string `yaml:"cache_dir"`
+	// FetchTimeout bounds one model fetch from the store. Default 10m.
+	FetchTimeout time.Duration `yaml:"fetch_timeout"`
 	// Remote configures the remote backend.
 	Remote Remote `yaml:"remote"`
 	// Scripted configures the scripted backend.
@@ -378,6 +384,12 @@ func DefaultBackoff() []time.Duration {
 	return []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}
 }
 
+// Defaults of model.cache_dir and model.fetch_timeout.
+const (
+	DefaultModelCacheDir     = "./data/models"
+	DefaultModelFetchTimeout = 10 * time.Minute
+)
+
 // Default returns the configuration used when no file and no environment
 // variable say otherwise. Worker.Slots is runtime.NumCPU() and Worker.Name
 // the host name; Queue.HeartbeatEvery and Monty.Pool are 0 and derived by
@@ -415,15 +427,17 @@ func Default() *Config {
 			PresenceEvery:   DefaultPresenceEvery,
 		},
 		Model: Model{
-			Backend:     BackendLlama,
-			Path:        DefaultModelPath,
-			Strict:      true,
-			FastForward: true,
-			BatchSize:   DefaultBatchSize,
-			ContextSize: DefaultContextSize,
-			MaxTokens:   DefaultMaxTokens,
-			MaxContexts: DefaultMaxContexts,
-			TopK:        DefaultTopK,
+			Backend:      BackendLlama,
+			Path:         DefaultModelPath,
+			Strict:       true,
+			FastForward:  true,
+			BatchSize:    DefaultBatchSize,
+			ContextSize:  DefaultContextSize,
+			MaxTokens:    DefaultMaxTokens,
+			MaxContexts:  DefaultMaxContexts,
+			TopK:         DefaultTopK,
+			CacheDir:     DefaultModelCacheDir,
+			FetchTimeout: DefaultModelFetchTimeout,
 			Remote: Remote{
 				Timeout:    DefaultRemoteTimeout,
 				MaxRetries: DefaultRemoteRetries,

@@ -304,6 +304,11 @@ func (m *Model) validate(k *checker) {
 		k.add("model.max_tokens", "must be less than model.context_size (%d), got %d", m.ContextSize, m.MaxTokens)
 	}
 	k.minInt("model.max_contexts", m.MaxContexts, 1)
+	k.nonEmpty("model.cache_dir", m.CacheDir)
+	if st, err := os.Stat(m.CacheDir); err == nil && !st.IsDir() {
+		k.add("model.cache_dir", "names a file, not a directory: %s", m.CacheDir)
+	}
+	k.positive("model.fetch_timeout", m.FetchTimeout)
 	if m.Temperature < 0 {
 		k.add("model.temperature", "must be >= 0, got %g", m.Temperature)
 	}

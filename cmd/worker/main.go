@@ -240,6 +240,16 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 		return err
 	}
 	met.SetNATSConnectedFunc(nc.IsConnected)
+	// Agents may name models in the fleet_models store (name@version).
+	if u, ok := be.(modelStoreUser); ok {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		if err := u.useModelStore(js); err != nil {
+			return &usageError{err}
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

@@ -62,6 +62,12 @@ import (
 // ErrInvalidConfig is wrapped by every Config validation error.
 var ErrInvalidConfig = errors.New("jobrun: invalid config")
 
+// ErrModelUnavailable is wrapped by a ModelFor error that retrying cannot
+// fix (the agent names a model or adapter that is not stored, does not
+// match its digest or does not load): the job fails with
+// wire.CodeModelUnavailable instead of being retried.
+var ErrModelUnavailable = errors.New("model unavailable")
+
 // Config is what one slot's Processor needs.
 type Config struct {
 	// Agents are the agent definitions by operation (agents.LoadDir).
@@ -78,7 +84,9 @@ type Config struct {
 	// Model is this slot's model. Required unless ModelFor is set.
 	Model loop.Model
 	// ModelFor, when set, picks the model for an agent (for example the
-	// llama slot bound to the agent's own GGUF); it may return Model.
+	// llama slot bound to the agent's own GGUF); it may return Model. An
+	// error wrapping ErrModelUnavailable fails the job
+	// (wire.CodeModelUnavailable); any other error is retried.
 	ModelFor func(def *agents.Definition) (loop.Model, error)
 	// ModelInfo, when set, names the model (and its digest) a job of the
 	// agent runs on, for the job's transcript; nil = the model's Go type.
@@ -214,6 +222,14 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	// A canary share runs a copy of the definition on the canary's model.
 	def, canary := agent.Def.ForJob(req.JobID)
 	model, teacher, err := p.pickModel(req, def)
+	if errors.Is(err, ErrModelUnavailable) {
+		log.Warn("model unavailable; job failed", "err", err)
+		out := failed(wire.CodeModelUnavailable, err.Error())
+		// What the agent asked for: nothing was resolved, so no digests.
+		mi := wire.ModelInfo{Backend: p.modelInfo(def, nil).Backend, Name: def.Model, Adapter: def.Adapter}
+		out.Model = &mi
+		return out, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -271,6 +287,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	out := &queue.Outcome{Result: *res, Transcript: p.transcript(agent, def, canary, model, teacher, res)}
+	out.Model = &out.Transcript.Model
 	out.Result.Messages, out.Result.Tools = nil, nil
 	changed, err := ws.overlay.ChangedFiles(dctx)
 	if err != nil {

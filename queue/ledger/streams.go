@@ -153,6 +153,9 @@ type Streams struct {
 	Status jetstream.KeyValue
 	// Unique is the fleet_unique bucket of uniqueness keys.
 	Unique jetstream.KeyValue
+	// Models is the fleet_models Object Store bucket of models and LoRA
+	// adapters (inference/modelstore reads and writes it).
+	Models jetstream.ObjectStore
 	// Memory is the fleet_memory bucket of agents' remembered entries.
 	Memory jetstream.KeyValue
 	// Schedules reports whether FLEET_RUNS accepts schedule messages
@@ -168,7 +171,7 @@ type Streams struct {
 }
 
 // EnsureStreams creates or updates FLEET_RUNS, FLEET_RESULTS, FLEET_TRANSCRIPTS, FLEET_DLQ,
-// FLEET_ADVISORIES, the fleet_jobs, fleet_unique and fleet_memory buckets and one durable consumer per
+// FLEET_ADVISORIES, the fleet_jobs, fleet_unique, fleet_memory and fleet_models buckets and one durable consumer per
 // operation, so that several workers may call it concurrently and
 // repeatedly. An existing stream whose settings cannot be changed in place
 // (for example its retention) is an error naming it.
@@ -281,6 +284,14 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		Replicas:    replicas(ctx, js, "KV_"+wire.BucketUnique, cfg.Replicas),
 	}); err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketUnique, err)
+	}
+	if s.Models, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      wire.BucketModels,
+		Description: "fleet models and LoRA adapters, one object per version (fleet protocol v1)",
+		Storage:     storage,
+		Replicas:    replicas(ctx, js, "OBJ_"+wire.BucketModels, cfg.Replicas),
+	}); err != nil {
+		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketModels, err)
 	}
 	if s.Memory, err = ensureMemory(ctx, js, cfg, storage); err != nil {
 		return nil, err

@@ -403,6 +403,10 @@ type AgentResult struct {
 	// Teacher names the remote teacher model of a teacher run (its base
 	// URL and model name); empty for a run on the worker's own model.
 	Teacher string `json:"teacher,omitempty" msgpack:"teacher,omitempty"`
+	// Model is the model (and LoRA adapter) the run used, with their
+	// sha256 digests; absent from workers older than this field and from
+	// results of jobs that never reached a model (queue failures).
+	Model *ModelInfo `json:"model,omitempty" msgpack:"model,omitempty"`
 }
 
 // Event is one loop event of a job, published in order on
