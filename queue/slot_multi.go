@@ -7,12 +7,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// Several operations: an idle slot must wait on all of them at once, or a
-// job for one operation waits up to PullExpiry while the slot long-polls
+// A slot serves several consumers: one per operation and priority (its
+// pull targets, pullConsumers). An idle slot must wait on all of them at
+// once, or a job for one waits up to PullExpiry while the slot long-polls
 // another. So an idle slot keeps a long-poll (batch 1) outstanding on every
-// operation's consumer. A request cannot be withdrawn safely (removing the
+// target. A request cannot be withdrawn safely (removing the
 // inbox's interest races with a delivery already on its way, which the
 // server then counts as delivered and redelivers only after the ack wait),
 // so requests stay until they are answered or expire, and their answers
@@ -25,27 +28,33 @@ import (
 //     idle, straight back to the queue (handBack; Stats.Overdelivered);
 //   - 404/408 answers tell the slot which requests ended.
 //
-// A slot that becomes idle first sweeps the operations with no_wait
-// requests (a backlog is taken one message at a time, never over-delivered)
-// and only then long-polls every operation without a request outstanding.
-// Over-delivery therefore happens only when jobs for several operations
+// A slot that becomes idle first sweeps the targets with no_wait requests,
+// high priority first (a backlog is taken one message at a time, never
+// over-delivered; priority.go says in which order), and only then
+// long-polls every target without a request outstanding.
+// Over-delivery therefore happens only when jobs for several targets
 // arrive together while slots are idle (at most one request per slot and
-// operation is outstanding). No job ever waits behind a busy slot.
+// target is outstanding). No job ever waits behind a busy slot.
 type multiPull struct {
 	s       *slot
-	prefix  string             // this slot's pull inbox: <prefix>.<operation index>
-	replies []string           // long-poll reply subject per operation
-	sweeps  []string           // no_wait reply subject per operation
+	prefix  string             // this slot's pull inbox: <prefix>.<target index>
+	replies []string           // long-poll reply subject per target
+	sweeps  []string           // no_wait reply subject per target
 	sub     *nats.Subscription // answers to this slot's requests
 
 	mu      sync.Mutex
 	idle    bool
 	jobs    chan *nats.Msg // jobs for this slot while idle
-	open    []int          // outstanding requests per operation
-	sentAt  []time.Time    // last long-poll per operation
+	open    []int          // outstanding requests per target
+	sentAt  []time.Time    // last long-poll per target
 	refused bool           // a request was refused (consumer missing?)
 	swept   bool           // the current no_wait request was answered
 	wake    chan struct{}
+
+	// passed[t] counts the jobs this slot took from tiers above t since
+	// it last took one at tier t or found tier t empty (priority.go).
+	// Only the slot's goroutine uses it.
+	passed [len(wire.Priorities)]int
 }
 
 func newMultiPull(s *slot) *multiPull {
@@ -73,17 +82,12 @@ func (p *multiPull) subscribe() error {
 
 // onPullMsg dispatches an answer to one of slot p's pull requests (several
 // operations). It runs on that slot's pull subscription goroutine. A job
-// carries its own subject; its consumer (the operation) is in its ack reply
+// carries its own subject; its consumer (the target) is in its ack reply
 // subject. A status answer comes on the request's reply subject, whose last
-// token is the operation's index.
+// token is the target's index.
 func (w *Worker) onPullMsg(p *multiPull, m *nats.Msg) {
 	if isJobMsg(m) {
-		k := -1
-		// $JS.ACK.<stream>.<consumer>.<...>
-		if parts := strings.SplitN(m.Reply, ".", 5); len(parts) == 5 {
-			k = w.opIndex[parts[3]]
-		}
-		if !p.offer(m, k) {
+		if !p.offer(m, w.targetOf(m)) {
 			w.overflow(m, p)
 		}
 		return
@@ -91,7 +95,7 @@ func (w *Worker) onPullMsg(p *multiPull, m *nats.Msg) {
 	_, ks, _ := strings.Cut(strings.TrimPrefix(m.Subject, p.prefix), ".")
 	ks, sweep := strings.CutPrefix(ks, "n")
 	k, err := strconv.Atoi(ks)
-	if err != nil || k < 0 || k >= len(w.cfg.Operations) {
+	if err != nil || k < 0 || k >= len(p.s.pullSubj) {
 		return
 	}
 	switch code := m.Header.Get("Status"); code {
@@ -100,12 +104,13 @@ func (w *Worker) onPullMsg(p *multiPull, m *nats.Msg) {
 	case "404", "408":
 		p.ended(k, sweep, false)
 	default:
-		w.log.Warn("pull refused", "status", code, "description", m.Header.Get("Description"), "operation", w.cfg.Operations[k])
+		w.log.Warn("pull refused", "status", code, "description", m.Header.Get("Description"),
+			"consumer", strings.TrimPrefix(p.s.pullSubj[k], "$JS.API.CONSUMER.MSG.NEXT."+wire.StreamRuns+"."))
 		p.ended(k, sweep, true)
 	}
 }
 
-// offer gives the slot a job answering its request on operation k; false
+// offer gives the slot a job answering its request on target k; false
 // when the slot is busy.
 func (p *multiPull) offer(m *nats.Msg, k int) bool {
 	p.mu.Lock()
@@ -139,7 +144,7 @@ func (p *multiPull) take(m *nats.Msg) bool {
 	}
 }
 
-// ended records the end of a request on operation k without a job: a
+// ended records the end of a request on target k without a job: a
 // no_wait sweep request, or a long-poll.
 func (p *multiPull) ended(k int, sweep, refused bool) {
 	p.mu.Lock()
@@ -218,57 +223,68 @@ func (w *Worker) drainPullSubs() {
 	}
 }
 
-// nextMulti is next for several operations.
+// nextMulti returns the slot's next job: the most urgent waiting one of
+// the operations it serves, within the starvation bound (priority.go).
 func (s *slot) nextMulti() *nats.Msg {
 	p := s.multi
 	n := len(s.pullSubj)
+	nOps := len(s.w.cfg.Operations)
 	p.mu.Lock()
 	p.idle = true
 	p.mu.Unlock()
 	got := func(m *nats.Msg) *nats.Msg {
-		for _, x := range p.setBusy() {
-			s.w.overflow(x, p)
-		}
+		m = s.w.pickMostUrgent(m, p.setBusy(), p)
+		p.took(s.w.tierOf(m))
 		return m
 	}
-	// Sweep: one no_wait request at a time finds a backlog without
-	// over-delivery (a job may also come from an older request or another
-	// slot meanwhile).
-	for i := 0; i < n && !s.stopping(); i++ {
-		op := (s.rot + i) % n
-		p.mu.Lock()
-		p.swept = false
-		p.mu.Unlock()
-		if err := s.nc.PublishRequest(s.pullSubj[op], p.sweeps[op], s.noWait); err != nil {
-			s.log.Warn("pull request failed", "err", err)
-			break
-		}
-		t := s.waitTimer(2 * time.Second)
-	sweep:
-		for {
-			select {
-			case m := <-p.jobs:
-				t.Stop()
-				s.rot = (op + 1) % n
-				return got(m)
-			case <-p.wake:
-				p.mu.Lock()
-				done := p.swept || p.refused
-				p.mu.Unlock()
-				if done {
-					break sweep
-				}
-			case <-t.C:
-				break sweep // lost
-			case <-s.w.stopping:
-				t.Stop()
-				p.setBusy()
-				return nil
+	// Sweep: one no_wait request at a time, tier by tier, finds a backlog
+	// without over-delivery (a job may also come from an older request or
+	// another slot meanwhile).
+	for _, tier := range p.sweepOrder(s.w.cfg.PriorityStreak) {
+		empty := true
+		for i := 0; i < nOps && !s.stopping(); i++ {
+			op := (s.rot + i) % nOps
+			k := tier*nOps + op
+			p.mu.Lock()
+			p.swept = false
+			p.mu.Unlock()
+			if err := s.nc.PublishRequest(s.pullSubj[k], p.sweeps[k], s.noWait); err != nil {
+				s.log.Warn("pull request failed", "err", err)
+				empty = false
+				break
 			}
+			t := s.waitTimer(2 * time.Second)
+		sweep:
+			for {
+				select {
+				case m := <-p.jobs:
+					t.Stop()
+					s.rot = (op + 1) % nOps
+					return got(m)
+				case <-p.wake:
+					p.mu.Lock()
+					done, refused := p.swept || p.refused, p.refused
+					p.mu.Unlock()
+					if done {
+						empty = empty && !refused
+						break sweep
+					}
+				case <-t.C:
+					empty = false
+					break sweep // lost
+				case <-s.w.stopping:
+					t.Stop()
+					p.setBusy()
+					return nil
+				}
+			}
+			t.Stop()
 		}
-		t.Stop()
+		if empty && !s.stopping() {
+			p.nothingAt(tier)
+		}
 	}
-	// Long-poll every operation without a request outstanding, renewing
+	// Long-poll every target without a request outstanding, renewing
 	// each as it expires, until a job comes.
 	for !s.stopping() {
 		p.mu.Lock()
