@@ -26,6 +26,9 @@ Jobs:
         --unique[=KEY]: refuse the job (exit 5, naming the holder) while a
         job with the same key is queued or running; the default key is
         operation + node + a digest of the files sent.
+        --priority high|normal|low: a free worker slot takes the most urgent
+        waiting job first (default normal; low jobs still get a turn after
+        queue.priority_streak more urgent ones per slot).
   attach <job-id> [--json] [--no-progress]
         Show a job's events (stored ones first, then live) and its result,
         also long after it finished.
