@@ -2,8 +2,9 @@ package queue
 
 import (
 	"cmp"
-
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -44,12 +45,74 @@ func (w *Worker) targetOf(m *nats.Msg) int {
 
 // tierOf is the priority tier of a job message (0 = high); an unknown
 // target counts as normal.
-func (w *Worker) tierOf(m *nats.Msg) int {
-	k := w.targetOf(m)
+func (w *Worker) tierOf(m *nats.Msg) int { return w.tierOfTarget(w.targetOf(m)) }
+
+func (w *Worker) tierOfTarget(k int) int {
 	if k < 0 {
 		return wire.PriorityNormal.Tier()
 	}
 	return k / len(w.cfg.Operations)
+}
+
+// transit counts, per tier, the jobs the worker holds between a pull
+// answer and a slot or the queue: a job that reached a busy slot (its
+// older long-poll was answered) is counted until another slot has it or
+// the server confirmed its hand-back. The server sees such a job as
+// delivered, so a no_wait sweep would miss it; a slot sweeping a tier
+// first waits for that tier's jobs in transit (awaitTransit), or a high
+// job handed back at that moment could be passed over for a low one.
+type transit struct {
+	mu   sync.Mutex
+	n    [len(wire.Priorities)]int
+	done chan struct{} // closed (and replaced) when a count drops
+}
+
+func (tr *transit) add(t, d int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.n[t] += d
+	if d < 0 && tr.done != nil {
+		close(tr.done)
+		tr.done = nil
+	}
+}
+
+// at reports whether tier t has jobs in transit, and a channel closed at
+// the next drop of a count.
+func (tr *transit) at(t int) (bool, <-chan struct{}) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.n[t] == 0 {
+		return false, nil
+	}
+	if tr.done == nil {
+		tr.done = make(chan struct{})
+	}
+	return true, tr.done
+}
+
+// awaitTransit waits until no job of tier t is in transit (at most a
+// hand-back's time); a job offered to the slot meanwhile is returned.
+func (s *slot) awaitTransit(t int) *nats.Msg {
+	busy, ch := s.w.transit.at(t)
+	if !busy {
+		return nil
+	}
+	timer := s.waitTimer(6 * time.Second) // handBack waits up to 5s
+	defer timer.Stop()
+	for busy {
+		select {
+		case m := <-s.multi.jobs:
+			return m
+		case <-ch:
+		case <-timer.C:
+			return nil
+		case <-s.w.stopping:
+			return nil
+		}
+		busy, ch = s.w.transit.at(t)
+	}
+	return nil
 }
 
 // pickMostUrgent returns the most urgent of m and extras (the first on a

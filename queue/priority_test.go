@@ -42,20 +42,27 @@ func (r *recorder) Process(_ context.Context, req *wire.RunRequest, _ loop.Event
 	return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
 }
 
-// TestPriorityHighPassesBacklog: with a backlog of low jobs waiting, a high
-// job published later is the next one a freed slot runs; the job's lease
-// record and its client-visible status say its priority.
+// TestPriorityHighPassesBacklog: with a backlog of low jobs waiting and a
+// slot busy, a high job published later is the next one the slot runs when
+// it is free (then the normal one, then the low ones in their order); the
+// job's lease record and its client-visible status say its priority. The
+// backlog is there before the worker starts, so the slot finds every job
+// by its sweep (no long-poll of an earlier idle moment is outstanding: a
+// job the server hands such a request just as the slot becomes free may
+// come before a more urgent one, docs/PROTOCOL.md §15.2).
 func TestPriorityHighPassesBacklog(t *testing.T) {
 	b := setup(t)
+	if _, err := ledger.EnsureStreams(context.Background(), b.js, ledger.StreamsConfig{Operations: []string{"lint"}, AckWait: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	results := b.subscribe(wire.SubjectResultsPrefix + ">")
+	for i := range 6 {
+		b.publishMsg(prioMsg(t, fmt.Sprintf("low-%d", i), wire.PriorityLow))
+	}
 	g := newGate(false)
 	b.worker(func(int) Processor { return g }, func(c *Config) { c.Slots = 1 })
-	results := b.subscribe(wire.SubjectResultsPrefix + ">")
-	b.publishMsg(prioMsg(t, "low-0", wire.PriorityLow))
 	if got := g.waitStarted(t); got != "low-0#1" {
 		t.Fatalf("first job %s, want low-0", got)
-	}
-	for i := 1; i <= 5; i++ {
-		b.publishMsg(prioMsg(t, fmt.Sprintf("low-%d", i), wire.PriorityLow))
 	}
 	b.publishMsg(prioMsg(t, "normal-1", wire.PriorityNormal))
 	b.publishMsg(prioMsg(t, "high-1", wire.PriorityHigh))

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,7 +88,11 @@ func (p *multiPull) subscribe() error {
 // token is the target's index.
 func (w *Worker) onPullMsg(p *multiPull, m *nats.Msg) {
 	if isJobMsg(m) {
-		if !p.offer(m, w.targetOf(m)) {
+		k := w.targetOf(m)
+		t := w.tierOfTarget(k)
+		w.transit.add(t, 1) // before the offer: a slot may go idle meanwhile
+		defer w.transit.add(t, -1)
+		if !p.offer(m, k) {
 			w.overflow(m, p)
 		}
 		return
@@ -181,17 +186,39 @@ func (p *multiPull) setBusy() []*nats.Msg {
 // overflow gives a job that reached a busy slot to an idle one, or hands it
 // straight back to the queue when no slot is idle or the worker stops.
 func (w *Worker) overflow(m *nats.Msg, from *multiPull) {
+	t := w.tierOf(m)
+	w.transit.add(t, 1)
+	defer w.transit.add(t, -1)
 	select {
 	case <-w.stopping:
+		w.st.overdelivered.Add(1)
+		_ = w.handBack(m)
+		return
 	default:
-		for _, s := range w.slots {
-			if s.multi != from && s.multi.take(m) {
-				return
-			}
+	}
+	for _, s := range w.slots {
+		if s.multi != from && s.multi.take(m) {
+			return
 		}
 	}
 	w.st.overdelivered.Add(1)
-	_ = w.handBack(m)
+	_ = w.passBack(m)
+}
+
+// passBack returns a delivery the worker cannot run now (no slot is idle)
+// while it keeps running: a plain Nak, confirmed by the server, puts it at
+// once where the next pull request finds it (a slot sweeping for the most
+// urgent job must not miss it). handBack's delayed Nak is for shutdowns
+// (it survives a server restart, but is redelivered only on the
+// consumer's next pending check).
+func (w *Worker) passBack(m *nats.Msg) error {
+	if !w.cfg.Conn.IsConnected() {
+		return m.Nak()
+	}
+	if _, err := w.cfg.Conn.Request(m.Reply, []byte("-NAK"), 5*time.Second); err != nil {
+		return errors.Join(err, m.Nak())
+	}
+	return nil
 }
 
 // drainPullSubs ends the slots' pull subscriptions once the slots are
@@ -238,12 +265,60 @@ func (s *slot) nextMulti() *nats.Msg {
 		return m
 	}
 	// Sweep: one no_wait request at a time, tier by tier, finds a backlog
-	// without over-delivery (a job may also come from an older request or
-	// another slot meanwhile).
-	for _, tier := range p.sweepOrder(s.w.cfg.PriorityStreak) {
+	// without over-delivery. A job may also come from an older long-poll
+	// of this slot or from another slot meanwhile: one of a tier the sweep
+	// has not reached yet is held until the sweep gets there, and given up
+	// for a more urgent one found before (pick).
+	order := p.sweepOrder(s.w.cfg.PriorityStreak)
+	var pos [len(wire.Priorities)]int
+	for i, t := range order {
+		pos[t] = i
+	}
+	var held *nats.Msg
+	pick := func(m *nats.Msg, cur int) *nats.Msg {
+		if held == nil || pos[s.w.tierOf(m)] < pos[s.w.tierOf(held)] {
+			m, held = held, m
+		}
+		if m != nil {
+			s.w.overflow(m, p)
+		}
+		if pos[s.w.tierOf(held)] <= cur {
+			m, held = held, nil
+			return m
+		}
+		return nil
+	}
+	// drain picks among the jobs that reached the slot: a sweep's answer
+	// comes after every job the server sent to the slot's older requests
+	// before it (one connection, one subscription), so those are here.
+	drain := func(cur int) *nats.Msg {
+		for {
+			select {
+			case m := <-p.jobs:
+				if x := pick(m, cur); x != nil {
+					return x
+				}
+			default:
+				return nil
+			}
+		}
+	}
+	stop := func() *nats.Msg {
+		if held != nil {
+			s.w.overflow(held, p)
+		}
+		p.setBusy()
+		return nil
+	}
+	for i, tier := range order {
+		for m := s.awaitTransit(tier); m != nil; m = s.awaitTransit(tier) {
+			if x := pick(m, i); x != nil {
+				return got(x)
+			}
+		}
 		empty := true
-		for i := 0; i < nOps && !s.stopping(); i++ {
-			op := (s.rot + i) % nOps
+		for j := 0; j < nOps && !s.stopping(); j++ {
+			op := (s.rot + j) % nOps
 			k := tier*nOps + op
 			p.mu.Lock()
 			p.swept = false
@@ -258,9 +333,11 @@ func (s *slot) nextMulti() *nats.Msg {
 			for {
 				select {
 				case m := <-p.jobs:
-					t.Stop()
-					s.rot = (op + 1) % nOps
-					return got(m)
+					if x := pick(m, i); x != nil {
+						t.Stop()
+						s.rot = (op + 1) % nOps
+						return got(x)
+					}
 				case <-p.wake:
 					p.mu.Lock()
 					done, refused := p.swept || p.refused, p.refused
@@ -274,15 +351,23 @@ func (s *slot) nextMulti() *nats.Msg {
 					break sweep // lost
 				case <-s.w.stopping:
 					t.Stop()
-					p.setBusy()
-					return nil
+					return stop()
 				}
 			}
 			t.Stop()
+			if x := drain(i); x != nil {
+				return got(x)
+			}
 		}
 		if empty && !s.stopping() {
 			p.nothingAt(tier)
 		}
+	}
+	if held != nil {
+		return got(held)
+	}
+	if s.stopping() {
+		return stop()
 	}
 	// Long-poll every target without a request outstanding, renewing
 	// each as it expires, until a job comes.

@@ -106,6 +106,7 @@ type Worker struct {
 	// (slot_multi.go).
 	slots   []*slot
 	opIndex map[string]int // consumer name -> pull target index (pullConsumers)
+	transit transit        // jobs on their way to a slot or back to the queue (priority.go)
 	st      stats
 
 	ledger ledger.Ledger
