@@ -52,9 +52,7 @@ func (s *slot) waitTimer(d time.Duration) *time.Timer {
 	return s.timer
 }
 
-func (s *slot) lostAfter() time.Duration {
-	return s.w.cfg.PullExpiry + max(s.w.cfg.PullExpiry/2, time.Second)
-}
+func (s *slot) lostAfter() time.Duration { return s.w.lostAfterPoll() }
 
 func (s *slot) pause(d time.Duration) {
 	t := time.NewTimer(d)

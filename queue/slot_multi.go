@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -205,17 +206,38 @@ func (w *Worker) overflow(m *nats.Msg, from *multiPull) {
 	_ = w.passBack(m)
 }
 
+// passBackBody is passBack's Nak: with no delay, unless the job is one
+// delivery away from MaxDeliver. A job answering an older long-poll of a
+// busy slot goes back to the queue, where the server hands it first to the
+// oldest waiting pull requests, which may be other busy slots' older
+// long-polls, and each hand-back counts as a delivery: left alone, a job
+// could use up MaxDeliver on busy slots and be dead-lettered. So its last
+// delivery waits until those long-polls expired.
+func (w *Worker) passBackBody(m *nats.Msg) []byte {
+	if md := w.cfg.Streams.MaxDeliver; md > 0 {
+		if meta, err := m.Metadata(); err == nil && int(meta.NumDelivered) >= md-1 {
+			return fmt.Appendf(nil, `-NAK {"delay":%d}`, w.lostAfterPoll().Nanoseconds())
+		}
+	}
+	return []byte("-NAK")
+}
+
+// lostAfterPoll is how long a long-poll may stay outstanding (slot.lostAfter).
+func (w *Worker) lostAfterPoll() time.Duration {
+	return w.cfg.PullExpiry + max(w.cfg.PullExpiry/2, time.Second)
+}
+
 // passBack returns a delivery the worker cannot run now (no slot is idle)
-// while it keeps running: a plain Nak, confirmed by the server, puts it at
-// once where the next pull request finds it (a slot sweeping for the most
-// urgent job must not miss it). handBack's delayed Nak is for shutdowns
+// while it keeps running: a plain Nak (passBackBody), confirmed by the
+// server, puts it at once where the next pull request finds it (a slot
+// sweeping for the most urgent job must not miss it). handBack's delayed Nak is for shutdowns
 // (it survives a server restart, but is redelivered only on the
 // consumer's next pending check).
 func (w *Worker) passBack(m *nats.Msg) error {
 	if !w.cfg.Conn.IsConnected() {
 		return m.Nak()
 	}
-	if _, err := w.cfg.Conn.Request(m.Reply, []byte("-NAK"), 5*time.Second); err != nil {
+	if _, err := w.cfg.Conn.Request(m.Reply, w.passBackBody(m), 5*time.Second); err != nil {
 		return errors.Join(err, m.Nak())
 	}
 	return nil
