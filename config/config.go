@@ -139,6 +139,10 @@ type Queue struct {
 	// dead-letters it with QUEUE_002. 0 = this worker never sweeps.
 	// Default 2m.
 	UnservedAfter time.Duration `yaml:"unserved_after"`
+	// PriorityStreak bounds starvation across priorities: a slot that
+	// took this many jobs in a row of more urgent priorities while a less
+	// urgent job waits takes the less urgent one next. 1..10000; default 10.
+	PriorityStreak int `yaml:"priority_streak"`
 }
 
 // Worker sizes the worker process.
@@ -356,6 +360,7 @@ const (
 	DefaultDLQMaxAge       = 30 * 24 * time.Hour
 	DefaultDrainGrace      = 30 * time.Second
 	DefaultUnservedAfter   = 2 * time.Minute
+	DefaultPriorityStreak  = 10
 	DefaultAgentsDir       = "./agents"
 	DefaultPushedAgentsDir = "./data/agents"
 	DefaultWorkspaceDir    = "./data/workspaces"
@@ -410,13 +415,14 @@ func Default() *Config {
 			},
 		},
 		Queue: Queue{
-			AckWait:       DefaultAckWait,
-			MaxDeliver:    DefaultMaxDeliver,
-			ResultsMaxAge: DefaultResultsMaxAge,
-			DLQMaxAge:     DefaultDLQMaxAge,
-			Backoff:       DefaultBackoff(),
-			DrainGrace:    DefaultDrainGrace,
-			UnservedAfter: DefaultUnservedAfter,
+			AckWait:        DefaultAckWait,
+			MaxDeliver:     DefaultMaxDeliver,
+			ResultsMaxAge:  DefaultResultsMaxAge,
+			DLQMaxAge:      DefaultDLQMaxAge,
+			Backoff:        DefaultBackoff(),
+			DrainGrace:     DefaultDrainGrace,
+			UnservedAfter:  DefaultUnservedAfter,
+			PriorityStreak: DefaultPriorityStreak,
 		},
 		Worker: Worker{
 			Slots:           runtime.NumCPU(),

@@ -198,6 +198,9 @@ func (q *Queue) validate(k *checker) {
 	if q.UnservedAfter < 0 {
 		k.add("queue.unserved_after", "must be >= 0 (0 = never), got %s", q.UnservedAfter)
 	}
+	if q.PriorityStreak < 1 || q.PriorityStreak > 10000 {
+		k.add("queue.priority_streak", "must be 1..10000, got %d", q.PriorityStreak)
+	}
 	switch {
 	case q.HeartbeatEvery < 0:
 		k.add("queue.heartbeat_every", "must be >= 0 (0 = ack_wait/3), got %s", q.HeartbeatEvery)

@@ -31,6 +31,9 @@ Jobs:
         operation + node + a digest of the files sent.
         --project P: the project agents' memory is kept under (default: the
         project root's folder name).
+        --priority high|normal|low: a free worker slot takes the most urgent
+        waiting job first (default normal; low jobs still get a turn after
+        queue.priority_streak more urgent ones per slot).
   attach <job-id> [--json] [--no-progress]
         Show a job's events (stored ones first, then live) and its result,
         also long after it finished.

@@ -337,6 +337,8 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 		Heartbeat:  cfg.Queue.HeartbeatEvery,
 		DrainGrace: cfg.Queue.DrainGrace,
 		Logger:     log,
+		// PriorityStreak: config validated 1..10000.
+		PriorityStreak: cfg.Queue.PriorityStreak,
 	}
 	if wcfg.DrainGrace == 0 {
 		wcfg.DrainGrace = -1 // config: 0 = hand running jobs back at once

@@ -29,8 +29,9 @@ var ErrInvalidConfig = errors.New("queue: invalid config")
 // StreamsConfig shapes the streams, consumers and bucket of docs/PROTOCOL.md
 // §3. The zero value of each field means its default.
 type StreamsConfig struct {
-	// Operations gets one durable pull consumer each (filter
-	// agents.run.<operation>). Required.
+	// Operations gets one durable pull consumer per priority each (filter
+	// agents.run.<operation>, and .high and .low after it; docs/PROTOCOL.md
+	// §19). Required.
 	Operations []string
 	// Replicas of every stream and the bucket. 0 keeps an existing stream's
 	// replicas (so a worker never scales down what an operator set up) and
@@ -164,7 +165,9 @@ type Streams struct {
 	// StatusStream is the bucket's stream (KV_fleet_jobs), for reading a
 	// key's delete marker.
 	StatusStream jetstream.Stream
-	// Consumers maps each operation to its durable pull consumer.
+	// Consumers maps each consumer's name to it: per operation one for
+	// each priority (wire.PriorityConsumer; the normal one is named after
+	// the operation).
 	Consumers map[string]jetstream.Consumer
 	// Config is the effective configuration (defaults filled in).
 	Config StreamsConfig
@@ -300,23 +303,29 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketJobs, err)
 	}
 	for _, op := range cfg.Operations {
-		cc := jetstream.ConsumerConfig{
-			Durable:       op,
-			Description:   "fleet workers for operation " + op,
-			FilterSubject: wire.RunSubject(op),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       cfg.AckWait,
-			MaxDeliver:    cfg.MaxDeliver,
-			BackOff:       cfg.BackOff,
-			MaxAckPending: cfg.MaxAckPending,
-			MaxWaiting:    cfg.MaxWaiting,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
+		for _, p := range wire.Priorities {
+			name := wire.PriorityConsumer(op, p)
+			cc := jetstream.ConsumerConfig{
+				Durable:       name,
+				Description:   "fleet workers for operation " + op + ", priority " + string(p),
+				FilterSubject: wire.PrioritySubject(op, p),
+				AckPolicy:     jetstream.AckExplicitPolicy,
+				AckWait:       cfg.AckWait,
+				MaxDeliver:    cfg.MaxDeliver,
+				BackOff:       cfg.BackOff,
+				MaxAckPending: cfg.MaxAckPending,
+				MaxWaiting:    cfg.MaxWaiting,
+				DeliverPolicy: jetstream.DeliverAllPolicy,
+			}
+			if p == wire.PriorityNormal {
+				cc.Description = "fleet workers for operation " + op // as 1.3 workers create it
+			}
+			c, err := s.Runs.CreateOrUpdateConsumer(ctx, cc)
+			if err != nil {
+				return nil, fmt.Errorf("queue: consumer %s on %s: %w", name, wire.StreamRuns, err)
+			}
+			s.Consumers[name] = c
 		}
-		c, err := s.Runs.CreateOrUpdateConsumer(ctx, cc)
-		if err != nil {
-			return nil, fmt.Errorf("queue: consumer %s on %s: %w", op, wire.StreamRuns, err)
-		}
-		s.Consumers[op] = c
 	}
 	return s, nil
 }

@@ -137,7 +137,7 @@ var (
 		"prompt_ns/Duration completion_ns/Duration"
 	fastStatusFields = "job_id/string operation,omitempty/string state/JobState worker,omitempty/string " +
 		"attempt,omitempty/int code,omitempty/ErrorCode reason,omitempty/string seq,omitempty/uint64 " +
-		"scheduled_at,omitempty/*Time updated_at/Time"
+		"scheduled_at,omitempty/*Time priority,omitempty/Priority updated_at/Time"
 	fastResultFields = "version/int job_id/string operation/string state/JobState status/Status " +
 		"workspace_id/string changed_files/[]string summary/string details,omitempty/ " +
 		"error,omitempty/string error_code,omitempty/ErrorCode turns/int tool_calls/int usage/Usage " +
@@ -220,6 +220,10 @@ func appendStatusJSON(dst []byte, r *StatusRecord) (_ []byte, ok bool) {
 		if dst, ok = appendJSONTime(dst, *r.ScheduledAt); !ok {
 			return dst, false
 		}
+	}
+	if r.Priority != "" {
+		dst = append(dst, `,"priority":`...)
+		dst = appendJSONString(dst, string(r.Priority))
 	}
 	dst = append(dst, `,"updated_at":`...)
 	if dst, ok = appendJSONTime(dst, r.UpdatedAt); !ok {

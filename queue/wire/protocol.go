@@ -335,6 +335,9 @@ type StatusRecord struct {
 	Seq uint64 `json:"seq,omitempty"`
 	// ScheduledAt is when a scheduled job is due (state scheduled, §12.3).
 	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
+	// Priority is the request's priority (protocol 1.8, §19); absent on
+	// records of older clients and workers, which is normal.
+	Priority Priority `json:"priority,omitempty"`
 	// UpdatedAt is when the record was written (a result's finished_at).
 	UpdatedAt time.Time `json:"updated_at"`
 }
