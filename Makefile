@@ -29,6 +29,7 @@ test: $(TEST_DEPS) ## vet, then run every test with the race detector
 	$(GO) vet ./...
 	$(GO) vet -tags llama ./cmd/worker ./internal/ollamapeer
 	$(GO) test -race -count=1 $(GOTESTFLAGS) ./...
+	$(GO) test -race -count=1 $(GOTESTFLAGS) -tags llama -run Llama ./cmd/worker
 
 bench: $(BENCH_DEPS) ## run the benchmarks and print their figures (ratios against in-process baselines)
 	@for t in $(BENCH_TARGETS); do $(MAKE) --no-print-directory $$t || exit 1; done

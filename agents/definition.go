@@ -43,9 +43,13 @@ type Definition struct {
 	// Operation is the queue operation the agent serves (agents.run.<operation>).
 	// It defaults to the name of the folder the definition lives in.
 	Operation string `yaml:"operation"`
-	// Model names the GGUF the agent runs on; empty means the worker's default.
+	// Model names the GGUF the agent runs on: a local path (relative to the
+	// agent's folder, see ResolvePath), a stored model "name@version" or
+	// "sha256:<hex>" (internal/modelref); empty means the worker's default.
 	Model string `yaml:"model"`
-	// Adapter names a LoRA adapter over Model; empty means none.
+	// Adapter names a LoRA adapter applied over the model, in the same
+	// forms as Model; empty means none. The base model's weights stay
+	// shared with every other agent on it.
 	Adapter string `yaml:"adapter"`
 	// Canary, when set, routes a share of the agent's jobs to a second
 	// model version (canary.go).

@@ -200,6 +200,8 @@ func TestLoadFileBad(t *testing.T) {
 		{"unclosed_template.yaml", []string{`:3: initial_context.node_context: template does not render: line 1 col 7: unclosed "{{"`}},
 		{"unknown_key.yaml", []string{`:4: tools[0]: unknown key "tool_name" (known: context_providers, description, name, parameters, pym)`}},
 		{"unknown_top_key.yaml", []string{`:2: unknown key "model_id" (known: adapter, canary, initial_context, max_turns, memory, model, name, operation, tools)`}},
+		{"bad_model_ref.yaml", []string{`:2: model: bad model reference "fg@0": the version must be a whole number from 1`,
+			`:3: adapter: bad model reference "sha256:XYZ": want sha256: and 64 lowercase hex digits`}},
 		{"bad_operation.yaml", []string{`:2: operation: "agents.run.*" is not a valid operation`}},
 		{"empty.yaml", []string{`: file is empty`}},
 		{"not_yaml.yaml", []string{`:2: not valid YAML: did not find expected node content`}},
@@ -398,6 +400,18 @@ func TestModelPath(t *testing.T) {
 	d.Model = ""
 	if d.ModelPath() != "" {
 		t.Errorf("ModelPath without a model = %q", d.ModelPath())
+	}
+	// Store references are not paths: the worker resolves them.
+	d.Model, d.Adapter = "fg@3", "sha256:"+strings.Repeat("0", 64)
+	if d.ModelPath() != "" || d.AdapterPath() != "" {
+		t.Errorf("store references resolved as paths: %q %q", d.ModelPath(), d.AdapterPath())
+	}
+	if err := d.Validate(); err != nil {
+		t.Errorf("valid references refused: %v", err)
+	}
+	d.Adapter = "adapters/lint-lora.gguf"
+	if want := filepath.Join(d.Dir, "adapters", "lint-lora.gguf"); d.AdapterPath() != want {
+		t.Errorf("AdapterPath = %q, want %q", d.AdapterPath(), want)
 	}
 }
 

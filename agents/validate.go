@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/agentfleet/fleet/internal/modelref"
 )
 
 // ErrInvalidDefinition is matched (errors.Is) by every *ValidationError.
@@ -130,12 +132,22 @@ func (d *Definition) ResolvePath(p string) string {
 
 // ModelPath returns the absolute path of the agent's model (see
 // ResolvePath), or "" when the definition names none and the worker's
-// default model applies.
+// default model applies, or when Model is a model-store reference
+// (modelref.IsRef), which the worker resolves.
 func (d *Definition) ModelPath() string {
-	if d.Model == "" {
+	return d.localPath(d.Model)
+}
+
+// AdapterPath is ModelPath for the LoRA adapter.
+func (d *Definition) AdapterPath() string {
+	return d.localPath(d.Adapter)
+}
+
+func (d *Definition) localPath(p string) string {
+	if p == "" || modelref.IsRef(p) {
 		return ""
 	}
-	return d.ResolvePath(d.Model)
+	return d.ResolvePath(p)
 }
 
 // validator collects problems for one definition.
@@ -185,6 +197,13 @@ func (v *validator) check(derive func(path string) (json.RawMessage, error)) {
 		v.add("max_turns", "must be >= 0, got %d", d.MaxTurns)
 	}
 	v.checkCanary()
+	for _, m := range []struct{ field, val string }{{"model", d.Model}, {"adapter", d.Adapter}} {
+		if modelref.IsRef(m.val) {
+			if _, err := modelref.Parse(m.val); err != nil {
+				v.add(m.field, "%v", err)
+			}
+		}
+	}
 	if err := CheckTemplate(d.InitialContext.NodeContext); err != nil {
 		v.add("initial_context.node_context", "template does not render: %v", err)
 	}

@@ -144,6 +144,10 @@ type Queue struct {
 	// dead-letters it with QUEUE_002. 0 = this worker never sweeps.
 	// Default 2m.
 	UnservedAfter time.Duration `yaml:"unserved_after"`
+	// PriorityStreak bounds starvation across priorities: a slot that
+	// took this many jobs in a row of more urgent priorities while a less
+	// urgent job waits takes the less urgent one next. 1..10000; default 10.
+	PriorityStreak int `yaml:"priority_streak"`
 }
 
 // Worker sizes the worker process.
@@ -224,6 +228,12 @@ type Model struct {
 	MinP float64 `yaml:"min_p"`
 	// Seed seeds sampling (slot i uses Seed+i). Default 0.
 	Seed uint64 `yaml:"seed"`
+	// CacheDir holds the models and LoRA adapters agents name from the
+	// fleet_models store ("name@version", "sha256:<hex>"): fetched once,
+	// verified against their sha256, kept by digest. Default ./data/models.
+	CacheDir string `yaml:"cache_dir"`
+	// FetchTimeout bounds one model fetch from the store. Default 10m.
+	FetchTimeout time.Duration `yaml:"fetch_timeout"`
 	// Remote configures the remote backend.
 	Remote Remote `yaml:"remote"`
 	// Scripted configures the scripted backend.
@@ -356,6 +366,7 @@ const (
 	DefaultDrainGrace      = 30 * time.Second
 	DefaultParkTimeout     = time.Hour
 	DefaultUnservedAfter   = 2 * time.Minute
+	DefaultPriorityStreak  = 10
 	DefaultAgentsDir       = "./agents"
 	DefaultPushedAgentsDir = "./data/agents"
 	DefaultWorkspaceDir    = "./data/workspaces"
@@ -384,6 +395,12 @@ func DefaultBackoff() []time.Duration {
 	return []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}
 }
 
+// Defaults of model.cache_dir and model.fetch_timeout.
+const (
+	DefaultModelCacheDir     = "./data/models"
+	DefaultModelFetchTimeout = 10 * time.Minute
+)
+
 // Default returns the configuration used when no file and no environment
 // variable say otherwise. Worker.Slots is runtime.NumCPU() and Worker.Name
 // the host name; Queue.HeartbeatEvery and Monty.Pool are 0 and derived by
@@ -404,14 +421,15 @@ func Default() *Config {
 			},
 		},
 		Queue: Queue{
-			AckWait:       DefaultAckWait,
-			MaxDeliver:    DefaultMaxDeliver,
-			ResultsMaxAge: DefaultResultsMaxAge,
-			DLQMaxAge:     DefaultDLQMaxAge,
-			Backoff:       DefaultBackoff(),
-			DrainGrace:    DefaultDrainGrace,
-			ParkTimeout:   DefaultParkTimeout,
-			UnservedAfter: DefaultUnservedAfter,
+			AckWait:        DefaultAckWait,
+			MaxDeliver:     DefaultMaxDeliver,
+			ResultsMaxAge:  DefaultResultsMaxAge,
+			DLQMaxAge:      DefaultDLQMaxAge,
+			Backoff:        DefaultBackoff(),
+			DrainGrace:     DefaultDrainGrace,
+			ParkTimeout:    DefaultParkTimeout,
+			UnservedAfter:  DefaultUnservedAfter,
+			PriorityStreak: DefaultPriorityStreak,
 		},
 		Worker: Worker{
 			Slots:           runtime.NumCPU(),
@@ -422,15 +440,17 @@ func Default() *Config {
 			PresenceEvery:   DefaultPresenceEvery,
 		},
 		Model: Model{
-			Backend:     BackendLlama,
-			Path:        DefaultModelPath,
-			Strict:      true,
-			FastForward: true,
-			BatchSize:   DefaultBatchSize,
-			ContextSize: DefaultContextSize,
-			MaxTokens:   DefaultMaxTokens,
-			MaxContexts: DefaultMaxContexts,
-			TopK:        DefaultTopK,
+			Backend:      BackendLlama,
+			Path:         DefaultModelPath,
+			Strict:       true,
+			FastForward:  true,
+			BatchSize:    DefaultBatchSize,
+			ContextSize:  DefaultContextSize,
+			MaxTokens:    DefaultMaxTokens,
+			MaxContexts:  DefaultMaxContexts,
+			TopK:         DefaultTopK,
+			CacheDir:     DefaultModelCacheDir,
+			FetchTimeout: DefaultModelFetchTimeout,
 			Remote: Remote{
 				Timeout:    DefaultRemoteTimeout,
 				MaxRetries: DefaultRemoteRetries,

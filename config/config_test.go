@@ -270,6 +270,8 @@ func TestValidationErrors(t *testing.T) {
 		{"transcripts too short", "queue:\n  results_max_age: 48h\n  transcripts_max_age: 24h\n", nil, []string{"queue.transcripts_max_age must be >= queue.results_max_age (48h0m0s), got 24h0m0s (line 3)"}},
 		{"transcripts zero", "queue:\n  transcripts_max_age: 0s\n", nil, []string{"queue.transcripts_max_age must be > 0, got 0s (line 2)"}},
 		{"negative unserved_after", "queue:\n  unserved_after: -1s\n", nil, []string{"queue.unserved_after must be >= 0 (0 = never), got -1s (line 2)"}},
+		{"zero priority_streak", "queue:\n  priority_streak: 0\n", nil, []string{"queue.priority_streak must be 1..10000, got 0 (line 2)"}},
+		{"priority_streak from env", "", []string{"FLEET_QUEUE_PRIORITY_STREAK", "20000"}, []string{"queue.priority_streak must be 1..10000, got 20000 (set by FLEET_QUEUE_PRIORITY_STREAK)"}},
 		{"negative connect retry", "nats:\n  url: nats://h:4222\n  connect_retry_for: -1s\n", nil, []string{
 			"nats.connect_retry_for must be >= 0 (0 = a single try), got -1s (line 3)"}},
 		{"removed keys in the file", "queue:\n  stream_prefix: FLEET\nmodel:\n  threads: 1\n", nil, []string{

@@ -202,6 +202,9 @@ func (q *Queue) validate(k *checker) {
 	if q.UnservedAfter < 0 {
 		k.add("queue.unserved_after", "must be >= 0 (0 = never), got %s", q.UnservedAfter)
 	}
+	if q.PriorityStreak < 1 || q.PriorityStreak > 10000 {
+		k.add("queue.priority_streak", "must be 1..10000, got %d", q.PriorityStreak)
+	}
 	switch {
 	case q.HeartbeatEvery < 0:
 		k.add("queue.heartbeat_every", "must be >= 0 (0 = ack_wait/3), got %s", q.HeartbeatEvery)
@@ -308,6 +311,11 @@ func (m *Model) validate(k *checker) {
 		k.add("model.max_tokens", "must be less than model.context_size (%d), got %d", m.ContextSize, m.MaxTokens)
 	}
 	k.minInt("model.max_contexts", m.MaxContexts, 1)
+	k.nonEmpty("model.cache_dir", m.CacheDir)
+	if st, err := os.Stat(m.CacheDir); err == nil && !st.IsDir() {
+		k.add("model.cache_dir", "names a file, not a directory: %s", m.CacheDir)
+	}
+	k.positive("model.fetch_timeout", m.FetchTimeout)
 	if m.Temperature < 0 {
 		k.add("model.temperature", "must be >= 0, got %g", m.Temperature)
 	}

@@ -89,7 +89,7 @@
 // the turns go on, events numbered after the parked run's. The total
 // timeout counts the time run before parking, not the waiting. A tool in
 // the last-chance turn cannot park (it gets a tool_error envelope). The
-// queue stores Parked and resumes it (docs/PROTOCOL.md §18).
+// queue stores Parked and resumes it (docs/PROTOCOL.md §20).
 //
 // # Events
 //

@@ -4,8 +4,9 @@
 # protocol floor (the durable operations a job needs, written directly with
 # nats.go, without and with a one-turn run's five events: fleet÷floor), then
 # the single-job dispatch latency p50/p99 (split into pickup, run and out)
-# next to a raw JetStream round trip; then a real agent job through the whole
-# worker path (BenchmarkRealAgentJobs: Cairn, Monty, the lint agent, a
+# next to a raw JetStream round trip; a high job's dispatch latency behind
+# 10,000 low jobs ÷ on an idle queue (BenchmarkPriorityDispatch, target
+# <= 2); then a real agent job through the whole worker path (BenchmarkRealAgentJobs: Cairn, Monty, the lint agent, a
 # scripted model): p50/p99 one at a time and jobs/s with 2 slots.
 # Beside CPU per job it prints heap allocations and the server's messages in/out per job
 # (fleet and floor must match there) and the CPU-bound ceilings next to the peers'.
@@ -35,6 +36,8 @@ bench-queue: ## queue figures: no-op jobs/s vs raw JetStream, the protocol floor
 	@echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)"
 	FLEET_PEERS_OUT='$(FLEET_PEERS_OUT)' \
 	$(GO) test -run '^$$' -bench 'BenchmarkDispatchLatency' -benchtime 3000x -count 1 -timeout 20m ./queue/
+	@echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)"
+	$(GO) test -run '^$$' -bench 'BenchmarkPriorityDispatch' -benchtime 300x -count 1 -timeout 20m ./queue/
 	@echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)"
 	$(GO) test -run '^$$' -bench 'BenchmarkRealAgentJobs' -benchtime 300x -count 1 -timeout 20m ./queue/jobrun/
 	@echo "queue: machine load after the run: $$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -89,6 +89,11 @@ type Config struct {
 	// serves waits before any worker dead-letters it with QUEUE_002
 	// (sweeper.go). 0 = DefaultUnservedAfter; -1 = never.
 	UnservedAfter time.Duration
+	// PriorityStreak bounds starvation (priority.go): a slot that took
+	// this many jobs in a row from more urgent priorities while a less
+	// urgent one waits takes one of the less urgent next. At least 1;
+	// 0 = DefaultPriorityStreak.
+	PriorityStreak int
 	// Ledger keeps the jobs' leases, results and status; nil = the
 	// JetStream ledger on Conn (tests of the engine pass ledger.Memory).
 	Ledger ledger.Ledger
@@ -162,6 +167,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: MaxRetryBackoff (%s) < RetryBackoff (%s)", ledger.ErrInvalidConfig, c.MaxRetryBackoff, c.RetryBackoff)
 	}
 	c.EventBuffer = cmp.Or(c.EventBuffer, DefaultEventBuffer)
+	if c.PriorityStreak < 0 {
+		return fmt.Errorf("%w: PriorityStreak must be at least 1 (0 = default %d), got %d", ledger.ErrInvalidConfig, DefaultPriorityStreak, c.PriorityStreak)
+	}
+	c.PriorityStreak = cmp.Or(c.PriorityStreak, DefaultPriorityStreak)
 	if c.UnservedAfter < -1 {
 		return fmt.Errorf("%w: UnservedAfter must be -1 (never), 0 (default) or positive, got %s", ledger.ErrInvalidConfig, c.UnservedAfter)
 	}

@@ -62,6 +62,7 @@ func (s *slot) complete(j *job, out *Outcome) {
 	if t := out.Transcript; t != nil {
 		res.AgentVersion, res.AgentDigest, res.ModelRef, res.Canary = t.AgentVersion, t.AgentDigest, t.ModelRef, t.Canary
 	}
+	res.Model = out.Model
 	if !s.storeTranscript(j, res, out.Transcript) {
 		return
 	}

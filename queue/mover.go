@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -92,7 +91,8 @@ func (w *Worker) moveOne(ctx context.Context, data []byte) error {
 // storedDelivery describes a request read back from FLEET_RUNS (no live
 // delivery: the ledger deletes it from the stream when it is done with it).
 func storedDelivery(raw *jetstream.RawStreamMsg, deliveries int) *ledger.Delivery {
-	d := &ledger.Delivery{JobID: raw.Header.Get(wire.HeaderMsgID), Operation: strings.TrimPrefix(raw.Subject, wire.SubjectRunPrefix),
+	op, prio, _ := wire.ParseRunSubject(raw.Subject)
+	d := &ledger.Delivery{JobID: raw.Header.Get(wire.HeaderMsgID), Operation: op, Priority: prio,
 		Seq: raw.Sequence, Attempt: deliveries, Enqueued: raw.Time, Subject: raw.Subject, Header: raw.Header, Data: raw.Data}
 	d.Encoding, _ = wire.EncodingFor(raw.Header.Get(wire.HeaderContentType))
 	if id, ok := wire.FiredJobIDOf(raw.Header); ok {

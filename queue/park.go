@@ -15,7 +15,7 @@ import (
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// Parking a job on a human (docs/PROTOCOL.md §18).
+// Parking a job on a human (docs/PROTOCOL.md §20).
 //
 // A Processor parks a job by returning an Outcome with Park set: the
 // worker stores Park.State in the fleet_parked Object Store, sets the

@@ -28,10 +28,7 @@ type slot struct {
 	nc   *nats.Conn
 	log  loggerish
 
-	// pull state (pull.go)
-	inbox    string
-	sub      *nats.Subscription
-	ch       chan *nats.Msg
+	// pull state (pull.go, slot_multi.go)
 	rot      int
 	pullSubj []string
 	pullBody []byte
@@ -103,10 +100,10 @@ type evItem struct {
 func newSlot(w *Worker, idx int, p Processor) *slot {
 	s := &slot{w: w, idx: idx, proc: p, nc: w.cfg.Conn, log: w.log.With("slot", idx),
 		evWake: make(chan struct{}, 1), evDone: make(chan struct{})}
-	for _, op := range w.cfg.Operations {
-		s.pullSubj = append(s.pullSubj, "$JS.API.CONSUMER.MSG.NEXT."+wire.StreamRuns+"."+op)
+	for _, c := range pullConsumers(w.cfg.Operations) {
+		s.pullSubj = append(s.pullSubj, "$JS.API.CONSUMER.MSG.NEXT."+wire.StreamRuns+"."+c)
 	}
-	s.rot = idx % len(s.pullSubj)
+	s.rot = idx % len(w.cfg.Operations)
 	s.pullBody = fmt.Appendf(nil, `{"batch":1,"expires":%d}`, w.cfg.PullExpiry.Nanoseconds())
 	s.noWait = []byte(`{"batch":1,"no_wait":true}`)
 	return s
@@ -123,19 +120,11 @@ func (s *slot) run() {
 		close(s.evDone)
 		bg.Wait()
 	}()
-	if s.multi != nil {
-		defer func() {
-			for _, m := range s.multi.setBusy() {
-				s.w.overflow(m, s.multi)
-			}
-		}()
-	} else {
-		if err := s.subscribe(); err != nil {
-			s.log.Error("cannot subscribe pull inbox", "err", err)
-			return
+	defer func() {
+		for _, m := range s.multi.setBusy() {
+			s.w.overflow(m, s.multi)
 		}
-		defer s.drainInbox()
-	}
+	}()
 	for {
 		m := s.next()
 		if m == nil {
@@ -187,7 +176,8 @@ func (s *slot) handle(m *nats.Msg) {
 }
 
 // check applies the worker-side rules: the operation is served and matches
-// the subject, the dedupe id is the job id, Reply-To is usable.
+// the subject, the dedupe id is the job id, Fleet-Priority agrees with the
+// subject, Reply-To is usable.
 func (s *slot) check(j *job) error {
 	req := j.req
 	served := false
@@ -207,6 +197,9 @@ func (s *slot) check(j *job) error {
 		return wire.Invalid(wire.HeaderMsgID, "%q differs from job_id %q", wire.Clip(bad), req.JobID)
 	}
 	j.id = req.JobID
+	if err := checkPriority(j.d); err != nil {
+		return err
+	}
 	if err := s.w.checkParkTimeout(req); err != nil {
 		return err
 	}

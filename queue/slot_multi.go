@@ -1,18 +1,23 @@
 package queue
 
 import (
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// Several operations: an idle slot must wait on all of them at once, or a
-// job for one operation waits up to PullExpiry while the slot long-polls
+// A slot serves several consumers: one per operation and priority (its
+// pull targets, pullConsumers). An idle slot must wait on all of them at
+// once, or a job for one waits up to PullExpiry while the slot long-polls
 // another. So an idle slot keeps a long-poll (batch 1) outstanding on every
-// operation's consumer. A request cannot be withdrawn safely (removing the
+// target. A request cannot be withdrawn safely (removing the
 // inbox's interest races with a delivery already on its way, which the
 // server then counts as delivered and redelivers only after the ack wait),
 // so requests stay until they are answered or expire, and their answers
@@ -25,27 +30,33 @@ import (
 //     idle, straight back to the queue (handBack; Stats.Overdelivered);
 //   - 404/408 answers tell the slot which requests ended.
 //
-// A slot that becomes idle first sweeps the operations with no_wait
-// requests (a backlog is taken one message at a time, never over-delivered)
-// and only then long-polls every operation without a request outstanding.
-// Over-delivery therefore happens only when jobs for several operations
+// A slot that becomes idle first sweeps the targets with no_wait requests,
+// high priority first (a backlog is taken one message at a time, never
+// over-delivered; priority.go says in which order), and only then
+// long-polls every target without a request outstanding.
+// Over-delivery therefore happens only when jobs for several targets
 // arrive together while slots are idle (at most one request per slot and
-// operation is outstanding). No job ever waits behind a busy slot.
+// target is outstanding). No job ever waits behind a busy slot.
 type multiPull struct {
 	s       *slot
-	prefix  string             // this slot's pull inbox: <prefix>.<operation index>
-	replies []string           // long-poll reply subject per operation
-	sweeps  []string           // no_wait reply subject per operation
+	prefix  string             // this slot's pull inbox: <prefix>.<target index>
+	replies []string           // long-poll reply subject per target
+	sweeps  []string           // no_wait reply subject per target
 	sub     *nats.Subscription // answers to this slot's requests
 
 	mu      sync.Mutex
 	idle    bool
 	jobs    chan *nats.Msg // jobs for this slot while idle
-	open    []int          // outstanding requests per operation
-	sentAt  []time.Time    // last long-poll per operation
+	open    []int          // outstanding requests per target
+	sentAt  []time.Time    // last long-poll per target
 	refused bool           // a request was refused (consumer missing?)
 	swept   bool           // the current no_wait request was answered
 	wake    chan struct{}
+
+	// passed[t] counts the jobs this slot took from tiers above t since
+	// it last took one at tier t or found tier t empty (priority.go).
+	// Only the slot's goroutine uses it.
+	passed [len(wire.Priorities)]int
 }
 
 func newMultiPull(s *slot) *multiPull {
@@ -73,16 +84,15 @@ func (p *multiPull) subscribe() error {
 
 // onPullMsg dispatches an answer to one of slot p's pull requests (several
 // operations). It runs on that slot's pull subscription goroutine. A job
-// carries its own subject; its consumer (the operation) is in its ack reply
+// carries its own subject; its consumer (the target) is in its ack reply
 // subject. A status answer comes on the request's reply subject, whose last
-// token is the operation's index.
+// token is the target's index.
 func (w *Worker) onPullMsg(p *multiPull, m *nats.Msg) {
 	if isJobMsg(m) {
-		k := -1
-		// $JS.ACK.<stream>.<consumer>.<...>
-		if parts := strings.SplitN(m.Reply, ".", 5); len(parts) == 5 {
-			k = w.opIndex[parts[3]]
-		}
+		k := w.targetOf(m)
+		t := w.tierOfTarget(k)
+		w.transit.add(t, 1) // before the offer: a slot may go idle meanwhile
+		defer w.transit.add(t, -1)
 		if !p.offer(m, k) {
 			w.overflow(m, p)
 		}
@@ -91,7 +101,7 @@ func (w *Worker) onPullMsg(p *multiPull, m *nats.Msg) {
 	_, ks, _ := strings.Cut(strings.TrimPrefix(m.Subject, p.prefix), ".")
 	ks, sweep := strings.CutPrefix(ks, "n")
 	k, err := strconv.Atoi(ks)
-	if err != nil || k < 0 || k >= len(w.cfg.Operations) {
+	if err != nil || k < 0 || k >= len(p.s.pullSubj) {
 		return
 	}
 	switch code := m.Header.Get("Status"); code {
@@ -100,12 +110,13 @@ func (w *Worker) onPullMsg(p *multiPull, m *nats.Msg) {
 	case "404", "408":
 		p.ended(k, sweep, false)
 	default:
-		w.log.Warn("pull refused", "status", code, "description", m.Header.Get("Description"), "operation", w.cfg.Operations[k])
+		w.log.Warn("pull refused", "status", code, "description", m.Header.Get("Description"),
+			"consumer", strings.TrimPrefix(p.s.pullSubj[k], "$JS.API.CONSUMER.MSG.NEXT."+wire.StreamRuns+"."))
 		p.ended(k, sweep, true)
 	}
 }
 
-// offer gives the slot a job answering its request on operation k; false
+// offer gives the slot a job answering its request on target k; false
 // when the slot is busy.
 func (p *multiPull) offer(m *nats.Msg, k int) bool {
 	p.mu.Lock()
@@ -139,7 +150,7 @@ func (p *multiPull) take(m *nats.Msg) bool {
 	}
 }
 
-// ended records the end of a request on operation k without a job: a
+// ended records the end of a request on target k without a job: a
 // no_wait sweep request, or a long-poll.
 func (p *multiPull) ended(k int, sweep, refused bool) {
 	p.mu.Lock()
@@ -176,17 +187,60 @@ func (p *multiPull) setBusy() []*nats.Msg {
 // overflow gives a job that reached a busy slot to an idle one, or hands it
 // straight back to the queue when no slot is idle or the worker stops.
 func (w *Worker) overflow(m *nats.Msg, from *multiPull) {
+	t := w.tierOf(m)
+	w.transit.add(t, 1)
+	defer w.transit.add(t, -1)
 	select {
 	case <-w.stopping:
+		w.st.overdelivered.Add(1)
+		_ = w.handBack(m)
+		return
 	default:
-		for _, s := range w.slots {
-			if s.multi != from && s.multi.take(m) {
-				return
-			}
+	}
+	for _, s := range w.slots {
+		if s.multi != from && s.multi.take(m) {
+			return
 		}
 	}
 	w.st.overdelivered.Add(1)
-	_ = w.handBack(m)
+	_ = w.passBack(m)
+}
+
+// passBackBody is passBack's Nak: with no delay, unless the job is one
+// delivery away from MaxDeliver. A job answering an older long-poll of a
+// busy slot goes back to the queue, where the server hands it first to the
+// oldest waiting pull requests, which may be other busy slots' older
+// long-polls, and each hand-back counts as a delivery: left alone, a job
+// could use up MaxDeliver on busy slots and be dead-lettered. So its last
+// delivery waits until those long-polls expired.
+func (w *Worker) passBackBody(m *nats.Msg) []byte {
+	if md := w.cfg.Streams.MaxDeliver; md > 0 {
+		if meta, err := m.Metadata(); err == nil && int(meta.NumDelivered) >= md-1 {
+			return fmt.Appendf(nil, `-NAK {"delay":%d}`, w.lostAfterPoll().Nanoseconds())
+		}
+	}
+	return []byte("-NAK")
+}
+
+// lostAfterPoll is how long a long-poll may stay outstanding (slot.lostAfter).
+func (w *Worker) lostAfterPoll() time.Duration {
+	return w.cfg.PullExpiry + max(w.cfg.PullExpiry/2, time.Second)
+}
+
+// passBack returns a delivery the worker cannot run now (no slot is idle)
+// while it keeps running: a plain Nak (passBackBody), confirmed by the
+// server, puts it at once where the next pull request finds it (a slot
+// sweeping for the most urgent job must not miss it). handBack's delayed Nak is for shutdowns
+// (it survives a server restart, but is redelivered only on the
+// consumer's next pending check).
+func (w *Worker) passBack(m *nats.Msg) error {
+	if !w.cfg.Conn.IsConnected() {
+		return m.Nak()
+	}
+	if _, err := w.cfg.Conn.Request(m.Reply, w.passBackBody(m), 5*time.Second); err != nil {
+		return errors.Join(err, m.Nak())
+	}
+	return nil
 }
 
 // drainPullSubs ends the slots' pull subscriptions once the slots are
@@ -218,57 +272,126 @@ func (w *Worker) drainPullSubs() {
 	}
 }
 
-// nextMulti is next for several operations.
+// nextMulti returns the slot's next job: the most urgent waiting one of
+// the operations it serves, within the starvation bound (priority.go).
 func (s *slot) nextMulti() *nats.Msg {
 	p := s.multi
 	n := len(s.pullSubj)
+	nOps := len(s.w.cfg.Operations)
 	p.mu.Lock()
 	p.idle = true
 	p.mu.Unlock()
 	got := func(m *nats.Msg) *nats.Msg {
-		for _, x := range p.setBusy() {
-			s.w.overflow(x, p)
-		}
+		m = s.w.pickMostUrgent(m, p.setBusy(), p)
+		p.took(s.w.tierOf(m))
 		return m
 	}
-	// Sweep: one no_wait request at a time finds a backlog without
-	// over-delivery (a job may also come from an older request or another
-	// slot meanwhile).
-	for i := 0; i < n && !s.stopping(); i++ {
-		op := (s.rot + i) % n
-		p.mu.Lock()
-		p.swept = false
-		p.mu.Unlock()
-		if err := s.nc.PublishRequest(s.pullSubj[op], p.sweeps[op], s.noWait); err != nil {
-			s.log.Warn("pull request failed", "err", err)
-			break
+	// Sweep: one no_wait request at a time, tier by tier, finds a backlog
+	// without over-delivery. A job may also come from an older long-poll
+	// of this slot or from another slot meanwhile: one of a tier the sweep
+	// has not reached yet is held until the sweep gets there, and given up
+	// for a more urgent one found before (pick).
+	order := p.sweepOrder(s.w.cfg.PriorityStreak)
+	var pos [len(wire.Priorities)]int
+	for i, t := range order {
+		pos[t] = i
+	}
+	var held *nats.Msg
+	pick := func(m *nats.Msg, cur int) *nats.Msg {
+		if held == nil || pos[s.w.tierOf(m)] < pos[s.w.tierOf(held)] {
+			m, held = held, m
 		}
-		t := s.waitTimer(2 * time.Second)
-	sweep:
+		if m != nil {
+			s.w.overflow(m, p)
+		}
+		if pos[s.w.tierOf(held)] <= cur {
+			m, held = held, nil
+			return m
+		}
+		return nil
+	}
+	// drain picks among the jobs that reached the slot: a sweep's answer
+	// comes after every job the server sent to the slot's older requests
+	// before it (one connection, one subscription), so those are here.
+	drain := func(cur int) *nats.Msg {
 		for {
 			select {
 			case m := <-p.jobs:
-				t.Stop()
-				s.rot = (op + 1) % n
-				return got(m)
-			case <-p.wake:
-				p.mu.Lock()
-				done := p.swept || p.refused
-				p.mu.Unlock()
-				if done {
-					break sweep
+				if x := pick(m, cur); x != nil {
+					return x
 				}
-			case <-t.C:
-				break sweep // lost
-			case <-s.w.stopping:
-				t.Stop()
-				p.setBusy()
+			default:
 				return nil
 			}
 		}
-		t.Stop()
 	}
-	// Long-poll every operation without a request outstanding, renewing
+	stop := func() *nats.Msg {
+		if held != nil {
+			s.w.overflow(held, p)
+		}
+		p.setBusy()
+		return nil
+	}
+	for i, tier := range order {
+		for m := s.awaitTransit(tier); m != nil; m = s.awaitTransit(tier) {
+			if x := pick(m, i); x != nil {
+				return got(x)
+			}
+		}
+		empty := true
+		for j := 0; j < nOps && !s.stopping(); j++ {
+			op := (s.rot + j) % nOps
+			k := tier*nOps + op
+			p.mu.Lock()
+			p.swept = false
+			p.mu.Unlock()
+			if err := s.nc.PublishRequest(s.pullSubj[k], p.sweeps[k], s.noWait); err != nil {
+				s.log.Warn("pull request failed", "err", err)
+				empty = false
+				break
+			}
+			t := s.waitTimer(2 * time.Second)
+		sweep:
+			for {
+				select {
+				case m := <-p.jobs:
+					if x := pick(m, i); x != nil {
+						t.Stop()
+						s.rot = (op + 1) % nOps
+						return got(x)
+					}
+				case <-p.wake:
+					p.mu.Lock()
+					done, refused := p.swept || p.refused, p.refused
+					p.mu.Unlock()
+					if done {
+						empty = empty && !refused
+						break sweep
+					}
+				case <-t.C:
+					empty = false
+					break sweep // lost
+				case <-s.w.stopping:
+					t.Stop()
+					return stop()
+				}
+			}
+			t.Stop()
+			if x := drain(i); x != nil {
+				return got(x)
+			}
+		}
+		if empty && !s.stopping() {
+			p.nothingAt(tier)
+		}
+	}
+	if held != nil {
+		return got(held)
+	}
+	if s.stopping() {
+		return stop()
+	}
+	// Long-poll every target without a request outstanding, renewing
 	// each as it expires, until a job comes.
 	for !s.stopping() {
 		p.mu.Lock()

@@ -15,7 +15,9 @@ import (
 // sweepUnserved dead-letters requests nobody can serve: a request whose
 // operation has no consumer on FLEET_RUNS (no worker ever served it, or its
 // consumer was removed) would otherwise wait for ever with no status, no
-// result and no dead letter. Every UnservedAfter/4 the worker lists the
+// result and no dead letter. A request on a subject with an unknown
+// priority (agents.run.<operation>.<token>, docs/PROTOCOL.md §19) is
+// dead-lettered with QUEUE_003 at the first sweep. Every UnservedAfter/4 the worker lists the
 // stream's subjects with messages and the consumers' filters; the requests
 // of a subject no consumer's filter matches that are older than
 // UnservedAfter get a QUEUE_002 dead letter and a dead result. Any running
@@ -57,12 +59,20 @@ func (w *Worker) sweepOnce(ctx context.Context) error {
 	if err := lister.Err(); err != nil {
 		return fmt.Errorf("list consumers: %w", err)
 	}
-	cutoff := time.Now().Add(-w.cfg.UnservedAfter)
+	now := time.Now()
 	for subj := range info.State.Subjects {
 		if servedBy(subj, filters) {
 			continue
 		}
-		if err := w.sweepSubject(ctx, subj, cutoff); err != nil {
+		op, _, perr := wire.ParseRunSubject(subj)
+		code, cutoff := wire.CodeUnknownOperation, now.Add(-w.cfg.UnservedAfter)
+		reason := fmt.Sprintf("%s: no worker serves operation %q (no consumer on %s for %s after %s)",
+			wire.CodeUnknownOperation, wire.Clip(op), wire.StreamRuns, subj, w.cfg.UnservedAfter)
+		if perr != nil {
+			// An unknown priority: no consumer will ever serve it.
+			code, cutoff, reason = wire.CodeInvalidRequest, now, perr.Error()
+		}
+		if err := w.sweepSubject(ctx, subj, cutoff, code, reason); err != nil {
 			return err
 		}
 	}
@@ -70,9 +80,8 @@ func (w *Worker) sweepOnce(ctx context.Context) error {
 }
 
 // sweepSubject dead-letters subj's requests stored before cutoff, oldest
-// first.
-func (w *Worker) sweepSubject(ctx context.Context, subj string, cutoff time.Time) error {
-	op := strings.TrimPrefix(subj, wire.SubjectRunPrefix)
+// first, with code and reason.
+func (w *Worker) sweepSubject(ctx context.Context, subj string, cutoff time.Time, code wire.ErrorCode, reason string) error {
 	for seq := uint64(1); ; {
 		raw, err := w.streams.Runs.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -85,13 +94,11 @@ func (w *Worker) sweepSubject(ctx context.Context, subj string, cutoff time.Time
 			return nil
 		}
 		d := storedDelivery(raw, 0)
-		reason := fmt.Sprintf("%s: no worker serves operation %q (no consumer on %s for %s after %s)",
-			wire.CodeUnknownOperation, wire.Clip(op), wire.StreamRuns, subj, w.cfg.UnservedAfter)
-		if err := w.ledger.DeadLetter(ctx, d, wire.CodeUnknownOperation, reason); err != nil {
+		if err := w.ledger.DeadLetter(ctx, d, code, reason); err != nil {
 			return err
 		}
 		w.st.dead.Add(1)
-		w.log.Warn("request for an unserved operation dead-lettered", "job", d.JobID, "operation", op, "seq", raw.Sequence)
+		w.log.Warn("request nobody can serve dead-lettered", "job", d.JobID, "subject", subj, "code", code, "seq", raw.Sequence)
 		seq = raw.Sequence + 1
 	}
 }

@@ -59,6 +59,9 @@ type Outcome struct {
 	// Park, when set, parks the job on a question instead of ending it
 	// (park.go): Result is not used.
 	Park *Park
+	// Model, when set, names the model the run used (with its digests),
+	// for the result (wire.AgentResult.Model).
+	Model *wire.ModelInfo
 }
 
 // ErrShutdown is the context cause of jobs canceled because the worker
@@ -108,10 +111,11 @@ type Worker struct {
 	runMu   sync.Mutex
 	running map[string][]*runningJob // job id -> its runs here (a redelivery may overlap a stale run)
 	abandon chan struct{}            // closed when Stop gives up on stuck slots
-	// Several operations: each slot's pull answers are dispatched by
-	// onPullMsg (slot_multi.go).
+	// Each slot's pull answers are dispatched by onPullMsg
+	// (slot_multi.go).
 	slots   []*slot
-	opIndex map[string]int // operation (consumer name) -> index
+	opIndex map[string]int // consumer name -> pull target index (pullConsumers)
+	transit transit        // jobs on their way to a slot or back to the queue (priority.go)
 	st      stats
 
 	ledger ledger.Ledger
@@ -202,18 +206,16 @@ func (w *Worker) Start(ctx context.Context) error {
 	for i, p := range procs {
 		w.slots[i] = newSlot(w, i, p)
 	}
-	if len(w.cfg.Operations) > 1 {
-		w.opIndex = make(map[string]int, len(w.cfg.Operations))
-		for k, op := range w.cfg.Operations {
-			w.opIndex[op] = k
-		}
-		for _, s := range w.slots {
-			s.multi = newMultiPull(s)
-			if err := s.multi.subscribe(); err != nil {
-				w.drainPullSubs()
-				_ = sub.Unsubscribe()
-				return fmt.Errorf("queue: subscribe pull inbox: %w", err)
-			}
+	w.opIndex = make(map[string]int, 3*len(w.cfg.Operations))
+	for k, c := range pullConsumers(w.cfg.Operations) {
+		w.opIndex[c] = k
+	}
+	for _, s := range w.slots {
+		s.multi = newMultiPull(s)
+		if err := s.multi.subscribe(); err != nil {
+			w.drainPullSubs()
+			_ = sub.Unsubscribe()
+			return fmt.Errorf("queue: subscribe pull inbox: %w", err)
 		}
 	}
 	for _, s := range w.slots {

@@ -11,7 +11,7 @@ import (
 )
 
 // cmdAnswer answers the question of a job parked on a human
-// (docs/PROTOCOL.md §18): the job must be waiting; any worker serving its
+// (docs/PROTOCOL.md §20): the job must be waiting; any worker serving its
 // operation resumes it.
 func (c *cli) cmdAnswer(args []string) error {
 	fs := c.subFlags("answer", "answer <job-id> <text | ->")

@@ -32,6 +32,9 @@ Jobs:
         operation + node + a digest of the files sent.
         --project P: the project agents' memory is kept under (default: the
         project root's folder name).
+        --priority high|normal|low: a free worker slot takes the most urgent
+        waiting job first (default normal; low jobs still get a turn after
+        queue.priority_streak more urgent ones per slot).
   attach <job-id> [--json] [--no-progress]
         Show a job's events (stored ones first, then live) and its result,
         also long after it finished.
@@ -119,6 +122,19 @@ Dead letters (FLEET_DLQ):
   dlq purge [--operation OP] [--yes]
         Delete the dead letters (asks on a terminal unless --yes).
 
+Models (the fleet_models Object Store bucket; agents name them in model:/adapter:):
+  model push <name> <file.gguf> [--version N] [--json]
+        Store a GGUF model or LoRA adapter as <name>@<version>: the file is
+        checked (a complete GGUF; general.type adapter = LoRA) and its sha256
+        recorded; a truncated or corrupt file is refused (exit 2) and nothing
+        is stored. The version is one above the highest stored unless
+        --version N (refused, exit 5, when stored). Pushing the bytes of the
+        latest version again uploads nothing. Flags: --chunk-size, --timeout.
+  model list [--json]       name@version, kind, architecture, size, sha256, time
+  model rm <name@version|sha256:hex>
+        Delete a version (a digest: every version with it). Jobs naming it
+        then fail with QUEUE_009; workers keep their cached copy for running jobs.
+
 Console:
   console [--listen ADDR] [--allow-actions] [--dir D]
         Serve the web console (queues, workers, jobs with live turns, dead
@@ -141,8 +157,10 @@ Exit codes:
      finished; accept: it did not succeed or has not finished)
   2  usage error: bad flags or arguments, unreadable file, unknown node, bad configuration
   3  connection error or timeout: NATS unreachable, no fleet streams, --timeout passed
-  4  job or dead letter not found
-  5  refused: answer to a job that is not waiting; accept/reject conflict (local files changed since the job was
-     enqueued, no local record, the diff does not apply, already reviewed)
+  4  job, dead letter or model not found
+  5  refused: answer to a job that is not waiting; accept/reject conflict
+     (local files changed since the job was enqueued, no local record, the
+     diff does not apply, already reviewed); model push of a version
+     already stored or of a file that changed while it was pushed
   130 interrupted while waiting (the job goes on: enqueue attach <job-id>)
 `

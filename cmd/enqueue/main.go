@@ -106,6 +106,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdConsole(cargs)
 	case "schedule":
 		err = c.cmdSchedule(cargs)
+	case "model":
+		err = c.cmdModel(cargs)
 	case "memory":
 		err = c.cmdMemory(cargs)
 	case "agents":

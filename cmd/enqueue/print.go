@@ -209,8 +209,13 @@ func (p *printer) status(jobID string, rec *wire.StatusRecord, res *wire.AgentRe
 	}
 	if rec != nil {
 		fmt.Fprintf(p.w, "job %s: %s", jobID, rec.State)
-		if rec.Operation != "" {
+		switch {
+		case rec.Operation != "" && rec.Priority != "":
+			fmt.Fprintf(p.w, " (%s, priority %s)", rec.Operation, rec.Priority)
+		case rec.Operation != "":
 			fmt.Fprintf(p.w, " (%s)", rec.Operation)
+		case rec.Priority != "":
+			fmt.Fprintf(p.w, " (priority %s)", rec.Priority)
 		}
 		fmt.Fprintln(p.w)
 		if rec.Worker != "" {

@@ -35,11 +35,25 @@ func (u *uniqueFlag) Set(v string) error {
 	return nil
 }
 
-// timingFlags are run's --at, --in and --unique.
+// priorityFlag is --priority high|normal|low.
+type priorityFlag struct{ p wire.Priority }
+
+func (f *priorityFlag) String() string { return string(f.p) }
+func (f *priorityFlag) Set(v string) error {
+	p, err := wire.ParsePriority("--priority", v)
+	if err != nil || v == "" {
+		return fmt.Errorf("%q is not a priority (want high, normal or low)", v)
+	}
+	f.p = p
+	return nil
+}
+
+// timingFlags are run's --at, --in, --unique and --priority.
 type timingFlags struct {
-	at, in string
-	unique uniqueFlag
-	due    time.Time // set by options
+	at, in   string
+	unique   uniqueFlag
+	priority priorityFlag
+	due      time.Time // set by options
 }
 
 func registerTiming(fs *flag.FlagSet) *timingFlags {
@@ -47,6 +61,7 @@ func registerTiming(fs *flag.FlagSet) *timingFlags {
 	fs.StringVar(&t.at, "at", "", "schedule the job for `TIME` (RFC 3339, e.g. 2026-05-01T09:00:00Z)")
 	fs.StringVar(&t.in, "in", "", "schedule the job `DURATION` from now (e.g. 90s, 2h)")
 	fs.Var(&t.unique, "unique", "refuse the job while one with the same `KEY` is queued or running (--unique alone: operation + node + files digest)")
+	fs.Var(&t.priority, "priority", "the job's `PRIORITY`: high, normal (the default) or low")
 	return t
 }
 
@@ -77,6 +92,9 @@ func (t *timingFlags) options(now time.Time) ([]client.EnqueueOption, error) {
 	}
 	if t.unique.set {
 		opts = append(opts, client.WithUnique(t.unique.key))
+	}
+	if t.priority.p != "" {
+		opts = append(opts, client.WithPriority(t.priority.p))
 	}
 	return opts, nil
 }

@@ -3,12 +3,18 @@
 package main
 
 import (
+	"cmp"
+	"errors"
+	"fmt"
 	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/config"
 	"github.com/agentfleet/fleet/inference/llama"
 	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -18,8 +24,9 @@ const llamaBuilt = true
 // llamaBackend loads each GGUF once and gives every slot its own llama.cpp
 // context(s).
 type llamaBackend struct {
-	b    *llama.Backend
-	path string
+	b      *llama.Backend
+	path   string
+	models *modelResolver
 }
 
 func newLlamaBackend(cfg *config.Config, log *slog.Logger) (backend, error) {
@@ -43,7 +50,7 @@ func newLlamaBackend(cfg *config.Config, log *slog.Logger) (backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &llamaBackend{b: b, path: m.Path}, nil
+	return &llamaBackend{b: b, path: m.Path, models: newModelResolver(cfg, log)}, nil
 }
 
 func (l *llamaBackend) Describe() []any {
@@ -52,27 +59,61 @@ func (l *llamaBackend) Describe() []any {
 		"strict", !c.Lenient, "temperature", c.Sampling.Temperature}
 }
 
+// ForSlot returns slot i's picker: it resolves the agent's model and
+// adapter (fetching stored ones once per process), and loads them on the
+// slot before the job runs, so that a file that does not load fails the
+// job with QUEUE_009 instead of its first model turn. The base weights are
+// mapped once per process whatever the adapters over them.
 func (l *llamaBackend) ForSlot(int) (modelPicker, error) {
 	s, err := l.b.NewSlot()
 	if err != nil {
 		return nil, err
 	}
-	return func(def *agents.Definition) (loop.Model, error) {
-		if p := def.ModelPath(); p != "" {
-			return s.For(llama.ModelRef{Path: p}), nil
+	def := l.b.Config().Model
+	return func(d *agents.Definition) (loop.Model, error) {
+		r, err := l.models.resolve(d)
+		if err != nil {
+			return nil, err
 		}
-		return s, nil
+		ref := llama.ModelRef{Path: cmp.Or(r.model, l.path), LoRA: r.adapter}
+		if ref == def {
+			return s, nil
+		}
+		if err := s.Load(ref); err != nil {
+			if errors.Is(err, llama.ErrLoad) {
+				return nil, fmt.Errorf("%w: agent %s: %s: %w", jobrun.ErrModelUnavailable, d.Name, describeRef(r.info), err)
+			}
+			return nil, err
+		}
+		return s.For(ref), nil
 	}, nil
 }
 
-// ModelInfo names the GGUF a job of def runs on (the agent's own, else
-// the worker's) with its sha256.
-func (l *llamaBackend) ModelInfo(def *agents.Definition) wire.ModelInfo {
-	p := l.path
-	if dp := def.ModelPath(); dp != "" {
-		p = dp
+// ModelInfo names the GGUF (and LoRA adapter) a job of def ran on, as the
+// picker resolved them: a path or a stored name@version, with sha256
+// digests.
+func (l *llamaBackend) ModelInfo(d *agents.Definition) wire.ModelInfo {
+	mi, ok := l.models.info(d)
+	if !ok || mi.Name == "" {
+		base := fileModel(config.BackendLlama, l.path)
+		if !ok {
+			return base
+		}
+		mi.Name, mi.Digest = base.Name, base.Digest
 	}
-	return fileModel(config.BackendLlama, p)
+	mi.Backend = config.BackendLlama
+	return mi
 }
 
+func (l *llamaBackend) useModelStore(js jetstream.JetStream) error { return l.models.useStore(js) }
+
 func (l *llamaBackend) Close() error { return l.b.Close() }
+
+// describeRef names a resolved model and adapter for an error.
+func describeRef(mi wire.ModelInfo) string {
+	s := "model " + cmp.Or(mi.Name, "(the worker's default)")
+	if mi.Adapter != "" {
+		s += " with adapter " + mi.Adapter
+	}
+	return s
+}

@@ -240,6 +240,16 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 		return err
 	}
 	met.SetNATSConnectedFunc(nc.IsConnected)
+	// Agents may name models in the fleet_models store (name@version).
+	if u, ok := be.(modelStoreUser); ok {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		if err := u.useModelStore(js); err != nil {
+			return &usageError{err}
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -323,11 +333,13 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 		},
 		// An idle slot long-polls one operation at a time: a short expiry
 		// bounds how long a job of another operation waits for it.
-		PullExpiry:  time.Second,
-		Heartbeat:   cfg.Queue.HeartbeatEvery,
-		DrainGrace:  cfg.Queue.DrainGrace,
-		Logger:      log,
-		ParkTimeout: cfg.Queue.ParkTimeout,
+		PullExpiry: time.Second,
+		Heartbeat:  cfg.Queue.HeartbeatEvery,
+		DrainGrace: cfg.Queue.DrainGrace,
+		Logger:     log,
+		// PriorityStreak: config validated 1..10000.
+		PriorityStreak: cfg.Queue.PriorityStreak,
+		ParkTimeout:    cfg.Queue.ParkTimeout,
 	}
 	if wcfg.DrainGrace == 0 {
 		wcfg.DrainGrace = -1 // config: 0 = hand running jobs back at once

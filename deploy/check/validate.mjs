@@ -7,7 +7,8 @@
 // schemas let unknown fields through, so fleet's own rules follow: every
 // FLEET_* variable is a documented configuration key (docs/CONFIG.md), each
 // operation in agents/ has a worker Deployment serving exactly it and a
-// ScaledObject on its FLEET_RUNS consumer that targets that Deployment,
+// ScaledObject on its FLEET_RUNS consumers (one per priority) that targets
+// that Deployment,
 // containers run as non-root on a read-only root file system, and the
 // kustomization lists every manifest. It prints what it checked and exits
 // 1 on the first pass that found a problem.
@@ -97,18 +98,30 @@ for (const { obj, where } of byKind("Deployment")) {
   }
 }
 const operations = readdirSync(join(repo, "agents")).filter((d) => existsSync(join(repo, "agents", d, "agent.yaml")));
+// An operation's consumers: <operation> (normal), <operation>-HIGH and
+// <operation>-LOW (docs/PROTOCOL.md §19); its ScaledObject needs all three.
+const prioritySuffixes = ["", "-HIGH", "-LOW"];
 const scaled = new Map(); // operation -> ScaledObject
 for (const { obj, where } of byKind("ScaledObject")) {
+  const consumers = new Set();
   for (const t of obj.spec.triggers) {
     if (t.type !== "nats-jetstream") continue;
     const m = t.metadata ?? {};
     if (m.stream !== "FLEET_RUNS") problem(where, `scales on stream ${m.stream}, want FLEET_RUNS`);
-    if (!operations.includes(m.consumer)) problem(where, `consumer ${m.consumer} is no operation of agents/`);
-    if (workers.get(m.consumer) !== obj.spec.scaleTargetRef.name) {
-      problem(where, `targets ${obj.spec.scaleTargetRef.name}, but operation ${m.consumer} is served by ${workers.get(m.consumer) ?? "no Deployment"}`);
+    const op = String(m.consumer).replace(/-(HIGH|LOW)$/, "");
+    if (!operations.includes(op)) problem(where, `consumer ${m.consumer} is no consumer of an operation of agents/`);
+    if (workers.get(op) !== obj.spec.scaleTargetRef.name) {
+      problem(where, `targets ${obj.spec.scaleTargetRef.name}, but operation ${op} is served by ${workers.get(op) ?? "no Deployment"}`);
     }
     if (!(Number(m.lagThreshold) > 0)) problem(where, `lagThreshold ${m.lagThreshold} must be a positive number`);
-    scaled.set(m.consumer, obj);
+    consumers.add(m.consumer);
+    if (scaled.has(op) && scaled.get(op) !== obj) problem(where, `a second ScaledObject scales operation ${op}`);
+    scaled.set(op, obj);
+  }
+  for (const op of new Set([...consumers].map((c) => c.replace(/-(HIGH|LOW)$/, "")))) {
+    for (const suffix of prioritySuffixes) {
+      if (!consumers.has(op + suffix)) problem(where, `no trigger on consumer ${op + suffix}: a backlog of that priority would not scale the workers`);
+    }
   }
 }
 const before = problems.length;

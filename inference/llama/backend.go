@@ -45,6 +45,11 @@ var ErrClosed = errors.New("llama: closed")
 // the tool declarations.
 var ErrContextFull = errors.New("llama: prompt does not fit the context window")
 
+// ErrLoad is wrapped when a model or LoRA adapter file does not load (not
+// a GGUF, a wrong architecture, a missing file, an adapter llama.cpp
+// refuses).
+var ErrLoad = errors.New("llama: model does not load")
+
 var backendInit sync.Once
 
 // Backend loads models and creates slots. It is safe for concurrent use.
@@ -79,6 +84,14 @@ func New(cfg Config) (*Backend, error) {
 
 // Config returns the effective configuration (defaults filled in).
 func (b *Backend) Config() Config { return b.cfg }
+
+// LoadedModels returns how many distinct GGUF files are loaded (each is
+// mapped once, whatever the slots and adapters over it).
+func (b *Backend) LoadedModels() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.models)
+}
 
 // model returns the loaded model for path, loading it on first use.
 func (b *Backend) model(path string) (*model, error) {
@@ -164,18 +177,18 @@ type model struct {
 
 func loadModel(path string) (*model, error) {
 	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("llama: model: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrLoad, err)
 	}
 	arch, err := ollamallama.GetModelArch(path)
 	if err != nil {
-		return nil, fmt.Errorf("llama: model %s: %w", path, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrLoad, path, err)
 	}
 	if arch != "gemma3" {
-		return nil, fmt.Errorf("llama: model %s: architecture %q, want gemma3", path, arch)
+		return nil, fmt.Errorf("%w: %s: architecture %q, want gemma3", ErrLoad, path, arch)
 	}
 	lm, err := ollamallama.LoadModelFromFile(path, ollamallama.ModelParams{UseMmap: true})
 	if err != nil {
-		return nil, fmt.Errorf("llama: %w", err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrLoad, path, err)
 	}
 	m := &model{path: path, m: lm, nVocab: lm.NumVocab(), addBOS: lm.AddBOSToken(), special: map[string]int{}}
 	m.pieces = make([]string, m.nVocab)

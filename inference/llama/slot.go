@@ -86,6 +86,20 @@ func (bm boundModel) Complete(ctx context.Context, req *loop.Request) (*loop.Res
 	return bm.s.complete(ctx, bm.ref, req)
 }
 
+// Load makes ref ready on this slot now: the model is loaded (once per
+// Backend) and the slot's context for ref, with its adapter applied, is
+// created. A file that does not load is an error wrapping ErrLoad, before
+// any job runs on it.
+func (s *Slot) Load(ref ModelRef) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	_, err := s.contextFor(ref)
+	return err
+}
+
 // Close frees the slot's contexts, waiting for a running call. It is safe to
 // call twice; later calls return ErrClosed.
 func (s *Slot) Close() error {
@@ -134,7 +148,7 @@ func (s *Slot) contextFor(ref ModelRef) (*kvContext, error) {
 		}
 		if err := m.m.ApplyLoraFromFile(c, ref.LoRA, scale, 1); err != nil {
 			freeContext(c)
-			return nil, fmt.Errorf("llama: LoRA %s: %w", ref.LoRA, err)
+			return nil, fmt.Errorf("%w: LoRA %s: %w", ErrLoad, ref.LoRA, err)
 		}
 	}
 	batch, err := ollamallama.NewBatch(s.cfg.BatchSize, 1, 0)

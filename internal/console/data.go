@@ -62,13 +62,17 @@ func (s *Server) queuesData(ctx context.Context) ([]queueRow, []streamRow, []pre
 	}
 	lister := runs.ListConsumers(ctx)
 	for ci := range lister.Info() {
-		op := ci.Name
-		if ci.Config.Durable == "" || ci.Config.FilterSubject != wire.RunSubject(op) {
+		op, prio, perr := wire.ParseRunSubject(ci.Config.FilterSubject)
+		if ci.Config.Durable == "" || perr != nil || ci.Name != wire.PriorityConsumer(op, prio) {
 			continue // not an operation's consumer
 		}
+		// An operation's row adds up its consumers of every priority.
 		r := row(op)
 		r.Consumer = true
-		r.Backlog, r.InFlight, r.Redelivered, r.Waiting = ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting
+		r.Backlog += ci.NumPending
+		r.InFlight += ci.NumAckPending
+		r.Redelivered += ci.NumRedelivered
+		r.Waiting += ci.NumWaiting
 	}
 	if err := lister.Err(); err != nil {
 		return nil, nil, nil, fmt.Errorf("%s consumers: %w", wire.StreamRuns, err)

@@ -11,7 +11,7 @@ import (
 )
 
 // ErrNotWaiting: Answer was called for a job that is not waiting for an
-// answer (docs/PROTOCOL.md §18); nothing was published.
+// answer (docs/PROTOCOL.md §20); nothing was published.
 var ErrNotWaiting = errors.New("queue: the job is not waiting for an answer")
 
 // Answered is what Answer published.

@@ -84,10 +84,11 @@ type EnqueueOption func(*enqueueOptions)
 type enqueueOptions struct {
 	enc     wire.Encoding
 	replyTo string
-	events  string    // Fleet-Events value; "" = all
-	at      time.Time // WithAt; zero = now
-	unique  bool      // WithUnique
-	key     string    // WithUnique's key; "" = DefaultUniqueKey
+	events  string        // Fleet-Events value; "" = all
+	at      time.Time     // WithAt; zero = now
+	unique  bool          // WithUnique
+	key     string        // WithUnique's key; "" = DefaultUniqueKey
+	prio    wire.Priority // WithPriority; "" = normal
 }
 
 // WithEvents limits the events the worker publishes for this job to the
@@ -142,8 +143,8 @@ func NewJobID(operation string) string {
 	return op + "-" + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
 }
 
-// Enqueue publishes req to agents.run.<operation> and waits for the
-// server's acknowledgement. An empty JobID is filled in (NewJobID) and a
+// Enqueue publishes req to agents.run.<operation> (or the subject of its
+// priority, WithPriority) and waits for the server's acknowledgement. An empty JobID is filled in (NewJobID) and a
 // zero CreatedAt set to now; req is updated in place. The job id is the
 // dedupe key: publishing the same job id again within the dedupe window
 // stores nothing and reports Duplicate.
@@ -165,10 +166,15 @@ func (c *Client) Enqueue(ctx context.Context, req *wire.RunRequest, opts ...Enqu
 	if req.CreatedAt.IsZero() {
 		req.CreatedAt = time.Now().UTC()
 	}
+	prio, err := wire.ParsePriority("priority", string(o.prio))
+	if err != nil {
+		return nil, err
+	}
 	m, err := wire.NewRequestMsg(req, o.enc, o.replyTo)
 	if err != nil {
 		return nil, err
 	}
+	setPriority(m, req.Operation, prio)
 	if o.events != "" {
 		m.Header.Set(wire.HeaderEvents, o.events)
 	}
@@ -186,7 +192,7 @@ func (c *Client) Enqueue(ctx context.Context, req *wire.RunRequest, opts ...Enqu
 	}
 	var rev uint64
 	if !c.opts.NoStatus || o.unique || !o.at.IsZero() { // a holder's or a schedule's status must be readable
-		rec := wire.StatusRecord{JobID: req.JobID, Operation: req.Operation, State: wire.StateQueued, UpdatedAt: time.Now().UTC()}
+		rec := wire.StatusRecord{JobID: req.JobID, Operation: req.Operation, Priority: prio, State: wire.StateQueued, UpdatedAt: time.Now().UTC()}
 		if !o.at.IsZero() {
 			at := dueTime(o.at)
 			rec.State, rec.ScheduledAt = wire.StateScheduled, &at
@@ -301,6 +307,9 @@ func (c *Client) Status(ctx context.Context, jobID string) (*wire.StatusRecord, 
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: status of %s: %w", jobID, err)
+	}
+	if rec.Priority == "" {
+		rec.Priority = c.recordedPriority(ctx, kv, jobID)
 	}
 	return rec, nil
 }

@@ -62,9 +62,10 @@ func scheduleAt(m *nats.Msg, req *wire.RunRequest, at, now time.Time) error {
 	if !due.After(now) {
 		return fmt.Errorf("%w: %s (now %s)", ErrScheduleInPast, due.Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
+	target := m.Subject // the request's subject, of its priority
 	m.Subject = wire.ScheduleSubject(req.JobID)
 	m.Header.Set(wire.HeaderSchedule, "@at "+due.Format(time.RFC3339))
-	m.Header.Set(wire.HeaderScheduleTarget, wire.RunSubject(req.Operation))
+	m.Header.Set(wire.HeaderScheduleTarget, target)
 	return nil
 }
 
@@ -94,8 +95,10 @@ type Schedule struct {
 	Pattern string
 	// Recurring is false for a one-shot (@at) schedule.
 	Recurring bool
-	// Operation and Node come from the stored request.
+	// Operation and Node come from the stored request, Priority from its
+	// target subject.
 	Operation string
+	Priority  wire.Priority
 	Node      wire.Node
 	// Seq is the schedule message's FLEET_RUNS sequence.
 	Seq uint64
@@ -165,7 +168,7 @@ func (c *Client) Schedules(ctx context.Context) ([]Schedule, error) {
 		}
 		s := Schedule{Name: strings.TrimPrefix(subj, wire.SubjectSchedulePrefix), Pattern: raw.Header.Get(wire.HeaderSchedule), Seq: raw.Sequence}
 		s.Recurring = !strings.HasPrefix(s.Pattern, "@at ")
-		s.Operation = strings.TrimPrefix(raw.Header.Get(wire.HeaderScheduleTarget), wire.SubjectRunPrefix)
+		s.Operation, s.Priority, _ = wire.ParseRunSubject(raw.Header.Get(wire.HeaderScheduleTarget))
 		if req, err := wire.DecodeRunRequest(raw.Data, raw.Header.Get(wire.HeaderContentType)); err == nil {
 			s.Node = req.Node
 		}

@@ -62,6 +62,12 @@ import (
 // ErrInvalidConfig is wrapped by every Config validation error.
 var ErrInvalidConfig = errors.New("jobrun: invalid config")
 
+// ErrModelUnavailable is wrapped by a ModelFor error that retrying cannot
+// fix (the agent names a model or adapter that is not stored, does not
+// match its digest or does not load): the job fails with
+// wire.CodeModelUnavailable instead of being retried.
+var ErrModelUnavailable = errors.New("model unavailable")
+
 // Config is what one slot's Processor needs.
 type Config struct {
 	// Agents are the agent definitions by operation (agents.LoadDir).
@@ -78,7 +84,9 @@ type Config struct {
 	// Model is this slot's model. Required unless ModelFor is set.
 	Model loop.Model
 	// ModelFor, when set, picks the model for an agent (for example the
-	// llama slot bound to the agent's own GGUF); it may return Model.
+	// llama slot bound to the agent's own GGUF); it may return Model. An
+	// error wrapping ErrModelUnavailable fails the job
+	// (wire.CodeModelUnavailable); any other error is retried.
 	ModelFor func(def *agents.Definition) (loop.Model, error)
 	// ModelInfo, when set, names the model (and its digest) a job of the
 	// agent runs on, for the job's transcript; nil = the model's Go type.
@@ -266,7 +274,16 @@ func (p *Processor) setup(req *wire.RunRequest) (*jobAgent, *queue.Outcome, erro
 	ja := &jobAgent{agent: agent}
 	ja.def, ja.canary = agent.Def.ForJob(req.JobID)
 	var err error
-	if ja.model, ja.teacher, err = p.pickModel(req, ja.def); err != nil {
+	ja.model, ja.teacher, err = p.pickModel(req, ja.def)
+	if errors.Is(err, ErrModelUnavailable) {
+		p.cfg.Logger.Warn("model unavailable; job failed", "job", req.JobID, "err", err)
+		out := failed(wire.CodeModelUnavailable, err.Error())
+		// What the agent asked for: nothing was resolved, so no digests.
+		mi := wire.ModelInfo{Backend: p.modelInfo(ja.def, nil).Backend, Name: ja.def.Model, Adapter: ja.def.Adapter}
+		out.Model = &mi
+		return nil, out, nil
+	}
+	if err != nil {
 		return nil, nil, err
 	}
 	if ja.runner, ja.def, err = p.runnerFor(req, ja.def); err != nil {
@@ -314,6 +331,7 @@ func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest,
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	out := &queue.Outcome{Result: *res, Transcript: p.transcript(ja.agent, ja.def, ja.canary, ja.model, ja.teacher, res)}
+	out.Model = &out.Transcript.Model
 	out.Result.Messages, out.Result.Tools = nil, nil
 	changed, err := ws.overlay.ChangedFiles(dctx)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// Parked jobs (docs/PROTOCOL.md §18). A run whose tool asked a human
+// Parked jobs (docs/PROTOCOL.md §20). A run whose tool asked a human
 // (loop.StatusWaiting) parks the job: the Processor returns a queue.Park
 // whose State is a parkedJob, and the worker keeps it in fleet_parked
 // until an answer resumes the job, on this worker or any other. The state

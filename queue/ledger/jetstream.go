@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,7 +133,8 @@ func (j *JetStream) write(m *nats.Msg) pubAck {
 // caller falls back to the body's job_id); ReplyTo is left to the caller,
 // which validates it.
 func NewDelivery(m *nats.Msg, meta *nats.MsgMetadata) *Delivery {
-	d := &Delivery{JobID: m.Header.Get(wire.HeaderMsgID), Operation: strings.TrimPrefix(m.Subject, wire.SubjectRunPrefix),
+	op, prio, _ := wire.ParseRunSubject(m.Subject)
+	d := &Delivery{JobID: m.Header.Get(wire.HeaderMsgID), Operation: op, Priority: prio,
 		Seq: meta.Sequence.Stream, Attempt: int(meta.NumDelivered), Enqueued: meta.Timestamp,
 		Subject: m.Subject, Header: m.Header, Data: m.Data}
 	d.Encoding, _ = wire.EncodingFor(m.Header.Get(wire.HeaderContentType))
@@ -155,7 +155,7 @@ func (j *JetStream) leaseMsg(d *Delivery, state wire.JobState, reason string, ex
 
 // leaseMsgInto is leaseMsg with h (filled here) as the message's header.
 func (j *JetStream) leaseMsgInto(d *Delivery, state wire.JobState, reason string, expect uint64, h nats.Header) (*nats.Msg, error) {
-	rec := wire.StatusRecord{JobID: d.JobID, Operation: d.Operation, State: state, Worker: j.cfg.Worker,
+	rec := wire.StatusRecord{JobID: d.JobID, Operation: d.Operation, Priority: d.Priority, State: state, Worker: j.cfg.Worker,
 		Attempt: d.Attempt, Reason: reason, Seq: d.Seq, UpdatedAt: time.Now().UTC()}
 	data, err := wire.MarshalStatus(&rec)
 	if err != nil {

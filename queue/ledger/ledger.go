@@ -69,6 +69,9 @@ type Delivery struct {
 	JobID string
 	// Operation is the subject's operation token.
 	Operation string
+	// Priority is the subject's priority (docs/PROTOCOL.md §19); "" when
+	// the subject's priority token is unknown.
+	Priority wire.Priority
 	// Seq is the request's stream sequence; Attempt its delivery count.
 	Seq     uint64
 	Attempt int

@@ -156,7 +156,7 @@ func (m *Memory) casLease(d *Delivery, state wire.JobState, reason string, expec
 		return nil, false
 	}
 	m.rev++
-	m.leases[d.JobID] = memLease{rev: m.rev, rec: wire.StatusRecord{JobID: d.JobID, Operation: d.Operation, State: state,
+	m.leases[d.JobID] = memLease{rev: m.rev, rec: wire.StatusRecord{JobID: d.JobID, Operation: d.Operation, Priority: d.Priority, State: state,
 		Worker: m.worker, Attempt: d.Attempt, Reason: reason, Seq: d.Seq, UpdatedAt: time.Now().UTC()}}
 	return &Lease{Delivery: d, Rev: m.rev}, true
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// Parking a job on a human (docs/PROTOCOL.md §18): the parked run's state
+// Parking a job on a human (docs/PROTOCOL.md §20): the parked run's state
 // is an object in the fleet_parked Object Store; the job's last lease
 // record says waiting, with the question and the park id (the parking
 // lease's revision); the request is acknowledged. A resume request (a

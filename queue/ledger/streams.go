@@ -29,8 +29,9 @@ var ErrInvalidConfig = errors.New("queue: invalid config")
 // StreamsConfig shapes the streams, consumers and bucket of docs/PROTOCOL.md
 // §3. The zero value of each field means its default.
 type StreamsConfig struct {
-	// Operations gets one durable pull consumer each (filter
-	// agents.run.<operation>). Required.
+	// Operations gets one durable pull consumer per priority each (filter
+	// agents.run.<operation>, and .high and .low after it; docs/PROTOCOL.md
+	// §19). Required.
 	Operations []string
 	// Replicas of every stream and the bucket. 0 keeps an existing stream's
 	// replicas (so a worker never scales down what an operator set up) and
@@ -72,7 +73,7 @@ type StreamsConfig struct {
 	MaxAckPending int
 	// MaxWaiting caps waiting pull requests per consumer (one per idle slot).
 	MaxWaiting int
-	// ParkedMaxBytes caps one parked run's state in fleet_parked (§18);
+	// ParkedMaxBytes caps one parked run's state in fleet_parked (§20);
 	// a run whose state is larger fails instead of parking.
 	// 0 = DefaultParkedMaxBytes.
 	ParkedMaxBytes int64
@@ -160,6 +161,9 @@ type Streams struct {
 	Unique jetstream.KeyValue
 	// Parked is the fleet_parked Object Store of parked runs.
 	Parked jetstream.ObjectStore
+	// Models is the fleet_models Object Store bucket of models and LoRA
+	// adapters (inference/modelstore reads and writes it).
+	Models jetstream.ObjectStore
 	// Memory is the fleet_memory bucket of agents' remembered entries.
 	Memory jetstream.KeyValue
 	// Schedules reports whether FLEET_RUNS accepts schedule messages
@@ -168,14 +172,16 @@ type Streams struct {
 	// StatusStream is the bucket's stream (KV_fleet_jobs), for reading a
 	// key's delete marker.
 	StatusStream jetstream.Stream
-	// Consumers maps each operation to its durable pull consumer.
+	// Consumers maps each consumer's name to it: per operation one for
+	// each priority (wire.PriorityConsumer; the normal one is named after
+	// the operation).
 	Consumers map[string]jetstream.Consumer
 	// Config is the effective configuration (defaults filled in).
 	Config StreamsConfig
 }
 
 // EnsureStreams creates or updates FLEET_RUNS, FLEET_RESULTS, FLEET_TRANSCRIPTS, FLEET_DLQ,
-// FLEET_ADVISORIES, the fleet_jobs, fleet_unique and fleet_memory buckets and one durable consumer per
+// FLEET_ADVISORIES, the fleet_jobs, fleet_unique, fleet_memory and fleet_models buckets and one durable consumer per
 // operation, so that several workers may call it concurrently and
 // repeatedly. An existing stream whose settings cannot be changed in place
 // (for example its retention) is an error naming it.
@@ -289,6 +295,14 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 	}); err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketUnique, err)
 	}
+	if s.Models, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      wire.BucketModels,
+		Description: "fleet models and LoRA adapters, one object per version (fleet protocol v1)",
+		Storage:     storage,
+		Replicas:    replicas(ctx, js, "OBJ_"+wire.BucketModels, cfg.Replicas),
+	}); err != nil {
+		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketModels, err)
+	}
 	if s.Parked, err = ensureParked(ctx, js, cfg, storage); err != nil {
 		return nil, err
 	}
@@ -299,23 +313,29 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketJobs, err)
 	}
 	for _, op := range cfg.Operations {
-		cc := jetstream.ConsumerConfig{
-			Durable:       op,
-			Description:   "fleet workers for operation " + op,
-			FilterSubject: wire.RunSubject(op),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       cfg.AckWait,
-			MaxDeliver:    cfg.MaxDeliver,
-			BackOff:       cfg.BackOff,
-			MaxAckPending: cfg.MaxAckPending,
-			MaxWaiting:    cfg.MaxWaiting,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
+		for _, p := range wire.Priorities {
+			name := wire.PriorityConsumer(op, p)
+			cc := jetstream.ConsumerConfig{
+				Durable:       name,
+				Description:   "fleet workers for operation " + op + ", priority " + string(p),
+				FilterSubject: wire.PrioritySubject(op, p),
+				AckPolicy:     jetstream.AckExplicitPolicy,
+				AckWait:       cfg.AckWait,
+				MaxDeliver:    cfg.MaxDeliver,
+				BackOff:       cfg.BackOff,
+				MaxAckPending: cfg.MaxAckPending,
+				MaxWaiting:    cfg.MaxWaiting,
+				DeliverPolicy: jetstream.DeliverAllPolicy,
+			}
+			if p == wire.PriorityNormal {
+				cc.Description = "fleet workers for operation " + op // as 1.3 workers create it
+			}
+			c, err := s.Runs.CreateOrUpdateConsumer(ctx, cc)
+			if err != nil {
+				return nil, fmt.Errorf("queue: consumer %s on %s: %w", name, wire.StreamRuns, err)
+			}
+			s.Consumers[name] = c
 		}
-		c, err := s.Runs.CreateOrUpdateConsumer(ctx, cc)
-		if err != nil {
-			return nil, fmt.Errorf("queue: consumer %s on %s: %w", op, wire.StreamRuns, err)
-		}
-		s.Consumers[op] = c
 	}
 	return s, nil
 }

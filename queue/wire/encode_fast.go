@@ -137,12 +137,12 @@ var (
 		"prompt_ns/Duration completion_ns/Duration"
 	fastStatusFields = "job_id/string operation,omitempty/string state/JobState worker,omitempty/string " +
 		"attempt,omitempty/int code,omitempty/ErrorCode reason,omitempty/string seq,omitempty/uint64 " +
-		"scheduled_at,omitempty/*Time question,omitempty/string park,omitempty/uint64 deadline,omitempty/*Time updated_at/Time"
+		"scheduled_at,omitempty/*Time question,omitempty/string park,omitempty/uint64 deadline,omitempty/*Time priority,omitempty/Priority updated_at/Time"
 	fastResultFields = "version/int job_id/string operation/string state/JobState status/Status " +
 		"workspace_id/string changed_files/[]string summary/string details,omitempty/ " +
 		"error,omitempty/string error_code,omitempty/ErrorCode turns/int tool_calls/int usage/Usage " +
 		"diff,omitempty/string worker/string attempts/int events_dropped,omitempty/int64 timings/ResultTimings transcript_seq,omitempty/uint64 " +
-		"agent_version,omitempty/uint64 agent_digest,omitempty/string model_ref,omitempty/string canary,omitempty/bool teacher,omitempty/string"
+		"agent_version,omitempty/uint64 agent_digest,omitempty/string model_ref,omitempty/string canary,omitempty/bool teacher,omitempty/string model,omitempty/*ModelInfo"
 	fastTimingsFields = "enqueued_at/Time started_at/Time finished_at/Time queued_ns/Duration run_ns/Duration " +
 		"model_ns/Duration tools_ns/Duration"
 	fastJSON = jsonFields(reflect.TypeFor[Event]()) == fastEventFields &&
@@ -234,6 +234,10 @@ func appendStatusJSON(dst []byte, r *StatusRecord) (_ []byte, ok bool) {
 		if dst, ok = appendJSONTime(dst, *r.Deadline); !ok {
 			return dst, false
 		}
+	}
+	if r.Priority != "" {
+		dst = append(dst, `,"priority":`...)
+		dst = appendJSONString(dst, string(r.Priority))
 	}
 	dst = append(dst, `,"updated_at":`...)
 	if dst, ok = appendJSONTime(dst, r.UpdatedAt); !ok {
@@ -361,6 +365,18 @@ func appendResultJSON(dst []byte, r *AgentResult) (_ []byte, ok bool) {
 	if r.Teacher != "" {
 		dst = append(dst, `,"teacher":`...)
 		dst = appendJSONString(dst, r.Teacher)
+	}
+	if m := r.Model; m != nil {
+		dst = append(dst, `,"model":{"backend":`...)
+		dst = appendJSONString(dst, m.Backend)
+		for _, f := range [...]struct{ key, val string }{{`,"name":`, m.Name}, {`,"digest":`, m.Digest},
+			{`,"adapter":`, m.Adapter}, {`,"adapter_digest":`, m.AdapterDigest}} {
+			if f.val != "" {
+				dst = append(dst, f.key...)
+				dst = appendJSONString(dst, f.val)
+			}
+		}
+		dst = append(dst, '}')
 	}
 	return append(dst, '}'), true
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Runs parked on a human (docs/PROTOCOL.md §18).
+// Runs parked on a human (docs/PROTOCOL.md §20).
 const (
 	// StateWaiting is a lease record's state for a job parked on a
 	// question (StatusRecord.Question, Park, Deadline).

@@ -244,7 +244,7 @@ type RunOptions struct {
 	// ToolTimeoutMS bounds one tool call, in milliseconds.
 	ToolTimeoutMS int64 `json:"tool_timeout_ms,omitempty" msgpack:"tool_timeout_ms,omitempty"`
 	// ParkTimeoutMS bounds how long the run may wait for a human's answer
-	// (§18), in milliseconds; 0 = the worker's default.
+	// (§20), in milliseconds; 0 = the worker's default.
 	ParkTimeoutMS int64 `json:"park_timeout_ms,omitempty" msgpack:"park_timeout_ms,omitempty"`
 	// Teacher runs the job on the worker's remote teacher model instead of
 	// its local one (docs/TRAINING.md); a worker without a teacher refuses
@@ -338,11 +338,14 @@ type StatusRecord struct {
 	Seq uint64 `json:"seq,omitempty"`
 	// ScheduledAt is when a scheduled job is due (state scheduled, §12.3).
 	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
-	// Question, Park and Deadline describe a waiting job (§18): what it
+	// Question, Park and Deadline describe a waiting job (§20): what it
 	// asks, the park id an answer names, and when it times out.
 	Question string     `json:"question,omitempty"`
 	Park     uint64     `json:"park,omitempty"`
 	Deadline *time.Time `json:"deadline,omitempty"`
+	// Priority is the request's priority (protocol 1.8, §19); absent on
+	// records of older clients and workers, which is normal.
+	Priority Priority `json:"priority,omitempty"`
 	// UpdatedAt is when the record was written (a result's finished_at).
 	UpdatedAt time.Time `json:"updated_at"`
 }
@@ -411,6 +414,10 @@ type AgentResult struct {
 	// Teacher names the remote teacher model of a teacher run (its base
 	// URL and model name); empty for a run on the worker's own model.
 	Teacher string `json:"teacher,omitempty" msgpack:"teacher,omitempty"`
+	// Model is the model (and LoRA adapter) the run used, with their
+	// sha256 digests; absent from workers older than this field and from
+	// results of jobs that never reached a model (queue failures).
+	Model *ModelInfo `json:"model,omitempty" msgpack:"model,omitempty"`
 }
 
 // Event is one loop event of a job, published in order on

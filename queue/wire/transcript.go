@@ -56,13 +56,16 @@ type TranscriptTool struct {
 // ModelInfo names the model a run used. Digest is "sha256:<hex>" of the
 // model file (a GGUF) when the worker knows it; backends without a file
 // (scripted, remote) give a stable description in Name and no digest.
+//
+// Name is what the agent asked for, resolved: a local path or a stored
+// model's "name@version" (docs/PROTOCOL.md "Models").
 type ModelInfo struct {
-	Backend string `json:"backend"`
-	Name    string `json:"name,omitempty"`
-	Digest  string `json:"digest,omitempty"`
+	Backend string `json:"backend" msgpack:"backend"`
+	Name    string `json:"name,omitempty" msgpack:"name,omitempty"`
+	Digest  string `json:"digest,omitempty" msgpack:"digest,omitempty"`
 	// Adapter and AdapterDigest name a LoRA adapter over the model, if any.
-	Adapter       string `json:"adapter,omitempty"`
-	AdapterDigest string `json:"adapter_digest,omitempty"`
+	Adapter       string `json:"adapter,omitempty" msgpack:"adapter,omitempty"`
+	AdapterDigest string `json:"adapter_digest,omitempty" msgpack:"adapter_digest,omitempty"`
 }
 
 // Transcript is a finished run's conversation, stored on
