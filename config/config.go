@@ -131,6 +131,11 @@ type Queue struct {
 	// DrainGrace is how long running jobs may finish after SIGTERM/SIGINT
 	// before the rest are Nak'ed for redelivery. Default 30s.
 	DrainGrace time.Duration `yaml:"drain_grace"`
+	// ParkTimeout is how long a job parked on a human (a tool's
+	// ask_human) waits for an answer before it fails with AGENT_010; a
+	// request's options.park_timeout_ms overrides it. Below
+	// results_max_age. Default 1h.
+	ParkTimeout time.Duration `yaml:"park_timeout"`
 	// HeartbeatEvery is how often a running job tells JetStream it is in
 	// progress. 0 = AckWait/3 (Validate fills it in); must be below AckWait.
 	HeartbeatEvery time.Duration `yaml:"heartbeat_every"`
@@ -359,6 +364,7 @@ const (
 	DefaultResultsMaxAge   = 24 * time.Hour
 	DefaultDLQMaxAge       = 30 * 24 * time.Hour
 	DefaultDrainGrace      = 30 * time.Second
+	DefaultParkTimeout     = time.Hour
 	DefaultUnservedAfter   = 2 * time.Minute
 	DefaultPriorityStreak  = 10
 	DefaultAgentsDir       = "./agents"
@@ -421,6 +427,7 @@ func Default() *Config {
 			DLQMaxAge:      DefaultDLQMaxAge,
 			Backoff:        DefaultBackoff(),
 			DrainGrace:     DefaultDrainGrace,
+			ParkTimeout:    DefaultParkTimeout,
 			UnservedAfter:  DefaultUnservedAfter,
 			PriorityStreak: DefaultPriorityStreak,
 		},

@@ -195,6 +195,10 @@ func (q *Queue) validate(k *checker) {
 	if q.DrainGrace < 0 {
 		k.add("queue.drain_grace", "must be >= 0, got %s", q.DrainGrace)
 	}
+	k.positive("queue.park_timeout", q.ParkTimeout)
+	if q.ResultsMaxAge > 0 && q.ParkTimeout >= q.ResultsMaxAge {
+		k.add("queue.park_timeout", "must be < queue.results_max_age (%s): the waiting record lives there, got %s", q.ResultsMaxAge, q.ParkTimeout)
+	}
 	if q.UnservedAfter < 0 {
 		k.add("queue.unserved_after", "must be >= 0 (0 = never), got %s", q.UnservedAfter)
 	}

@@ -30,6 +30,10 @@
 //	           past their budget: Config.ArgErrorsPerTool for one name (an
 //	           invented name counts under its own name) or Config.ArgErrors
 //	           over all names, so new names buy no fresh budget
+//	AGENT_010  a run parked on a human was not answered in time (set by
+//	           the queue, see Parking)
+//	AGENT_011  a parked run cannot be resumed (its tool state is corrupt,
+//	           another tool version's or another interpreter build's)
 //
 // A run that ends with submit_result has the status, summary, details and
 // error the model submitted and no ErrorCode, even when its status is
@@ -69,6 +73,23 @@
 // context_trimmed and Details[DetailTrimmedTurns] lists the trimmed turns.
 // A request that cannot be made to fit is sent anyway and the model's
 // error ends the run (AGENT_006).
+//
+// # Parking
+//
+// A tool may wait for a person: its executor's Execute returns a
+// *ParkError with the question and the tool's own state. The run then
+// stops without a result: Run returns a Result with StatusWaiting whose
+// Parked holds the conversation, the counters and budgets (turns, repeat
+// guard, argument-error budgets, invalid submits, the context window's
+// trimming state, usage, timings), the call in flight and the calls after
+// it in its turn, and the tool's state, as plain JSON-encodable data; no
+// finished event is emitted. Runner.Resume continues it in any process:
+// the executor (a Resumer) finishes the tool with the answer, the answer's
+// envelope becomes the call's tool message, the rest of the turn runs and
+// the turns go on, events numbered after the parked run's. The total
+// timeout counts the time run before parking, not the waiting. A tool in
+// the last-chance turn cannot park (it gets a tool_error envelope). The
+// queue stores Parked and resumes it (docs/PROTOCOL.md §20).
 //
 // # Events
 //

@@ -78,6 +78,10 @@ type Result struct {
 	// not part of the result's encoding.
 	Messages []Message  `json:"-" msgpack:"-"`
 	Tools    []ToolSpec `json:"-" msgpack:"-"`
+
+	// Parked is set, with Status StatusWaiting, when the run stopped for a
+	// human's answer (park.go); Runner.Resume continues it.
+	Parked *Parked `json:"-" msgpack:"-"`
 }
 
 // Timings splits a run's wall-clock time.

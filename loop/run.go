@@ -53,6 +53,8 @@ type run struct {
 
 	// Context trimming ("Context window" in the package doc, context.go).
 	win window
+
+	parking *parking // set with outPark (park.go)
 }
 
 func newRun(ctx context.Context, r *Runner, in Input) (*run, error) {
@@ -133,9 +135,17 @@ func (s *run) play(ctx context.Context) *Result {
 // runCalls dispatches one turn's calls in order. A non-nil Result ends the
 // run.
 func (s *run) runCalls(ctx context.Context, calls []ToolCall) *Result {
-	var submitted *Result
+	return s.runCallsFrom(ctx, calls, 0, nil)
+}
+
+// runCallsFrom dispatches calls[start:] (a resumed run goes on after its
+// parked call; submitted is that call's result when it was submit_result).
+func (s *run) runCallsFrom(ctx context.Context, calls []ToolCall, start int, submitted *Result) *Result {
 	var notRun []CallRecord
 	for i, c := range calls {
+		if i < start {
+			continue
+		}
 		switch {
 		case submitted != nil:
 			rec := s.record(c, false, CodeNotRun)
@@ -159,6 +169,10 @@ func (s *run) runCalls(ctx context.Context, calls []ToolCall) *Result {
 				LimitRepeatedCall, nil)
 		case outFail:
 			return res
+		case outPark:
+			pk := s.parking
+			s.parking = nil
+			return s.parkResult(calls, i, pk.canon, pk.err, pk.took)
 		case outSubmitted:
 			submitted = res
 			continue
@@ -184,7 +198,15 @@ const (
 	outSubmitted                    // a valid submit_result ran: the result is ready
 	outDoom                         // a repeated call past the guard
 	outFail                         // the run failed (the result says why)
+	outPark                         // the tool waits for a human (run.parking)
 )
+
+// parking is the call a run is parking on.
+type parking struct {
+	err   *ParkError
+	canon json.RawMessage
+	took  time.Duration
+}
 
 // dispatchCall runs one call: the repeat guard, the catalog lookup, schema
 // validation, then the context providers and the tool under the tool
@@ -269,7 +291,14 @@ func (s *run) dispatchCall(ctx context.Context, c ToolCall, lastChance bool) (en
 		return env, nil, outContinue
 	}
 
-	env, took := s.execute(ctx, c, canon)
+	env, took, pe := s.execute(ctx, c, canon)
+	if pe != nil {
+		if !lastChance {
+			s.parking = &parking{err: pe, canon: canon, took: took}
+			return env, nil, outPark
+		}
+		env = errEnvelope(CodeToolError, c.Name+" cannot wait for a human answer in the last turn", nil)
+	}
 	s.finishCall(c, env, took)
 	if isSubmit && env.OK {
 		return env, sub, outSubmitted
@@ -278,8 +307,9 @@ func (s *run) dispatchCall(ctx context.Context, c ToolCall, lastChance bool) (en
 }
 
 // execute runs the tool's context providers and the tool under the tool
-// timeout and wraps the outcome in an envelope.
-func (s *run) execute(ctx context.Context, c ToolCall, canon []byte) (Envelope, time.Duration) {
+// timeout and wraps the outcome in an envelope. A tool that parks returns
+// its *ParkError instead (and no envelope).
+func (s *run) execute(ctx context.Context, c ToolCall, canon []byte) (Envelope, time.Duration, *ParkError) {
 	tctx, cancel := context.WithTimeout(ctx, s.cfg.ToolTimeout)
 	defer cancel()
 	t0 := time.Now()
@@ -293,25 +323,34 @@ func (s *run) execute(ctx context.Context, c ToolCall, canon []byte) (Envelope, 
 		out, err = s.in.Tools.Execute(tctx, c.Name, canon)
 	}
 	took := time.Since(t0)
+	var pe *ParkError
+	if errors.As(err, &pe) {
+		return Envelope{}, took, pe // parkResult counts the time
+	}
 	s.timings.Tools += took
+	return s.envelope(ctx, tctx, c, out, err), took, nil
+}
+
+// envelope wraps a tool's outcome (tctx: the tool's own deadline).
+func (s *run) envelope(ctx, tctx context.Context, c ToolCall, out json.RawMessage, err error) Envelope {
 	if err != nil {
 		if tctx.Err() != nil && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded) {
 			return errEnvelope(CodeTimeout, fmt.Sprintf("%s did not finish within its time limit (%s)", c.Name, s.cfg.ToolTimeout),
-				map[string]any{"timeout": s.cfg.ToolTimeout.String()}), took
+				map[string]any{"timeout": s.cfg.ToolTimeout.String()})
 		}
 		var te *ToolError
 		if errors.As(err, &te) {
-			return Envelope{OK: false, Error: te}, took
+			return Envelope{OK: false, Error: te}
 		}
-		return errEnvelope(CodeInternal, err.Error(), nil), took
+		return errEnvelope(CodeInternal, err.Error(), nil)
 	}
 	if len(out) == 0 {
 		out = json.RawMessage("null")
 	}
 	if !json.Valid(out) {
-		return errEnvelope(CodeInternal, c.Name+" returned a result that is not valid JSON", nil), took
+		return errEnvelope(CodeInternal, c.Name+" returned a result that is not valid JSON", nil)
 	}
-	return Envelope{OK: true, Result: out}, took
+	return Envelope{OK: true, Result: out}
 }
 
 // finishCall records a call's outcome, appends its tool message and emits

@@ -113,6 +113,12 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	runCtx, cancel := context.WithTimeoutCause(ctx, r.cfg.TotalTimeout, errTotalTimeout)
 	defer cancel()
 	res := s.play(runCtx)
+	return s.finish(res, in, start), nil
+}
+
+// finish fills in a run's accounting and emits EventFinished (not for a
+// run that parked: it has not finished).
+func (s *run) finish(res *Result, in Input, start time.Time) *Result {
 	res.WorkspaceID = in.WorkspaceID
 	res.Turns = s.turns
 	res.ToolCalls = s.dispatch
@@ -124,6 +130,11 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	}
 	s.timings.Total = time.Since(start)
 	res.Timings = s.timings
+	if res.Parked != nil {
+		res.Parked.Elapsed = s.timings.Total
+		res.Parked.Timings = s.timings
+		return res
+	}
 	s.emit(Event{Kind: EventFinished, Turn: s.turns, Status: res.Status, Error: res.Error})
-	return res, nil
+	return res
 }

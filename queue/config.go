@@ -97,6 +97,11 @@ type Config struct {
 	// Ledger keeps the jobs' leases, results and status; nil = the
 	// JetStream ledger on Conn (tests of the engine pass ledger.Memory).
 	Ledger ledger.Ledger
+	// ParkTimeout is how long a job parked on a human waits for an answer
+	// before it fails (park.go); a request's options.park_timeout_ms
+	// overrides it. Less than Streams.ResultsMaxAge (the waiting record
+	// lives there). 0 = DefaultParkTimeout.
+	ParkTimeout time.Duration
 }
 
 func (c *Config) validate() error {
@@ -130,6 +135,10 @@ func (c *Config) validate() error {
 	}
 	if err := c.Streams.Validate(); err != nil {
 		return err
+	}
+	c.ParkTimeout = cmp.Or(c.ParkTimeout, DefaultParkTimeout)
+	if c.ParkTimeout < 0 || c.ParkTimeout >= c.Streams.ResultsMaxAge {
+		return fmt.Errorf("%w: ParkTimeout (%s) must be positive and less than Streams.ResultsMaxAge (%s)", ledger.ErrInvalidConfig, c.ParkTimeout, c.Streams.ResultsMaxAge)
 	}
 	c.Slots = cmp.Or(c.Slots, runtime.NumCPU())
 	if c.Name == "" {

@@ -80,6 +80,8 @@ type job struct {
 	// stop ends the run early (a takeover, a cancel, a shutdown).
 	stop     context.CancelCauseFunc
 	deadline time.Time // heartbeats stop after it (0 = none)
+	// resume is set for a resume request of a parked job (park.go).
+	resume *wire.ResumeRequest
 	// evKinds is the request's Fleet-Events choice when it limits the
 	// events (evLimit): only these kinds are published (none when empty).
 	evLimit   bool
@@ -149,6 +151,14 @@ func (s *slot) handle(m *nats.Msg) {
 		j.req = req
 		firedJobID(req, m.Header)
 		err = s.check(j)
+		if err == nil {
+			if j.resume, err = wire.ParseResume(m.Header); err != nil {
+				// Not poison: dead-lettering would end the waiting job.
+				s.log.Warn("malformed resume request dropped", "job", j.id, "err", err)
+				_ = s.w.ledger.Settle(s.w.runCtx, d)
+				return
+			}
+		}
 	} else if !wire.ValidJobID(j.id) && req == nil {
 		j.id = ""
 	}
@@ -190,6 +200,9 @@ func (s *slot) check(j *job) error {
 	if err := checkPriority(j.d); err != nil {
 		return err
 	}
+	if err := s.w.checkParkTimeout(req); err != nil {
+		return err
+	}
 	if r := j.msg.Header.Get(wire.HeaderReplyTo); r != "" {
 		if err := wire.ValidateReplyTo(r); err != nil {
 			return err
@@ -220,7 +233,15 @@ func (s *slot) runJob(j *job) {
 	s.setHeartbeat(j)
 	w.st.started.Add(1)
 	actx := WithAttempt(ctx, Attempt{Number: j.attempt, Lease: j.lease.Rev})
-	out, perr, panicked := s.process(actx, j)
+	var out *Outcome
+	var perr error
+	var panicked string
+	if j.resume != nil {
+		actx, out, perr = s.startResume(actx, j)
+	}
+	if out == nil && perr == nil {
+		out, perr, panicked = s.process(actx, j)
+	}
 	// The lease is kept alive until the outcome is written: a result
 	// write retried for a while must not let the job be redelivered.
 	defer s.setHeartbeat(nil)
@@ -245,8 +266,13 @@ func (s *slot) runJob(j *job) {
 		s.transient(j, perr)
 	case out == nil:
 		s.poison(j, wire.CodeProcessorPanic, string(wire.CodeProcessorPanic)+": processor returned neither an outcome nor an error")
+	case out.Park != nil:
+		s.park(j, out.Park)
 	default:
 		s.complete(j, out)
+		if j.resume != nil {
+			s.unpark(j)
+		}
 	}
 }
 
@@ -271,7 +297,8 @@ func (s *slot) claim(ctx context.Context, j *job) bool {
 			j.lease = ce.Lease
 			s.cancelled(j, &CanceledError{JobID: j.id, Reason: ce.Reason})
 			return false
-		case errors.Is(err, ledger.ErrDone), errors.Is(err, ledger.ErrDuplicate):
+		case errors.Is(err, ledger.ErrDone), errors.Is(err, ledger.ErrDuplicate),
+			errors.Is(err, ledger.ErrWaiting), errors.Is(err, ledger.ErrNotWaiting):
 			w.st.duplicates.Add(1)
 			s.log.Info("job already ended or held by another copy; settling without running", "job", j.id, "why", err)
 			if err := w.ledger.Settle(ctx, j.d); err != nil {

@@ -29,10 +29,12 @@ type Stats struct {
 	// (a slot long-polling several operations got two at once) while no
 	// slot was idle, and were handed back at once.
 	Overdelivered int64
+	// Parked counts jobs parked on a question (park.go).
+	Parked int64
 }
 
 type stats struct {
-	started, succeeded, failed, canceled, dead, duplicates, retried, requeued, eventsDropped, overdelivered, fenced, resultRetries atomic.Int64
+	started, succeeded, failed, canceled, dead, duplicates, retried, requeued, eventsDropped, overdelivered, fenced, resultRetries, parked atomic.Int64
 }
 
 // Stats returns the worker's counters.
@@ -42,5 +44,6 @@ func (w *Worker) Stats() Stats {
 		Canceled: w.st.canceled.Load(), Dead: w.st.dead.Load(), Duplicates: w.st.duplicates.Load(),
 		Retried: w.st.retried.Load(), Requeued: w.st.requeued.Load(), EventsDropped: w.st.eventsDropped.Load(),
 		Overdelivered: w.st.overdelivered.Load(), Fenced: w.st.fenced.Load(), ResultRetries: w.st.resultRetries.Load(),
+		Parked: w.st.parked.Load(),
 	}
 }

@@ -56,6 +56,9 @@ type Outcome struct {
 	// model). The worker fills in the job's identity and outcome and
 	// stores it before the result, which names it (transcript.go).
 	Transcript *wire.Transcript
+	// Park, when set, parks the job on a question instead of ending it
+	// (park.go): Result is not used.
+	Park *Park
 	// Model, when set, names the model the run used (with its digests),
 	// for the result (wire.AgentResult.Model).
 	Model *wire.ModelInfo

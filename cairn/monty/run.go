@@ -79,7 +79,14 @@ type Outcome struct {
 // ErrCrashed or ErrProtocol when the process misbehaved (it is replaced);
 // ErrStopped; a ctx error when ctx was cancelled. The Outcome carries the
 // print output and counters also when err != nil.
+//
+// An awaited external whose ExternalFunc returns a *ParkRequest parks the
+// run: Run returns a *Parked error to Resume it from (park.go).
 func (p *Pool) Run(ctx context.Context, script *Script, inputs map[string]any, externals ExternalFunc) (Outcome, error) {
+	return p.run(ctx, script, inputs, externals, nil)
+}
+
+func (p *Pool) run(ctx context.Context, script *Script, inputs map[string]any, externals ExternalFunc, resume *resumeFrom) (Outcome, error) {
 	if script == nil {
 		return Outcome{}, errors.New("monty: nil script")
 	}
@@ -106,6 +113,7 @@ func (p *Pool) Run(ctx context.Context, script *Script, inputs map[string]any, e
 		script: script,
 		inputs: inputs,
 		ext:    externals,
+		resume: resume,
 	}
 	start := time.Now()
 	out, err := r.drive(ctx)
@@ -133,8 +141,10 @@ type run struct {
 	truncated bool
 	susp      int
 	pending   map[uint32]call
-	broken    bool // the process must be replaced
-	loaded    bool // started from the script's snapshot
+	broken    bool         // the process must be replaced
+	loaded    bool         // started from the script's snapshot
+	park      *parkPending // the call the run parks on (park.go)
+	resume    *resumeFrom  // a resumed run's state
 
 	mu        sync.Mutex // guards waiting and killed against the watchdog
 	waiting   bool       // Monty is executing; we are blocked reading
@@ -148,6 +158,8 @@ type call struct {
 	args   []any
 	kwargs map[string]any
 	err    error // argument decoding failed
+	// preset is the encoded answer of a resumed parked call.
+	preset []byte
 }
 
 // errCtxDone marks that the ctx ended while Monty was waiting on the host.
@@ -185,6 +197,9 @@ func (r *run) drive(ctx context.Context) (Outcome, error) {
 					Message: fmt.Sprintf("the tool made more than %d host calls", max)})
 			}
 			reply = r.answer(ctx, ev)
+			if reply == nil { // only the parked call is outstanding
+				return r.outcome(), r.dumpParked(ctx)
+			}
 		default:
 			r.broken = true
 			return r.outcome(), fmt.Errorf("%w: unexpected %s during a feed", ErrProtocol, describeEvent(ev))

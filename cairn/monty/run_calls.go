@@ -2,6 +2,7 @@ package monty
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -30,15 +31,26 @@ func (r *run) answer(ctx context.Context, ev childEvent) func([]byte) []byte {
 		slices.Sort(ids)
 		results := make([]futureResult, 0, len(ids))
 		for _, id := range ids {
+			if r.park != nil && r.park.callID == id {
+				continue // parked: left outstanding for the dump
+			}
 			c, ok := r.pending[id]
 			var res extResult
 			if !ok {
 				res = errResult("RuntimeError", fmt.Sprintf("unknown future %d", id))
 			} else {
 				delete(r.pending, id)
-				res = r.invoke(ctx, c)
+				var pr *ParkRequest
+				res, pr = r.invokeAwaited(ctx, c)
+				if pr != nil {
+					r.park = &parkPending{callID: id, name: c.name, detail: pr.Detail}
+					continue
+				}
 			}
 			results = append(results, futureResult{callID: id, result: res})
+		}
+		if len(results) == 0 && r.park != nil {
+			return nil // dump (drive)
 		}
 		return func(b []byte) []byte { return encodeResumeFutures(b, results) }
 	}
@@ -103,8 +115,30 @@ func (r *run) input(ev childEvent) extResult {
 	return errResult("ValueError", fmt.Sprintf("missing required input %q", name))
 }
 
-// invoke calls the host for one external call.
+// invokeAwaited calls the host for an awaited call, which may park the run
+// (a *ParkRequest; only one call of a run parks at a time), and answers a
+// resumed parked call with its preset answer.
+func (r *run) invokeAwaited(ctx context.Context, c call) (extResult, *ParkRequest) {
+	if c.preset != nil {
+		return extResult{kind: extReturnValue, value: c.preset}, nil
+	}
+	if c.err != nil || r.ext == nil || r.park != nil {
+		return r.invoke(ctx, c), nil
+	}
+	var pr *ParkRequest
+	res := r.invokeWith(ctx, c, func(err error) bool { return errors.As(err, &pr) })
+	return res, pr
+}
+
+// invoke calls the host for one external call. A call asking to park that
+// cannot (a plain def external, a second park) raises RuntimeError.
 func (r *run) invoke(ctx context.Context, c call) (res extResult) {
+	return r.invokeWith(ctx, c, nil)
+}
+
+// invokeWith calls the host; when parks(err) reports true the error is a
+// park request and the result is not used.
+func (r *run) invokeWith(ctx context.Context, c call, parks func(error) bool) (res extResult) {
 	if c.err != nil {
 		return errResult("TypeError", fmt.Sprintf("%s(): %v", c.name, c.err))
 	}
@@ -119,6 +153,12 @@ func (r *run) invoke(ctx context.Context, c call) (res extResult) {
 	}()
 	v, err := r.ext(ctx, c.name, c.args, c.kwargs)
 	if err != nil {
+		if parks != nil && parks(err) {
+			return extResult{}
+		}
+		if _, ok := err.(*ParkRequest); ok || errors.As(err, new(*ParkRequest)) {
+			return errResult("RuntimeError", fmt.Sprintf("%s() can only be awaited once at a time, from an async def external declaration", c.name))
+		}
 		typ, msg := hostException(err)
 		return errResult(typ, msg)
 	}

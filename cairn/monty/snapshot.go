@@ -93,6 +93,9 @@ func isSuspension(kind int) bool {
 // else with a Feed, taking the snapshot at the first suspension when the
 // pool has none yet. It returns the first event to handle.
 func (r *run) start(ctx context.Context) (childEvent, error) {
+	if r.resume != nil {
+		return r.startResumed(ctx)
+	}
 	code := r.script.Code
 	snap, take := r.pool.snaps.get(code)
 	if snap != nil {

@@ -18,9 +18,9 @@ type Rememberer interface {
 	Remember(ctx context.Context, key, text string) error
 }
 
-// externals serves a script's external calls: remember from the run's
+// serve serves a script's external calls: remember from the run's
 // memory, every other name from the workspace.
-func (e *Executor) externals(ctx context.Context, name string, args []any, kwargs map[string]any) (any, error) {
+func (e *Executor) serve(ctx context.Context, name string, args []any, kwargs map[string]any) (any, error) {
 	if name != RememberExternal {
 		return e.cfg.Workspace.CallExternal(ctx, name, args, kwargs)
 	}

@@ -151,7 +151,7 @@ func (e *Executor) Context(ctx context.Context, tool string) ([]loop.ContextOutp
 	var outs []loop.ContextOutput
 	for _, p := range t.ContextProviders {
 		f := e.provs[p]
-		value, err := e.run(ctx, f, e.inputs(nil))
+		value, err := e.run(ctx, f, e.inputs(nil), false)
 		if err != nil {
 			var te *loop.ToolError
 			if errors.As(err, &te) {
@@ -194,7 +194,7 @@ func (e *Executor) Execute(ctx context.Context, tool string, args json.RawMessag
 			return nil, &loop.ToolError{Code: loop.CodeInvalidArgs, Message: "arguments must be a JSON object: " + err.Error()}
 		}
 	}
-	return e.run(ctx, f, e.inputs(modelArgs))
+	return e.run(ctx, f, e.inputs(modelArgs), true)
 }
 
 // ChangedFiles reports the files the run changed (the workspace's list).
@@ -215,7 +215,7 @@ func (e *Executor) inputs(modelArgs map[string]json.RawMessage) map[string]any {
 }
 
 // run executes one script and maps its outcome.
-func (e *Executor) run(ctx context.Context, f *pym.File, inputs map[string]any) (json.RawMessage, error) {
+func (e *Executor) run(ctx context.Context, f *pym.File, inputs map[string]any, canPark bool) (json.RawMessage, error) {
 	if missing := f.MissingInputs(inputs); len(missing) > 0 {
 		return nil, &loop.ToolError{
 			Code:    loop.CodeInvalidArgs,
@@ -223,9 +223,18 @@ func (e *Executor) run(ctx context.Context, f *pym.File, inputs map[string]any) 
 			Details: map[string]any{"missing": missing},
 		}
 	}
-	out, err := e.cfg.Sandbox.Run(ctx, f.Script, inputs, e.externals)
+	out, err := e.cfg.Sandbox.Run(ctx, f.Script, inputs, e.externals(canPark))
+	return e.finish(ctx, f, out, err)
+}
+
+// finish maps a sandbox outcome: a parked run becomes a *loop.ParkError.
+func (e *Executor) finish(ctx context.Context, f *pym.File, out monty.Outcome, err error) (json.RawMessage, error) {
 	if out.Output != "" {
 		e.log.Debug("tool output", "pym", f.Path, "output", out.Output, "truncated", out.OutputTruncated)
+	}
+	var pk *monty.Parked
+	if errors.As(err, &pk) {
+		return nil, e.parkError(e.toolName(f), f.Script.Code, pk)
 	}
 	if err != nil {
 		return nil, e.toolError(ctx, f, err)

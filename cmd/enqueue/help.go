@@ -19,7 +19,8 @@ Jobs:
         (the nearest folder with pyproject.toml or .git). The sha256 of each
         file sent is recorded in <root>/.fleet/jobs/<job-id>.json for accept.
         Flags: --max-turns N, --timeout D (how long to wait, default 10m),
-        --job-id ID, --msgpack, --no-progress, --no-record.
+        --job-id ID, --msgpack, --no-progress, --no-record, --park-timeout D
+        (how long the job may wait on a tool's question, enqueue answer).
         --teacher: a teacher run on the worker's remote teacher model
         (model.teacher); a worker without one dead-letters the job with
         QUEUE_008 (replay it once a worker has a teacher).
@@ -44,6 +45,11 @@ Jobs:
         worker, attempt, last update (oldest first).
   cancel <job-id> [--reason TEXT]
         Cancel a queued, scheduled or running job.
+  answer <job-id> <text | ->
+        Answer the question of a job waiting on a human (status waiting;
+        - reads the answer from stdin). Any worker serving the operation
+        resumes the run where it stopped. Refused (exit 5, nothing sent)
+        when the job is not waiting.
 
 Schedules (server-side, FLEET_RUNS):
   schedule add <name> <operation> <file.py> --every D | --cron EXPR [--node NAME | --line N]
@@ -152,9 +158,9 @@ Exit codes:
   2  usage error: bad flags or arguments, unreadable file, unknown node, bad configuration
   3  connection error or timeout: NATS unreachable, no fleet streams, --timeout passed
   4  job, dead letter or model not found
-  5  refused: accept/reject conflict (local files changed since the job was
-     enqueued, no local record, the diff does not apply, already reviewed);
-     model push of a version already stored or of a file that changed while
-     it was pushed
+  5  refused: answer to a job that is not waiting; accept/reject conflict
+     (local files changed since the job was enqueued, no local record, the
+     diff does not apply, already reviewed); model push of a version
+     already stored or of a file that changed while it was pushed
   130 interrupted while waiting (the job goes on: enqueue attach <job-id>)
 `

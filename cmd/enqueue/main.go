@@ -90,6 +90,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdStatus(cargs)
 	case "cancel":
 		err = c.cmdCancel(cargs)
+	case "answer":
+		err = c.cmdAnswer(cargs)
 	case "list":
 		err = c.cmdList(cargs)
 	case "accept":
@@ -287,6 +289,7 @@ func (c *cli) cmdRun(args []string) error {
 	asJSON := fs.Bool("json", false, "print newline-delimited JSON events, then the result")
 	noWait := fs.Bool("no-wait", false, "print the job id and exit once the job is queued")
 	maxTurns := fs.Int("max-turns", 0, "override the agent's turn limit")
+	parkTimeout := fs.Duration("park-timeout", 0, "how long the job may wait for a human's answer (enqueue answer); default: the worker's queue.park_timeout")
 	teacher := fs.Bool("teacher", false, "a teacher run: the job runs on the worker's remote teacher model (docs/TRAINING.md)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the result")
 	jobID := fs.String("job-id", "", "the job id (default: generated); the same id is never run twice")
@@ -307,13 +310,14 @@ func (c *cli) cmdRun(args []string) error {
 	if *node != "" && *line != 0 {
 		return fail(exitUsage, "give --node or --line, not both")
 	}
-	if *line < 0 || *maxTurns < 0 || *timeout <= 0 {
-		return fail(exitUsage, "--line and --max-turns must not be negative, --timeout must be positive")
+	if *line < 0 || *maxTurns < 0 || *timeout <= 0 || *parkTimeout < 0 || *parkTimeout%time.Millisecond != 0 {
+		return fail(exitUsage, "--line, --max-turns and --park-timeout must not be negative (--park-timeout in whole milliseconds), --timeout must be positive")
 	}
 	if !wire.ValidOperation(op) {
 		return fail(exitUsage, "operation %q: want 1-64 of a-z 0-9 _ - (for example lint, docstring, test, sample_data)", op)
 	}
-	req, notes, err := buildRequest(op, file, nodeSpec{name: *node, line: *line}, wire.RunOptions{MaxTurns: *maxTurns, Teacher: *teacher})
+	req, notes, err := buildRequest(op, file, nodeSpec{name: *node, line: *line}, wire.RunOptions{MaxTurns: *maxTurns, Teacher: *teacher,
+		ParkTimeoutMS: parkTimeout.Milliseconds()})
 	for _, n := range notes {
 		fmt.Fprintln(c.stderr, n)
 	}

@@ -22,12 +22,12 @@ func quick() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 30*time.Second)
 }
 
-var jobStates = []wire.JobState{wire.StateScheduled, wire.StateQueued, wire.StateRunning, wire.StateSucceeded,
+var jobStates = []wire.JobState{wire.StateScheduled, wire.StateQueued, wire.StateRunning, wire.StateWaiting, wire.StateSucceeded,
 	wire.StateFailed, wire.StateDead, wire.StateCanceled}
 
 func (c *cli) cmdList(args []string) error {
 	fs := c.subFlags("list", "list [--state S] [--operation OP] [--limit N] [--json]")
-	state := fs.String("state", "", "only jobs in state `S` (queued, running, succeeded, failed, dead, canceled)")
+	state := fs.String("state", "", "only jobs in state `S` (queued, running, waiting, succeeded, failed, dead, canceled)")
 	op := fs.String("operation", "", "only jobs of operation `OP`")
 	limit := fs.Int("limit", 0, "only the `N` most recently updated jobs (0 = all)")
 	asJSON := fs.Bool("json", false, "one JSON status record per line")
@@ -35,7 +35,7 @@ func (c *cli) cmdList(args []string) error {
 		return err
 	}
 	if *state != "" && !slices.Contains(jobStates, wire.JobState(*state)) {
-		return fail(exitUsage, "--state %q: want one of queued, running, succeeded, failed, dead, canceled", *state)
+		return fail(exitUsage, "--state %q: want one of queued, running, waiting, succeeded, failed, dead, canceled", *state)
 	}
 	if *limit < 0 {
 		return fail(exitUsage, "--limit must not be negative")

@@ -224,6 +224,12 @@ func (p *printer) status(jobID string, rec *wire.StatusRecord, res *wire.AgentRe
 		if rec.ScheduledAt != nil && rec.State == wire.StateScheduled {
 			fmt.Fprintf(p.w, "  scheduled for %s\n", rec.ScheduledAt.UTC().Format(time.RFC3339))
 		}
+		if rec.State == wire.StateWaiting {
+			fmt.Fprintf(p.w, "  asks: %s\n", capLine(rec.Question, 500))
+			if rec.Deadline != nil {
+				fmt.Fprintf(p.w, "  answer with: enqueue answer %s TEXT (before %s)\n", jobID, rec.Deadline.UTC().Format(time.RFC3339))
+			}
+		}
 		if rec.Code != "" || rec.Reason != "" {
 			fmt.Fprintf(p.w, "  %s %s\n", rec.Code, rec.Reason)
 		}

@@ -339,6 +339,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 		Logger:     log,
 		// PriorityStreak: config validated 1..10000.
 		PriorityStreak: cfg.Queue.PriorityStreak,
+		ParkTimeout:    cfg.Queue.ParkTimeout,
 	}
 	if wcfg.DrainGrace == 0 {
 		wcfg.DrainGrace = -1 // config: 0 = hand running jobs back at once

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -161,14 +162,35 @@ func (st scriptStep) toStep() (looptest.Step, error) {
 	return step, nil
 }
 
-// model returns a fresh model replaying the script for one job.
-func (s *script) model() loop.Model {
-	steps := append([]looptest.Step(nil), s.steps...)
-	steps = append(steps, looptest.Func(noopAnswer))
-	m := looptest.NewScripted(steps...)
-	m.RepeatLast = true
-	m.DiscardRequests = true
-	return m
+// model returns a fresh model replaying the script for one job. A job
+// resumed after it was parked on a question (its first request already
+// holds N assistant turns) goes on from step N+1, as the job would have
+// in one process.
+func (s *script) model() loop.Model { return &scriptModel{s: s} }
+
+// scriptModel starts its replay at the first request.
+type scriptModel struct {
+	s    *script
+	once sync.Once
+	m    *looptest.Scripted
+}
+
+// Complete implements loop.Model.
+func (sm *scriptModel) Complete(ctx context.Context, req *loop.Request) (*loop.Response, error) {
+	sm.once.Do(func() {
+		done := 0
+		for _, m := range req.Messages {
+			if m.Role == loop.RoleAssistant {
+				done++
+			}
+		}
+		steps := append([]looptest.Step(nil), sm.s.steps[min(done, len(sm.s.steps)):]...)
+		steps = append(steps, looptest.Func(noopAnswer))
+		sm.m = looptest.NewScripted(steps...)
+		sm.m.RepeatLast = true
+		sm.m.DiscardRequests = true
+	})
+	return sm.m.Complete(ctx, req)
 }
 
 func noopAnswer(_ context.Context, req *loop.Request) (*loop.Response, error) {

@@ -115,3 +115,18 @@ func FuzzParseScript(f *testing.F) {
 		}
 	})
 }
+
+// A job resumed after parking (its first request already holds a turn)
+// goes on with the step after that turn.
+func TestScriptResumedJobGoesOn(t *testing.T) {
+	s, err := parseScript([]byte("steps:\n  - call: ask\n  - call: second\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &loop.Request{Messages: []loop.Message{{Role: loop.RoleUser, Content: "node"},
+		{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{Name: "ask"}}}, {Role: loop.RoleTool, Content: "{}"}}}
+	r, err := s.model().Complete(context.Background(), req)
+	if err != nil || r.Message.ToolCalls[0].Name != "second" {
+		t.Fatalf("resumed: %+v %v", r, err)
+	}
+}

@@ -142,7 +142,7 @@ var sinceChoices = []struct {
 }{{"", "any time"}, {"5m", "last 5 minutes"}, {"1h", "last hour"}, {"24h", "last 24 hours"}, {"168h", "last 7 days"}}
 
 // allStates are the state filter's choices.
-var allStates = []wire.JobState{wire.StateQueued, wire.StateRunning, wire.StateSucceeded, wire.StateFailed, wire.StateDead, wire.StateCanceled}
+var allStates = []wire.JobState{wire.StateQueued, wire.StateRunning, wire.StateWaiting, wire.StateSucceeded, wire.StateFailed, wire.StateDead, wire.StateCanceled}
 
 // jobList is one page of the job list.
 type jobList struct {

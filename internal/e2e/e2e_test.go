@@ -144,6 +144,12 @@ monty:
 	if !strings.Contains(modelYAML, "nats:") {
 		cfg += fmt.Sprintf("nats:\n  embedded:\n    listen: 127.0.0.1:0\n    store_dir: %s/nats\n", dir)
 	}
+	return launchWorker(t, dir, bin, cfg)
+}
+
+// launchWorker writes the configuration cfg into dir and starts bin on it.
+func launchWorker(t *testing.T, dir, bin, cfg string) *worker {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "fleet.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -214,30 +214,14 @@ func (e *requestError) Unwrap() error { return e.err }
 // returns the shutdown cause as its error and stores nothing: the queue
 // hands the job back, it is not failed.
 func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
+	if rs := queue.ResumeOf(ctx); rs != nil {
+		return p.resume(ctx, req, rs, events)
+	}
 	log := p.cfg.Logger.With("job", req.JobID, "operation", req.Operation)
-	agent, ok := p.agent(req.Operation)
-	if !ok {
-		return failed(wire.CodeUnknownOperation, fmt.Sprintf("no agent serves operation %q", req.Operation)), nil
+	ja, out, err := p.setup(req)
+	if out != nil || err != nil {
+		return out, err
 	}
-	// A canary share runs a copy of the definition on the canary's model.
-	def, canary := agent.Def.ForJob(req.JobID)
-	model, teacher, err := p.pickModel(req, def)
-	if errors.Is(err, ErrModelUnavailable) {
-		log.Warn("model unavailable; job failed", "err", err)
-		out := failed(wire.CodeModelUnavailable, err.Error())
-		// What the agent asked for: nothing was resolved, so no digests.
-		mi := wire.ModelInfo{Backend: p.modelInfo(def, nil).Backend, Name: def.Model, Adapter: def.Adapter}
-		out.Model = &mi
-		return out, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	runner, def, err := p.runnerFor(req, def)
-	if err != nil {
-		return failed(wire.CodeInvalidRequest, err.Error()), nil
-	}
-
 	dir := JobDir(p.cfg.WorkspaceDir, req.JobID)
 	ws, err := p.prepare(ctx, dir, req)
 	if err != nil {
@@ -250,9 +234,68 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	}
 	defer ws.close()
 
-	mem := p.memoryRun(req, def, log)
+	mem := p.memoryRun(req, ja.def, log)
+	in, err := p.input(req, ja, ws, events, log, mem)
+	if err != nil {
+		return nil, err
+	}
+	in.Context = mem.Recall(ctx)
+	log.Debug("run starting", "workspace", ws.overlay.Path(), "files", len(req.Files))
+	res, err := ja.runner.Run(ctx, in)
+	if err != nil {
+		// The input is unusable: the agent's template does not render for
+		// this node, or the definition lacks submit_result. Retrying cannot
+		// help; the job fails.
+		return failed(wire.CodeInvalidRequest, "cannot run the agent: "+err.Error()), nil
+	}
+	return p.ended(ctx, dir, req, ja, ws, mem, res, log)
+}
+
+// jobAgent is what runs a job: its agent (a canary share runs a copy of
+// the definition on the canary's model), the model and the runner with
+// the request's options.
+type jobAgent struct {
+	agent  Agent
+	def    *agents.Definition
+	canary bool
+	model  loop.Model
+	// teacher: the model is the worker's remote teacher (pickModel).
+	teacher bool
+	runner  *loop.Runner
+}
+
+// setup finds the job's agent, its model and the runner with the
+// request's options; out is set when the request cannot run.
+func (p *Processor) setup(req *wire.RunRequest) (*jobAgent, *queue.Outcome, error) {
+	agent, ok := p.agent(req.Operation)
+	if !ok {
+		return nil, failed(wire.CodeUnknownOperation, fmt.Sprintf("no agent serves operation %q", req.Operation)), nil
+	}
+	ja := &jobAgent{agent: agent}
+	ja.def, ja.canary = agent.Def.ForJob(req.JobID)
+	var err error
+	ja.model, ja.teacher, err = p.pickModel(req, ja.def)
+	if errors.Is(err, ErrModelUnavailable) {
+		p.cfg.Logger.Warn("model unavailable; job failed", "job", req.JobID, "err", err)
+		out := failed(wire.CodeModelUnavailable, err.Error())
+		// What the agent asked for: nothing was resolved, so no digests.
+		mi := wire.ModelInfo{Backend: p.modelInfo(ja.def, nil).Backend, Name: ja.def.Model, Adapter: ja.def.Adapter}
+		out.Model = &mi
+		return nil, out, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if ja.runner, ja.def, err = p.runnerFor(req, ja.def); err != nil {
+		return nil, failed(wire.CodeInvalidRequest, err.Error()), nil
+	}
+	return ja, nil, nil
+}
+
+// input is the loop's input for the job's run in ws.
+func (p *Processor) input(req *wire.RunRequest, ja *jobAgent, ws *workspace, events loop.EventSink, log *slog.Logger, mem *memory.Run) (loop.Input, error) {
 	exec, err := toolexec.New(toolexec.Config{
-		Definition: def,
+		Definition: ja.def,
 		Sandbox:    p.cfg.Sandbox,
 		Workspace:  ws.overlay,
 		Node:       agents.Node(req.Node),
@@ -260,33 +303,34 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 		Memory:     rememberer(mem),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jobrun: tools of %s: %w", req.Operation, err)
+		return loop.Input{}, fmt.Errorf("jobrun: tools of %s: %w", req.Operation, err)
 	}
-	log.Debug("run starting", "workspace", ws.overlay.Path(), "files", len(req.Files))
-	res, err := runner.Run(ctx, loop.Input{
-		Agent:       def,
+	return loop.Input{
+		Agent:       ja.def,
 		Node:        agents.Node(req.Node),
 		WorkspaceID: ws.overlay.ID(),
-		Model:       model,
+		Model:       ja.model,
 		Tools:       exec,
 		Events:      events,
-		Context:     mem.Recall(ctx),
-	})
-	if err != nil {
-		// The input is unusable: the agent's template does not render for
-		// this node, or the definition lacks submit_result. Retrying cannot
-		// help; the job fails.
-		return failed(wire.CodeInvalidRequest, "cannot run the agent: "+err.Error()), nil
-	}
+	}, nil
+}
+
+// ended turns a run's result into the job's outcome: a run parked on a
+// question parks the job (park.go); any other result gets the workspace's
+// changes and diff, and the job is stored.
+func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest, ja *jobAgent, ws *workspace, mem *memory.Run, res *loop.Result, log *slog.Logger) (*queue.Outcome, error) {
 	if cause := context.Cause(ctx); errors.Is(cause, queue.ErrShutdown) {
 		return nil, cause // handed back: it runs again, nothing is stored
+	}
+	if res.Parked != nil {
+		return p.park(ctx, req, ws, mem, res, log)
 	}
 
 	// The run's context may be over (deadline, cancel): the changes are
 	// still read, under a short deadline of their own.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	out := &queue.Outcome{Result: *res, Transcript: p.transcript(agent, def, canary, model, teacher, res)}
+	out := &queue.Outcome{Result: *res, Transcript: p.transcript(ja.agent, ja.def, ja.canary, ja.model, ja.teacher, res)}
 	out.Model = &out.Transcript.Model
 	out.Result.Messages, out.Result.Tools = nil, nil
 	changed, err := ws.overlay.ChangedFiles(dctx)

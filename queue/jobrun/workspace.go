@@ -74,9 +74,6 @@ func (w *workspace) close() {
 // per Processor), so that a worker that cannot store jobs fails them
 // before running them.
 func (p *Processor) prepare(ctx context.Context, dir string, req *wire.RunRequest) (*workspace, error) {
-	if _, err := p.jobStore(ctx); err != nil {
-		return nil, err
-	}
 	files := make(map[string][]byte, len(req.Files)+1)
 	for path, c := range req.Files {
 		files[path] = []byte(c)
@@ -85,6 +82,15 @@ func (p *Processor) prepare(ctx context.Context, dir string, req *wire.RunReques
 		if _, ok := files[fp]; !ok {
 			files[fp] = []byte(req.Node.Text)
 		}
+	}
+	return p.prepareFiles(ctx, dir, req, files)
+}
+
+// prepareFiles builds the job's in-memory workspace with a stable holding
+// files.
+func (p *Processor) prepareFiles(ctx context.Context, dir string, req *wire.RunRequest, files map[string][]byte) (*workspace, error) {
+	if _, err := p.jobStore(ctx); err != nil {
+		return nil, err
 	}
 	ws := &workspace{created: time.Now().UTC()}
 	ok := false

@@ -189,7 +189,7 @@ func (j *JetStream) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
 	if !wire.ValidJobID(d.JobID) {
 		return nil, fmt.Errorf("ledger: claim: invalid job id %q", wire.Clip(d.JobID))
 	}
-	if d.Attempt <= 1 {
+	if d.Attempt <= 1 && resumeOf(d) == 0 {
 		// First delivery: create the lease record (revision 0). When that
 		// stands no attempt ever held the job, so it has no result; the
 		// client's record is read for a cancel: in the same round trip on
@@ -223,7 +223,10 @@ func (j *JetStream) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
 		if err != nil {
 			return nil, err
 		}
-		if cur != nil && cur.Seq != 0 && cur.Seq != d.Seq {
+		if err := checkWaiting(d, cur); err != nil {
+			return nil, err
+		}
+		if cur != nil && cur.State != wire.StateWaiting && cur.Seq != 0 && cur.Seq != d.Seq {
 			// Another request message of this job id holds (or held) it.
 			// While that message is still queued it will produce the
 			// job's result: this copy is a duplicate.

@@ -73,6 +73,10 @@ type StreamsConfig struct {
 	MaxAckPending int
 	// MaxWaiting caps waiting pull requests per consumer (one per idle slot).
 	MaxWaiting int
+	// ParkedMaxBytes caps one parked run's state in fleet_parked (§20);
+	// a run whose state is larger fails instead of parking.
+	// 0 = DefaultParkedMaxBytes.
+	ParkedMaxBytes int64
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -99,9 +103,10 @@ func (c *StreamsConfig) Validate() error {
 			return fmt.Errorf("%w: %s must not be negative, got %s", ErrInvalidConfig, name, d)
 		}
 	}
-	if c.RunsMaxBytes < 0 || c.RunsMaxMsgs < 0 || c.MaxAckPending < 0 || c.MaxWaiting < 0 {
-		return fmt.Errorf("%w: RunsMaxBytes, RunsMaxMsgs, MaxAckPending and MaxWaiting must not be negative", ErrInvalidConfig)
+	if c.RunsMaxBytes < 0 || c.RunsMaxMsgs < 0 || c.MaxAckPending < 0 || c.MaxWaiting < 0 || c.ParkedMaxBytes < 0 {
+		return fmt.Errorf("%w: RunsMaxBytes, RunsMaxMsgs, MaxAckPending, MaxWaiting and ParkedMaxBytes must not be negative", ErrInvalidConfig)
 	}
+	c.ParkedMaxBytes = cmp.Or(c.ParkedMaxBytes, DefaultParkedMaxBytes)
 	if c.MaxDeliver < -1 {
 		return fmt.Errorf("%w: MaxDeliver must be >= -1, got %d", ErrInvalidConfig, c.MaxDeliver)
 	}
@@ -154,6 +159,8 @@ type Streams struct {
 	Status jetstream.KeyValue
 	// Unique is the fleet_unique bucket of uniqueness keys.
 	Unique jetstream.KeyValue
+	// Parked is the fleet_parked Object Store of parked runs.
+	Parked jetstream.ObjectStore
 	// Models is the fleet_models Object Store bucket of models and LoRA
 	// adapters (inference/modelstore reads and writes it).
 	Models jetstream.ObjectStore
@@ -212,7 +219,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		AllowDirect: true,
 	}
 	if s.Schedules {
-		runsCfg.Subjects = append(runsCfg.Subjects, wire.SubjectSchedulePrefix+">")
+		runsCfg.Subjects = append(runsCfg.Subjects, wire.SubjectSchedulePrefix+">", wire.SubjectParkTimeoutPrefix+">")
 		runsCfg.Discard, runsCfg.AllowMsgSchedules, runsCfg.AllowRollup = jetstream.DiscardOld, true, true
 	}
 	if s.Runs, err = js.CreateOrUpdateStream(ctx, runsCfg); err != nil {
@@ -295,6 +302,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		Replicas:    replicas(ctx, js, "OBJ_"+wire.BucketModels, cfg.Replicas),
 	}); err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketModels, err)
+	}
+	if s.Parked, err = ensureParked(ctx, js, cfg, storage); err != nil {
+		return nil, err
 	}
 	if s.Memory, err = ensureMemory(ctx, js, cfg, storage); err != nil {
 		return nil, err

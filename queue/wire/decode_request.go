@@ -320,7 +320,7 @@ var requestSchema = &msgpackSchema{
 			"file_path": kindString, "text": kindString}},
 		"files": {kinds: map[string]string{"*": kindString}},
 		"options": {kinds: map[string]string{"max_turns": kindInteger, "step_timeout_ms": kindInteger,
-			"total_timeout_ms": kindInteger, "tool_timeout_ms": kindInteger, "teacher": kindBoolean}},
+			"total_timeout_ms": kindInteger, "tool_timeout_ms": kindInteger, "park_timeout_ms": kindInteger, "teacher": kindBoolean}},
 	},
 }
 

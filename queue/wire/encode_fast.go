@@ -137,7 +137,7 @@ var (
 		"prompt_ns/Duration completion_ns/Duration"
 	fastStatusFields = "job_id/string operation,omitempty/string state/JobState worker,omitempty/string " +
 		"attempt,omitempty/int code,omitempty/ErrorCode reason,omitempty/string seq,omitempty/uint64 " +
-		"scheduled_at,omitempty/*Time priority,omitempty/Priority updated_at/Time"
+		"scheduled_at,omitempty/*Time question,omitempty/string park,omitempty/uint64 deadline,omitempty/*Time priority,omitempty/Priority updated_at/Time"
 	fastResultFields = "version/int job_id/string operation/string state/JobState status/Status " +
 		"workspace_id/string changed_files/[]string summary/string details,omitempty/ " +
 		"error,omitempty/string error_code,omitempty/ErrorCode turns/int tool_calls/int usage/Usage " +
@@ -218,6 +218,20 @@ func appendStatusJSON(dst []byte, r *StatusRecord) (_ []byte, ok bool) {
 	if r.ScheduledAt != nil {
 		dst = append(dst, `,"scheduled_at":`...)
 		if dst, ok = appendJSONTime(dst, *r.ScheduledAt); !ok {
+			return dst, false
+		}
+	}
+	if r.Question != "" {
+		dst = append(dst, `,"question":`...)
+		dst = appendJSONString(dst, r.Question)
+	}
+	if r.Park != 0 {
+		dst = append(dst, `,"park":`...)
+		dst = strconv.AppendUint(dst, r.Park, 10)
+	}
+	if r.Deadline != nil {
+		dst = append(dst, `,"deadline":`...)
+		if dst, ok = appendJSONTime(dst, *r.Deadline); !ok {
 			return dst, false
 		}
 	}

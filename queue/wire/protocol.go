@@ -243,6 +243,9 @@ type RunOptions struct {
 	TotalTimeoutMS int64 `json:"total_timeout_ms,omitempty" msgpack:"total_timeout_ms,omitempty"`
 	// ToolTimeoutMS bounds one tool call, in milliseconds.
 	ToolTimeoutMS int64 `json:"tool_timeout_ms,omitempty" msgpack:"tool_timeout_ms,omitempty"`
+	// ParkTimeoutMS bounds how long the run may wait for a human's answer
+	// (§20), in milliseconds; 0 = the worker's default.
+	ParkTimeoutMS int64 `json:"park_timeout_ms,omitempty" msgpack:"park_timeout_ms,omitempty"`
 	// Teacher runs the job on the worker's remote teacher model instead of
 	// its local one (docs/TRAINING.md); a worker without a teacher refuses
 	// the job with CodeNoTeacher.
@@ -335,6 +338,11 @@ type StatusRecord struct {
 	Seq uint64 `json:"seq,omitempty"`
 	// ScheduledAt is when a scheduled job is due (state scheduled, §12.3).
 	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
+	// Question, Park and Deadline describe a waiting job (§20): what it
+	// asks, the park id an answer names, and when it times out.
+	Question string     `json:"question,omitempty"`
+	Park     uint64     `json:"park,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
 	// Priority is the request's priority (protocol 1.8, §19); absent on
 	// records of older clients and workers, which is normal.
 	Priority Priority `json:"priority,omitempty"`

@@ -156,7 +156,7 @@ func (r *RunRequest) Validate() error {
 	for _, t := range []struct {
 		name string
 		v    int64
-	}{{"options.step_timeout_ms", o.StepTimeoutMS}, {"options.total_timeout_ms", o.TotalTimeoutMS}, {"options.tool_timeout_ms", o.ToolTimeoutMS}} {
+	}{{"options.step_timeout_ms", o.StepTimeoutMS}, {"options.total_timeout_ms", o.TotalTimeoutMS}, {"options.tool_timeout_ms", o.ToolTimeoutMS}, {"options.park_timeout_ms", o.ParkTimeoutMS}} {
 		if t.v < 0 || t.v > MaxTimeoutMS {
 			return Invalid(t.name, "%d is outside 0..%d", t.v, MaxTimeoutMS)
 		}

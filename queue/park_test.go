@@ -1,0 +1,241 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/internal/testutil"
+	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
+)
+
+// parkProc parks every new job (with a state of its node's name, a
+// question, and a state of stateBytes bytes for node "big") and ends a
+// resumed one with the answer and the state it got back.
+type parkProc struct {
+	mu      sync.Mutex
+	resumed []string
+}
+
+func (p *parkProc) Process(ctx context.Context, req *wire.RunRequest, _ loop.EventSink) (*queue.Outcome, error) {
+	if r := queue.ResumeOf(ctx); r != nil {
+		p.mu.Lock()
+		p.resumed = append(p.resumed, req.JobID)
+		p.mu.Unlock()
+		return &queue.Outcome{Result: loop.Result{Status: loop.StatusSuccess, ChangedFiles: []string{}, Details: map[string]any{},
+			Summary: r.Answer + "|" + string(r.State)}}, nil
+	}
+	state := []byte("state of " + req.Node.Name)
+	if req.Node.Name == "big" {
+		state = make([]byte, 4096)
+	}
+	return &queue.Outcome{Park: &queue.Park{Question: "ok for " + req.Node.Name + "?", State: state}}, nil
+}
+
+type parkEnv struct {
+	t      *testing.T
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	client *client.Client
+	proc   *parkProc
+}
+
+func newParkEnv(t *testing.T) *parkEnv {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	env := &parkEnv{t: t, proc: &parkProc{}}
+	wnc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wnc.Close)
+	w, err := queue.NewWorker(queue.Config{
+		Conn: wnc, Operations: []string{"lint"}, Slots: 1, Name: "park-test",
+		NewProcessor: func(int) (queue.Processor, error) { return env.proc, nil },
+		PullExpiry:   200 * time.Millisecond, DrainGrace: time.Second,
+		Streams: ledger.StreamsConfig{Memory: true, ParkedMaxBytes: 1024},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Stop(); err != nil {
+			t.Errorf("worker stop: %v", err)
+		}
+	})
+	if env.nc, err = srv.Connect(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.nc.Close)
+	if env.js, err = jetstream.New(env.nc); err != nil {
+		t.Fatal(err)
+	}
+	if env.client, err = client.NewClient(env.nc, client.ClientOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func (e *parkEnv) runsCount() uint64 {
+	e.t.Helper()
+	st, err := e.js.Stream(context.Background(), wire.StreamRuns)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// publishResume publishes a resume request with the given headers.
+func (e *parkEnv) publishResume(jobID string, h nats.Header) {
+	e.t.Helper()
+	if _, err := e.js.PublishMsg(timeout(e.t), &nats.Msg{Subject: wire.RunSubject("lint"), Header: h, Data: wire.ResumeBody(jobID, "lint")}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// A parked job waits with its question; stray resume requests (a stale
+// park id, malformed headers) and a second copy of its request change
+// nothing; the answer resumes it with its state; a second answer is
+// refused before anything is published.
+func TestParkAnswerResume(t *testing.T) {
+	env := newParkEnv(t)
+	ctx := timeout(t)
+	if _, err := env.client.Enqueue(ctx, request("p-1", "f")); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, env.client, "p-1", wire.StateWaiting)
+	if rec.Question != "ok for f?" || rec.Park == 0 || rec.Deadline == nil || time.Until(*rec.Deadline) < 50*time.Minute {
+		t.Fatalf("waiting record %+v", rec)
+	}
+	// Strays: a resume for another park, malformed resumes, the request
+	// again (no dedupe id).
+	h, _ := wire.ResumeHeader(rec.Park+1000, "no")
+	env.publishResume("p-1", h)
+	env.publishResume("p-1", nats.Header{wire.HeaderResume: {"x"}, wire.HeaderAnswer: {`"a"`}})
+	env.publishResume("p-1", nats.Header{wire.HeaderResume: {"7"}, wire.HeaderAnswer: {"not json"}})
+	m, err := wire.NewRequestMsg(request("p-1", "f"), wire.JSON, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Header.Del(wire.HeaderMsgID)
+	if _, err := env.js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "strays settled", func() bool { return env.runsCount() == 1 }) // the timeout schedule
+	if rec := waitState(t, env.client, "p-1", wire.StateWaiting); rec.Park == 0 {
+		t.Fatal("lost the park")
+	}
+	if _, err := env.client.Result(ctx, "p-1"); !errors.Is(err, client.ErrNoResult) {
+		t.Fatalf("a stray ended the job: %v", err)
+	}
+
+	a, err := env.client.Answer(ctx, "p-1", "yes\nreally")
+	if err != nil || a.Question != "ok for f?" {
+		t.Fatalf("answer: %+v %v", a, err)
+	}
+	res, err := env.client.Wait(ctx, "p-1")
+	if err != nil || res.State != wire.StateSucceeded || res.Summary != "yes\nreally|state of f" {
+		t.Fatalf("result %+v %v", res, err)
+	}
+	if _, err := env.client.Answer(ctx, "p-1", "again"); !errors.Is(err, client.ErrNotWaiting) {
+		t.Fatalf("second answer: %v", err)
+	}
+	if _, err := env.client.Answer(ctx, "p-unknown", "x"); !errors.Is(err, client.ErrJobNotFound) {
+		t.Fatalf("unknown job: %v", err)
+	}
+	if _, err := env.client.Answer(ctx, "p-1", strings.Repeat("x", wire.MaxAnswerBytes+1)); !errors.Is(err, wire.ErrInvalidRequest) {
+		t.Fatalf("long answer: %v", err)
+	}
+	waitFor(t, "timeout schedule removed", func() bool { return env.runsCount() == 0 })
+	obs, err := env.js.ObjectStore(ctx, wire.BucketParked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.GetInfo(ctx, "p-1"); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Fatalf("parked state left: %v", err)
+	}
+	env.proc.mu.Lock()
+	defer env.proc.mu.Unlock()
+	if len(env.proc.resumed) != 1 {
+		t.Fatalf("resumed %v", env.proc.resumed)
+	}
+}
+
+// A state over the bucket's cap fails the job with AGENT_011 (nothing
+// parked); a parked state that is gone when the answer comes fails it
+// with AGENT_011 too; a request whose park timeout outlives the results
+// is refused.
+func TestParkBadStates(t *testing.T) {
+	env := newParkEnv(t)
+	ctx := timeout(t)
+	if _, err := env.client.Enqueue(ctx, request("p-big", "big")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := env.client.Wait(ctx, "p-big")
+	if err != nil || res.State != wire.StateFailed || res.ErrorCode != wire.ErrorCode(loop.ErrCodeParkState) || !strings.Contains(res.Error, "4096 bytes, over the 1024-byte cap") {
+		t.Fatalf("big state: %+v %v", res, err)
+	}
+
+	if _, err := env.client.Enqueue(ctx, request("p-gone", "f")); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, env.client, "p-gone", wire.StateWaiting)
+	obs, err := env.js.ObjectStore(ctx, wire.BucketParked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.Delete(ctx, "p-gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.Answer(ctx, "p-gone", "yes"); err != nil {
+		t.Fatal(err)
+	}
+	res, err = env.client.Wait(ctx, "p-gone")
+	if err != nil || res.State != wire.StateFailed || res.ErrorCode != wire.ErrorCode(loop.ErrCodeParkState) {
+		t.Fatalf("gone state: %+v %v", res, err)
+	}
+
+	req := request("p-long", "f")
+	req.Options.ParkTimeoutMS = (24 * time.Hour).Milliseconds() // = the results' max age
+	if _, err := env.client.Enqueue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	res, err = env.client.Wait(ctx, "p-long")
+	if err != nil || res.State != wire.StateDead || !strings.Contains(res.Error, "park_timeout_ms") {
+		t.Fatalf("long park timeout: %+v %v", res, err)
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, what, func() error {
+		if !ok() {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+}
