@@ -135,13 +135,23 @@ func BenchmarkPeer(b *testing.B) {
 		defer be.Close()
 		backends[bs] = be
 	}
-	fleetRun := func(be *llama.Backend, msgs []loop.Message) loop.Usage {
+	// One slot per backend for all rounds, as a worker keeps its slots:
+	// a new slot per round would make fleet's prefill pay the first touch
+	// of its context's KV cache and compute buffer pages every round,
+	// which ollama's long-lived runner does not. Each round's prompt
+	// differs from its fourth token on, so only that prefix is reused
+	// (and not counted as prefilled).
+	slots := map[*llama.Backend]*llama.Slot{}
+	for _, be := range backends {
 		slot, err := be.NewSlot()
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer slot.Close()
-		resp, err := slot.Complete(ctx, &loop.Request{Messages: msgs})
+		slots[be] = slot
+	}
+	fleetRun := func(be *llama.Backend, msgs []loop.Message) loop.Usage {
+		resp, err := slots[be].Complete(ctx, &loop.Request{Messages: msgs})
 		if err != nil {
 			var bad *loop.InvalidResponseError
 			if !errors.As(err, &bad) {
