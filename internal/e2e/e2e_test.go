@@ -144,6 +144,12 @@ monty:
 	if !strings.Contains(modelYAML, "nats:") {
 		cfg += fmt.Sprintf("nats:\n  embedded:\n    listen: 127.0.0.1:0\n    store_dir: %s/nats\n", dir)
 	}
+	return startWorkerConfig(t, dir, bin, cfg)
+}
+
+// startWorkerConfig starts bin in dir with the whole configuration cfg.
+func startWorkerConfig(t *testing.T, dir, bin, cfg string) *worker {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "fleet.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
