@@ -140,8 +140,9 @@ func TestRolloutToDataset(t *testing.T) {
 	}
 
 	// Version 1 of the lint agent on tiny@1, pushed before the workers
-	// start (they serve only pushed agents); the model once they run. A few turns: the random weights call tools at random, and a
-	// run that reaches its turn limit is not exported.
+	// start (they serve only pushed agents); the model once they run.
+	// A few turns: the random weights call tools at random, and a run
+	// that reaches its turn limit is not exported.
 	src := filepath.Join(dir, "agents")
 	agentWithModel(t, src, "lint", "tiny@1", "")
 	yamlPath := filepath.Join(src, "lint", "agent.yaml")
@@ -169,12 +170,12 @@ func TestRolloutToDataset(t *testing.T) {
 		t.Fatalf("model push: %s", out)
 	}
 
-	// phase enqueues the jobs at once (both idle workers pull), then
-	// waits for each result.
-	// calls counts each job's model calls from its events: answers used
+	// calls counts a job's model calls from its events: answers used
 	// (model_output) and answers refused (invalid_response).
 	type calls struct{ used, refused int }
 	jobCalls := map[string]calls{}
+	// phase enqueues the jobs at once (both idle workers pull), then
+	// waits for each result.
 	phase := func() []wire.AgentResult {
 		t.Helper()
 		var ids []string
@@ -264,7 +265,7 @@ func TestRolloutToDataset(t *testing.T) {
 
 	// The transcripts say which runs export keeps: not those that reached
 	// the turn limit (their last prompt offered submit_result alone).
-	all := append(first, second...)
+	all := slices.Concat(first, second)
 	kept := map[string]wire.AgentResult{}
 	var keptOrder []string
 	for _, r := range all {
@@ -370,6 +371,9 @@ func TestRolloutToDataset(t *testing.T) {
 		delete(kept, id)
 		if rec.Fleet.Model != *r.Model || rec.Fleet.AgentDigest != r.AgentDigest || rec.Fleet.State != r.State {
 			t.Fatalf("record of %s: %+v, result %+v", id, rec.Fleet, r)
+		}
+		if v2 := strings.Contains(rec.Text, "You are a careful Python linting specialist."); v2 != (r.AgentVersion == 2) {
+			t.Fatalf("job %s of agent version %d: the record has the version 2 system prompt: %v", id, r.AgentVersion, v2)
 		}
 		wantVerdict := wire.Verdict("")
 		switch {
