@@ -234,6 +234,10 @@ type Model struct {
 	CacheDir string `yaml:"cache_dir"`
 	// FetchTimeout bounds one model fetch from the store. Default 10m.
 	FetchTimeout time.Duration `yaml:"fetch_timeout"`
+	// PromptLog, when set, is a file the llama backend appends every
+	// prompt it tokenizes to, one JSON object a line (for audits and the
+	// end-to-end test of dataset export). Default "" = off.
+	PromptLog string `yaml:"prompt_log"`
 	// Remote configures the remote backend.
 	Remote Remote `yaml:"remote"`
 	// Scripted configures the scripted backend.

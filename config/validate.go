@@ -316,6 +316,9 @@ func (m *Model) validate(k *checker) {
 		k.add("model.cache_dir", "names a file, not a directory: %s", m.CacheDir)
 	}
 	k.positive("model.fetch_timeout", m.FetchTimeout)
+	if m.PromptLog != "" && m.Backend != BackendLlama {
+		k.add("model.prompt_log", "is only written by model.backend: %s, got %s", BackendLlama, m.Backend)
+	}
 	if m.Temperature < 0 {
 		k.add("model.temperature", "must be >= 0, got %g", m.Temperature)
 	}

@@ -4,9 +4,13 @@ package main
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -27,11 +31,23 @@ type llamaBackend struct {
 	b      *llama.Backend
 	path   string
 	models *modelResolver
+	// prompts is model.prompt_log, nil when off.
+	prompts *promptLog
 }
 
 func newLlamaBackend(cfg *config.Config, log *slog.Logger) (backend, error) {
 	m := cfg.Model
+	var prompts *promptLog
+	var onPrompt func(llama.ModelRef, string)
+	if m.PromptLog != "" {
+		var err error
+		if prompts, err = openPromptLog(m.PromptLog); err != nil {
+			return nil, err
+		}
+		onPrompt = prompts.write
+	}
 	b, err := llama.New(llama.Config{
+		OnPrompt:      onPrompt,
 		Model:         llama.ModelRef{Path: m.Path},
 		ContextSize:   m.ContextSize,
 		BatchSize:     m.BatchSize,
@@ -48,9 +64,12 @@ func newLlamaBackend(cfg *config.Config, log *slog.Logger) (backend, error) {
 		},
 	})
 	if err != nil {
+		if prompts != nil {
+			_ = prompts.Close()
+		}
 		return nil, err
 	}
-	return &llamaBackend{b: b, path: m.Path, models: newModelResolver(cfg, log)}, nil
+	return &llamaBackend{b: b, path: m.Path, models: newModelResolver(cfg, log), prompts: prompts}, nil
 }
 
 func (l *llamaBackend) Describe() []any {
@@ -107,7 +126,57 @@ func (l *llamaBackend) ModelInfo(d *agents.Definition) wire.ModelInfo {
 
 func (l *llamaBackend) useModelStore(js jetstream.JetStream) error { return l.models.useStore(js) }
 
-func (l *llamaBackend) Close() error { return l.b.Close() }
+func (l *llamaBackend) Close() error {
+	err := l.b.Close()
+	if l.prompts != nil {
+		err = errors.Join(err, l.prompts.Close())
+	}
+	return err
+}
+
+// promptLog appends the prompts the backend tokenizes to model.prompt_log,
+// one JSON object a line.
+type promptLog struct {
+	mu  sync.Mutex
+	f   *os.File
+	err error // the first write error; later prompts are not written
+}
+
+func openPromptLog(path string) (*promptLog, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("model.prompt_log: %w", err)
+	}
+	return &promptLog{f: f}, nil
+}
+
+// promptRecord is one line of model.prompt_log (docs/CONFIG.md).
+type promptRecord struct {
+	Time    time.Time `json:"time"`
+	Model   string    `json:"model"`
+	Adapter string    `json:"adapter,omitempty"`
+	Text    string    `json:"text"`
+}
+
+func (p *promptLog) write(ref llama.ModelRef, text string) {
+	line, err := json.Marshal(promptRecord{Time: time.Now().UTC(), Model: ref.Path, Adapter: ref.LoRA, Text: text})
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == nil {
+		// One write a line: a reader sees whole lines.
+		_, p.err = p.f.Write(append(line, '\n'))
+	}
+}
+
+// Close closes the file; it returns the first write error, if any.
+func (p *promptLog) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return errors.Join(p.err, p.f.Close())
+}
 
 // describeRef names a resolved model and adapter for an error.
 func describeRef(mi wire.ModelInfo) string {

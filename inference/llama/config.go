@@ -64,6 +64,12 @@ type Config struct {
 	// many tokens inside a string only the closing <escape> is allowed.
 	// 0 = 48.
 	MaxStringTokens int
+	// OnPrompt, when set, is called with every prompt a slot tokenizes:
+	// the rendered text (without <bos>, which the tokenizer adds) exactly
+	// as its segments were tokenized, before the model call decodes it. It
+	// is called from the slot's goroutine, one slot at a time per slot;
+	// slots call it concurrently.
+	OnPrompt func(ref ModelRef, text string)
 }
 
 // Sampling is the sampler's configuration. Every parameter is applied by

@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	ollamallama "github.com/ollama/ollama/llama"
 
+	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/internal/gguf"
 	"github.com/agentfleet/fleet/loop"
 )
@@ -172,6 +174,50 @@ func TestCompleteLenient(t *testing.T) {
 	case loop.FinishStop, loop.FinishLength, loop.FinishToolCalls:
 	default:
 		t.Fatalf("finish %q", resp.FinishReason)
+	}
+}
+
+// Config.OnPrompt sees each prompt as rendered and tokenized, with the
+// model it goes to: the FunctionGemma text of the request (the same
+// tokens as tokenizePrompt, <bos> aside).
+func TestOnPrompt(t *testing.T) {
+	t.Parallel()
+	type seen struct {
+		ref  ModelRef
+		text string
+	}
+	var got []seen
+	bd := setup(t, func(c *Config) {
+		c.OnPrompt = func(ref ModelRef, text string) { got = append(got, seen{ref, text}) }
+	})
+	req := baseRequest()
+	if _, err := bd.slot.Complete(context.Background(), req); err != nil && !errors.Is(err, loop.ErrInvalidResponse) {
+		t.Fatal(err)
+	}
+	want, err := functiongemma.Render(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ref != (ModelRef{Path: tinyModel}) || got[0].text != want {
+		t.Fatalf("OnPrompt saw %+v, want one call with\n%q", got, want)
+	}
+	m, err := bd.b.model(tinyModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromText, err := m.m.Tokenize(want, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, err := tokenizePrompt(m, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.addBOS {
+		toks = toks[1:]
+	}
+	if !slices.Equal(toks, fromText) {
+		t.Fatalf("the text OnPrompt saw tokenizes to %d tokens, the prompt is %d", len(fromText), len(toks))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -174,7 +175,14 @@ func (s *Slot) complete(ctx context.Context, ref ModelRef, req *loop.Request) (*
 	if err != nil {
 		return nil, err
 	}
-	prompt, err := tokenizePrompt(k.model, req)
+	segs, err := functiongemma.RenderSegments(req)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.OnPrompt != nil {
+		s.cfg.OnPrompt(ref, joinSegments(segs))
+	}
+	prompt, err := tokenizeSegments(k.model, segs)
 	if err != nil {
 		return nil, err
 	}
@@ -248,6 +256,20 @@ func tokenizePrompt(m *model, req *loop.Request) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	return tokenizeSegments(m, segs)
+}
+
+// joinSegments is the text of a rendered prompt (Config.OnPrompt).
+func joinSegments(segs []functiongemma.Segment) string {
+	var b strings.Builder
+	for _, sg := range segs {
+		b.WriteString(sg.Text)
+	}
+	return b.String()
+}
+
+// tokenizeSegments tokenizes a rendered prompt (tokenizePrompt).
+func tokenizeSegments(m *model, segs []functiongemma.Segment) ([]int, error) {
 	toks := make([]int, 0, 1024)
 	if m.addBOS {
 		toks = append(toks, 2)
