@@ -33,6 +33,11 @@ const (
 	// (TrimmedTurns, PromptTokens, ContextTokens; Text is the summary lines
 	// that stand in for them). It comes right before the model call.
 	EventContextTrimmed EventKind = "context_trimmed"
+	// EventParked: a tool asked a human (Text is the question; Tool and
+	// CallID the call that asked): the run is parked and emits nothing more
+	// until it is resumed, which continues the numbering (docs/PROTOCOL.md
+	// §20). It is the last event of a parked run, in place of finished.
+	EventParked EventKind = "parked"
 )
 
 // Event is one step of a run, streamed to observers while the run goes on.

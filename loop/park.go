@@ -99,6 +99,9 @@ type Parked struct {
 // parkResult is the Result of a run that parks on call calls[i].
 func (s *run) parkResult(calls []ToolCall, i int, canon json.RawMessage, pe *ParkError, took time.Duration) *Result {
 	s.timings.Tools += took
+	// Emitted before the state is taken, so a resumed run numbers its
+	// events after this one.
+	s.emit(Event{Kind: EventParked, Turn: s.turn, Text: pe.Question, Tool: calls[i].Name, CallID: calls[i].ID})
 	p := &Parked{
 		Question: pe.Question, Calls: calls, Index: i, Canon: canon, ToolState: pe.State, ToolTook: took,
 		MaxTurns: s.maxTurns, Messages: s.msgs, Seq: s.seq, Turn: s.turn, Turns: s.turns, Dispatch: s.dispatch,

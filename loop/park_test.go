@@ -55,10 +55,14 @@ func TestParkAndResume(t *testing.T) {
 	if res.Status != loop.StatusWaiting || res.Parked == nil || res.Parked.Question != "May I change line 2?" {
 		t.Fatalf("result %+v", res)
 	}
-	for _, e := range b.events.all() {
+	evs0 := b.events.all()
+	for _, e := range evs0 {
 		if e.Kind == loop.EventFinished {
 			t.Fatal("a parked run emitted finished")
 		}
+	}
+	if last := evs0[len(evs0)-1]; last.Kind != loop.EventParked || last.Text != "May I change line 2?" || last.Tool != "apply_fix" || last.Seq != res.Parked.Seq {
+		t.Fatalf("last event of a parked run: %+v (parked at seq %d)", last, res.Parked.Seq)
 	}
 	if got := strings.Join(tools.Log(), "|"); strings.Count(got, "execute") != 2 {
 		t.Fatalf("tools ran %s; want read_file and apply_fix only", got)

@@ -115,6 +115,8 @@ func (p *printer) event(e *wire.Event) {
 			outcome = "error " + e.Code
 		}
 		fmt.Fprintf(p.w, "  ← %s %s (%s)\n", e.Tool, outcome, ms(e.Duration))
+	case wire.EventParked:
+		fmt.Fprintf(p.w, "  ? %s asks: %s\n  waiting for an answer: enqueue answer %s TEXT\n", e.Tool, capLine(e.Text, 200), e.JobID)
 	case wire.EventFinished:
 		msg := string(e.Status)
 		if e.Error != "" {

@@ -42,3 +42,17 @@ func TestPrintUsage(t *testing.T) {
 		}
 	}
 }
+
+// A parked run's event tells the user the question and how to answer it.
+func TestPrintParkedEvent(t *testing.T) {
+	var b strings.Builder
+	p := newPrinter(&b, false)
+	p.event(&wire.Event{JobID: "lint-7", Attempt: 1, Kind: wire.EventParked, Seq: 4, Turn: 1,
+		Tool: "apply_fix", Text: "May I rename the public function?"})
+	got := b.String()
+	for _, want := range []string{"apply_fix asks: May I rename the public function?", "enqueue answer lint-7 TEXT"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("printed %q, want it to contain %q", got, want)
+		}
+	}
+}

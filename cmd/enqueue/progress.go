@@ -178,6 +178,8 @@ func (l *live) event(e *wire.Event) {
 		l.doing = e.Tool + " done"
 	case wire.EventRetry, wire.EventInvalidResponse:
 		l.doing = "retrying the model (" + string(e.Code) + ")"
+	case wire.EventParked:
+		l.doing = "waiting for an answer (enqueue answer)"
 	case wire.EventFinished:
 		l.doing = "finished (" + string(e.Status) + ")"
 	}

@@ -44,6 +44,7 @@ const (
 	EventContextInjected EventKind = "context_injected"
 	EventToolResult      EventKind = "tool_result"
 	EventContextTrimmed  EventKind = "context_trimmed"
+	EventParked          EventKind = "parked"
 	EventFinished        EventKind = "finished"
 )
 
