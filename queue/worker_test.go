@@ -714,6 +714,16 @@ func TestEventDropPolicyAndKinds(t *testing.T) {
 	b := setup(t)
 	const emitted = 200
 	proc := ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+		// The slot's publish lock is held while the events are emitted, as
+		// a publish under way would hold it: no event goes out inline, so
+		// all go through the slot's 4-event buffer, which the loop
+		// overfills whatever the machine's speed.
+		sink, ok := ev.(jobSink)
+		if !ok {
+			t.Errorf("the sink is a %T", ev)
+			return nil, errors.New("unexpected sink")
+		}
+		sink.s.pubMu.Lock()
 		for i := 1; i <= emitted; i++ {
 			k := loop.EventToolCall
 			if i == emitted {
@@ -721,6 +731,7 @@ func TestEventDropPolicyAndKinds(t *testing.T) {
 			}
 			ev.Emit(loop.Event{Kind: k, Seq: i, Turn: 1})
 		}
+		sink.s.pubMu.Unlock()
 		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
 	})
 	b.worker(func(int) Processor { return proc }, func(c *Config) { c.Slots = 1; c.EventBuffer = 4 })
