@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,9 @@ func TestTranscriptOfTheStoredResult(t *testing.T) {
 	h := newJSHarness(t, ledger.SingleNode(t))
 	l := h.ledgers[0]
 	ctx := h.ctx()
-	const job = "tx-stale-1"
+	// A job id of its own per run: the harness's server outlives a run
+	// (-count), and a second publish of one id would be a duplicate.
+	job := "tx-stale-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	h.Publish(ledgertest.Request{JobID: job})
 	d1 := h.Next()
 	stale, err := l.Claim(ctx, d1)
