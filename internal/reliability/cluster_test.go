@@ -256,9 +256,7 @@ func TestNodeLoss(t *testing.T) {
 		}
 	}
 	verdict(t, js, "node", n, &s)
-	if left := runsLeft(t, js); left != 0 {
-		t.Errorf("%d requests left in FLEET_RUNS, want 0", left)
-	}
+	expectRunsEmpty(t, js)
 	s.Extra = fmt.Sprintf("nodes=3 replicas=3 killed=%s rejoin=%s acked=%d result_msgs_beyond_one=%d",
 		strings.Join(killed, ","), rejoin.Round(time.Millisecond), pr.acked, tr.extra())
 	report(t, s)

@@ -76,9 +76,7 @@ func TestWorkerCrash(t *testing.T) {
 
 	s := Summary{Test: "worker-crash", Jobs: n, Kills: kills, Elapsed: elapsed}
 	results := verdict(t, js, "crash", n, &s)
-	if left := runsLeft(t, js); left != 0 {
-		t.Errorf("%d requests left in FLEET_RUNS, want 0", left)
-	}
+	expectRunsEmpty(t, js)
 
 	// The orphans: jobs the victim was running when it died.
 	redelivered := 0

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
@@ -820,6 +821,21 @@ func verdict(t *testing.T, js jetstream.JetStream, prefix string, n int, s *Summ
 		t.Errorf("%d jobs have results, want %d", len(counts), n)
 	}
 	return results
+}
+
+// expectRunsEmpty fails t unless FLEET_RUNS empties within 15 s: a request
+// is acknowledged after its result is stored (docs/PROTOCOL.md §8), so the
+// queue empties a moment after the last result arrives.
+func expectRunsEmpty(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	if err := testutil.Poll(15*time.Second, func() error {
+		if left := runsLeft(t, js); left != 0 {
+			return fmt.Errorf("%d requests left in FLEET_RUNS, want 0", left)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
 }
 
 // runsLeft is how many requests are still in FLEET_RUNS.

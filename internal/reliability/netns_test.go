@@ -298,9 +298,7 @@ func TestNodeLossNetns(t *testing.T) {
 		}
 	}
 	verdict(t, js, "netns", n, &s)
-	if left := runsLeft(t, js); left != 0 {
-		t.Errorf("%d requests left in FLEET_RUNS, want 0", left)
-	}
+	expectRunsEmpty(t, js)
 	s.Extra = fmt.Sprintf("hosts=3(netns) replicas=3 faults=%s rejoin=%s", strings.Join(faults, ","), rejoin.Round(time.Millisecond))
 	report(t, s)
 }

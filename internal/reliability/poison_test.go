@@ -206,9 +206,7 @@ func TestPoisonRequests(t *testing.T) {
 	if r := waitResult(t, js, jobID("good", 0), 30*time.Second); r == nil || r.State != wire.StateSucceeded {
 		t.Fatalf("good job after the battery: %+v", r)
 	}
-	if left := runsLeft(t, js); left != 0 {
-		t.Errorf("%d requests left in FLEET_RUNS, want 0", left)
-	}
+	expectRunsEmpty(t, js)
 	crashes := 0
 	if !w.alive() {
 		crashes = 1

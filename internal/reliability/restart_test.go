@@ -134,9 +134,7 @@ func serverRestart(t *testing.T, embedded bool) {
 		}
 	}
 	verdict(t, js, "restart", n, &s)
-	if left := runsLeft(t, js); left != 0 {
-		t.Errorf("%d requests left in FLEET_RUNS, want 0", left)
-	}
+	expectRunsEmpty(t, js)
 	if host != nil {
 		if err := host.stop(30 * time.Second); err != nil {
 			t.Errorf("stop host: %v\n%s", err, host.logTail())
