@@ -18,22 +18,10 @@ import (
 // memory: remembered (docs/PROTOCOL.md §15).
 func (c *cli) cmdMemory(args []string) error {
 	const usage = "memory list [--agent OP] [--project P] [--key K] [--json] | rm [--agent OP] [--project P] [--key K]"
-	if len(args) == 0 {
-		fmt.Fprintf(c.stderr, "Usage: enqueue %s\n", usage)
-		return fail(exitUsage, "memory: want a subcommand")
-	}
-	switch sub, rest := args[0], args[1:]; sub {
-	case "list", "ls":
-		return c.memoryList(rest)
-	case "rm", "remove":
-		return c.memoryRm(rest)
-	case "-h", "--help", "-help", "help":
-		fmt.Fprintf(c.stdout, "Usage: enqueue %s\n\nRun enqueue memory <subcommand> --help for its flags.\n", usage)
-		return nil
-	default:
-		fmt.Fprintf(c.stderr, "Usage: enqueue %s\n", usage)
-		return fail(exitUsage, "memory: unknown subcommand %q", sub)
-	}
+	return c.dispatch("memory", usage, args,
+		subcommand{[]string{"list", "ls"}, c.memoryList},
+		subcommand{[]string{"rm", "remove"}, c.memoryRm},
+	)
 }
 
 // memoryFlags registers the filter flags shared by list and rm.

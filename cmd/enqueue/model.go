@@ -17,24 +17,11 @@ import (
 
 func (c *cli) cmdModel(args []string) error {
 	const usage = "model push <name> <file.gguf> [--version N] | list | rm <name@version|sha256:hex>"
-	if len(args) == 0 {
-		fmt.Fprintf(c.stderr, "Usage: enqueue %s\n", usage)
-		return fail(exitUsage, "model: want a subcommand")
-	}
-	switch sub, rest := args[0], args[1:]; sub {
-	case "push":
-		return c.modelPush(rest)
-	case "list", "ls":
-		return c.modelList(rest)
-	case "rm", "remove":
-		return c.modelRm(rest)
-	case "-h", "--help", "-help", "help":
-		fmt.Fprintf(c.stdout, "Usage: enqueue %s\n\nRun enqueue model <subcommand> --help for its flags.\n", usage)
-		return nil
-	default:
-		fmt.Fprintf(c.stderr, "Usage: enqueue %s\n", usage)
-		return fail(exitUsage, "model: unknown subcommand %q", sub)
-	}
+	return c.dispatch("model", usage, args,
+		subcommand{[]string{"push"}, c.modelPush},
+		subcommand{[]string{"list", "ls"}, c.modelList},
+		subcommand{[]string{"rm", "remove"}, c.modelRm},
+	)
 }
 
 // modelSession runs fn on the fleet_models bucket, bounded by timeout and

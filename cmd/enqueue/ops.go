@@ -84,26 +84,12 @@ func (c *cli) cmdList(args []string) error {
 
 func (c *cli) cmdDLQ(args []string) error {
 	const usage = "dlq list | show <job-id|seq> | replay <job-id|seq> | purge [--yes]"
-	if len(args) == 0 {
-		fmt.Fprintf(c.stderr, "Usage: enqueue %s\n", usage)
-		return fail(exitUsage, "dlq: want a subcommand")
-	}
-	switch sub, rest := args[0], args[1:]; sub {
-	case "list", "ls":
-		return c.dlqList(rest)
-	case "show":
-		return c.dlqShow(rest)
-	case "replay":
-		return c.dlqReplay(rest)
-	case "purge":
-		return c.dlqPurge(rest)
-	case "-h", "--help", "-help", "help":
-		fmt.Fprintf(c.stdout, "Usage: enqueue %s\n\nRun enqueue dlq <subcommand> --help for its flags.\n", usage)
-		return nil
-	default:
-		fmt.Fprintf(c.stderr, "Usage: enqueue %s\n", usage)
-		return fail(exitUsage, "dlq: unknown subcommand %q", sub)
-	}
+	return c.dispatch("dlq", usage, args,
+		subcommand{[]string{"list", "ls"}, c.dlqList},
+		subcommand{[]string{"show"}, c.dlqShow},
+		subcommand{[]string{"replay"}, c.dlqReplay},
+		subcommand{[]string{"purge"}, c.dlqPurge},
+	)
 }
 
 func (c *cli) dlqList(args []string) error {

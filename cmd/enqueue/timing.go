@@ -115,24 +115,11 @@ func (p *printer) scheduled(enq *client.Enqueued, due time.Time) {
 
 func (c *cli) cmdSchedule(args []string) error {
 	const usage = "schedule add <name> <operation> <file.py> --every D | --cron EXPR | list | rm <name>"
-	if len(args) == 0 {
-		fmt.Fprintf(c.stderr, "Usage: enqueue %s\n", usage)
-		return fail(exitUsage, "schedule: want a subcommand")
-	}
-	switch sub, rest := args[0], args[1:]; sub {
-	case "add":
-		return c.scheduleAdd(rest)
-	case "list", "ls":
-		return c.scheduleList(rest)
-	case "rm", "remove":
-		return c.scheduleRm(rest)
-	case "-h", "--help", "-help", "help":
-		fmt.Fprintf(c.stdout, "Usage: enqueue %s\n\nRun enqueue schedule <subcommand> --help for its flags.\n", usage)
-		return nil
-	default:
-		fmt.Fprintf(c.stderr, "Usage: enqueue %s\n", usage)
-		return fail(exitUsage, "schedule: unknown subcommand %q", sub)
-	}
+	return c.dispatch("schedule", usage, args,
+		subcommand{[]string{"add"}, c.scheduleAdd},
+		subcommand{[]string{"list", "ls"}, c.scheduleList},
+		subcommand{[]string{"rm", "remove"}, c.scheduleRm},
+	)
 }
 
 func (c *cli) scheduleAdd(args []string) error {

@@ -80,6 +80,18 @@ func teacherClient(t *testing.T, srv *embedded.Embedded) *client.Client {
 	return cl
 }
 
+// lintTeacher is a teacher for the lint agent: fleet's remote backend
+// against an OpenAI-compatible test server, and how results name it.
+func lintTeacher(t *testing.T) (*chattest.Server, *remote.Model, wire.ModelInfo) {
+	t.Helper()
+	ts := chattest.NewLintTeacher(t, "teacher checked")
+	teacher, err := remote.New(remote.Config{BaseURL: ts.BaseURL(), Model: "big-teacher", MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts, teacher, wire.ModelInfo{Backend: "remote", Name: ts.URL + "/v1 big-teacher"}
+}
+
 // A job with options.teacher runs on the worker's teacher (the remote
 // backend against an OpenAI-compatible server) and never on its own
 // model; its transcript and result say it was a teacher run and name the
@@ -92,12 +104,7 @@ func TestTeacherRunPerJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown()
-	ts := chattest.NewLintTeacher(t, "teacher checked")
-	teacher, err := remote.New(remote.Config{BaseURL: ts.BaseURL(), Model: "big-teacher", MaxRetries: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info := wire.ModelInfo{Backend: "remote", Name: ts.URL + "/v1 big-teacher"}
+	ts, teacher, info := lintTeacher(t)
 	local := &localModel{}
 	startTeacherWorker(t, ctx, srv, local, teacher, info, false)
 	cl := teacherClient(t, srv)
@@ -154,12 +161,7 @@ func TestTeacherRunPerWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown()
-	ts := chattest.NewLintTeacher(t, "teacher checked")
-	teacher, err := remote.New(remote.Config{BaseURL: ts.BaseURL(), Model: "big-teacher", MaxRetries: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info := wire.ModelInfo{Backend: "remote", Name: ts.URL + "/v1 big-teacher"}
+	ts, teacher, info := lintTeacher(t)
 	local := &localModel{}
 	startTeacherWorker(t, ctx, srv, local, teacher, info, true)
 	cl := teacherClient(t, srv)

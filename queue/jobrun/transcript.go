@@ -5,9 +5,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/internal/filedigest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -79,9 +79,8 @@ func (p *Processor) agentDigest(def *agents.Definition) string {
 			if f == "" {
 				continue
 			}
-			if b, err := os.ReadFile(def.ResolvePath(f)); err == nil {
-				sum := sha256.Sum256(b)
-				f = hex.EncodeToString(sum[:])
+			if d, err := filedigest.SHA256(def.ResolvePath(f)); err == nil {
+				f = d
 			}
 			tv.Files = append(tv.Files, f)
 		}

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // FreePort returns a loopback TCP port that nothing listens on now. Another
@@ -45,4 +47,26 @@ func Start(t testing.TB, port int, dir string, cfg embedded.EmbeddedConfig) *emb
 	}
 	t.Cleanup(srv.Shutdown)
 	return srv
+}
+
+// InProcess starts nats-server with JetStream in the test's process (no
+// network listener, storing in a temporary folder) and returns a connection
+// to it and its JetStream context. Both end with the test.
+func InProcess(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv, err := embedded.StartEmbedded(context.Background(), embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }
