@@ -1,15 +1,14 @@
 package monty
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/agentfleet/fleet/internal/filedigest"
 )
 
 // The pinned Monty build (docs/MONTY.md §1). Upgrading Monty is a
@@ -83,7 +82,7 @@ func verifyBinary(path, want string) error {
 	key := hashKey{path: path, size: st.Size(), mtime: st.ModTime()}
 	got, ok := hashCache.Load(key)
 	if !ok {
-		h, err := fileSHA256(path)
+		h, err := filedigest.Hex(path)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrBadBinary, err)
 		}
@@ -94,19 +93,6 @@ func verifyBinary(path, want string) error {
 		return fmt.Errorf("%w: %s has sha256 %s, want %s (run `make monty`)", ErrBadBinary, path, got, want)
 	}
 	return nil
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 var errEmptyBinary = errors.New("monty: Config.Binary is required")

@@ -123,15 +123,11 @@ func (c *cli) agentsList(args []string) error {
 	}
 	ctx, cancel := quick()
 	defer cancel()
-	nc, _, err := c.connect(ctx, wire.JSON)
+	nc, js, err := c.connectJS(ctx)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	list, err := agentkv.List(ctx, js)
 	if err != nil {
 		return connErr(err)

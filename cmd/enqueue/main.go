@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/config"
 	"github.com/agentfleet/fleet/internal/natsconn"
@@ -194,6 +195,22 @@ func (c *cli) session(fn func(ctx context.Context, cl *client.Client) error) err
 	}
 	defer nc.Close()
 	return fn(ctx, cl)
+}
+
+// connectJS connects to the configured server for the commands that work
+// on buckets and streams directly: the connection (the caller closes it)
+// and its JetStream context.
+func (c *cli) connectJS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
+	nc, _, err := c.connect(ctx, wire.JSON)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fail(exitConnect, "%v", err)
+	}
+	return nc, js, nil
 }
 
 func (c *cli) connect(ctx context.Context, enc wire.Encoding) (*nats.Conn, *client.Client, error) {

@@ -8,10 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agentfleet/fleet/queue/memory"
-	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // cmdMemory serves enqueue memory list|rm: the entries agents with
@@ -47,15 +44,11 @@ func memoryFlags(c *cli, name, usage string) (*memory.Filter, *bool, func(args [
 func (c *cli) memorySession(fn func(ctx context.Context, s *memory.Store) error) error {
 	ctx, cancel := quick()
 	defer cancel()
-	nc, _, err := c.connect(ctx, wire.JSON)
+	nc, js, err := c.connectJS(ctx)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fail(exitConnect, "%v", err)
-	}
 	return memErr(fn(ctx, memory.NewStore(js, slog.New(slog.DiscardHandler))))
 }
 

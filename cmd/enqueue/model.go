@@ -8,11 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agentfleet/fleet/inference/modelstore"
 	"github.com/agentfleet/fleet/internal/modelref"
-	"github.com/agentfleet/fleet/queue/wire"
 )
 
 func (c *cli) cmdModel(args []string) error {
@@ -31,15 +28,11 @@ func (c *cli) modelSession(timeout time.Duration, fn func(ctx context.Context, s
 	defer cancel()
 	ctx, stop := interruptible(ctx)
 	defer stop()
-	nc, _, err := c.connect(ctx, wire.JSON)
+	nc, js, err := c.connectJS(ctx)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	s, err := modelstore.Open(ctx, js)
 	if err != nil {
 		return modelErr(ctx, err)

@@ -35,15 +35,11 @@ func (c *cli) cmdStats(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	nc, _, err := c.connect(ctx, wire.JSON)
+	nc, js, err := c.connectJS(ctx)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	ts, rs, err := readRuns(ctx, js)
 	if err != nil {
 		return connErr(err)

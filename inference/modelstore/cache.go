@@ -2,8 +2,6 @@ package modelstore
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentfleet/fleet/internal/filedigest"
 	"github.com/agentfleet/fleet/internal/modelref"
 )
 
@@ -183,7 +182,7 @@ func (c *Cache) ensure(ctx context.Context, info Info) error {
 // checkOrFetch checks the file already in the folder, or fetches it.
 func (c *Cache) checkOrFetch(ctx context.Context, info Info) error {
 	path := c.Path(info.SHA256)
-	if got, err := hashFile(path); err == nil {
+	if got, err := filedigest.Hex(path); err == nil {
 		if got == info.SHA256 {
 			return nil
 		}
@@ -227,17 +226,4 @@ func (c *Cache) checkOrFetch(ctx context.Context, info Info) error {
 	c.cfg.Logger.Info("model fetched", "ref", info.Ref(), "sha256", info.SHA256, "bytes", info.Size,
 		"duration", d.Round(time.Millisecond).String(), "mb_per_s", float64(info.Size)/1e6/max(d.Seconds(), 1e-9))
 	return nil
-}
-
-func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/agentfleet/fleet/internal/filedigest"
 	"github.com/agentfleet/fleet/internal/modelref"
 )
 
@@ -103,7 +104,7 @@ func TestCacheOneFetchForManySlots(t *testing.T) {
 	if n := c.Fetches(); n != 1 {
 		t.Fatalf("%d fetches for one model, want 1", n)
 	}
-	got, err := hashFile(paths[0])
+	got, err := filedigest.Hex(paths[0])
 	if err != nil || got != info.SHA256 {
 		t.Fatalf("cached file sha256 %s (%v), want %s", got, err, info.SHA256)
 	}
@@ -141,7 +142,7 @@ func TestCacheDigestMismatch(t *testing.T) {
 		t.Fatalf("a refused fetch left %v in the cache", fs)
 	}
 	// The size is checked too (same sha256 claimed for fewer bytes).
-	sha, _ := hashFile(model)
+	sha, _ := filedigest.Hex(model)
 	putForged(t, obs, "short", 1, sha, data[:len(data)/2])
 	if _, _, err := c.Get(ctx, modelref.Ref{Name: "short", Version: 1}); !errors.Is(err, ErrDigestMismatch) {
 		t.Fatalf("short object: %v, want ErrDigestMismatch", err)

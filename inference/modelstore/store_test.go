@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/internal/filedigest"
 	"github.com/agentfleet/fleet/internal/gguf"
 	"github.com/agentfleet/fleet/internal/modelref"
 	"github.com/agentfleet/fleet/queue/embedded"
@@ -120,7 +121,7 @@ func TestPushListResolveRemove(t *testing.T) {
 	if err != nil || existed || v1.Version != 1 || v1.Kind != KindGGUF {
 		t.Fatalf("first push: %+v existed=%v %v", v1, existed, err)
 	}
-	want, err := hashFile(model)
+	want, err := filedigest.Hex(model)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,17 @@ func SHA256(path string) (string, error) {
 }
 
 func hashFile(path string) (string, error) {
+	h, err := Hex(path)
+	if err != nil {
+		return "", err
+	}
+	return "sha256:" + h, nil
+}
+
+// Hex returns the lowercase hex sha256 of the file at path, read now (not
+// cached): for checks that must see the bytes as they are, such as a
+// downloaded file before it is used.
+func Hex(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("filedigest: %w", err)
@@ -52,5 +63,5 @@ func hashFile(path string) (string, error) {
 	if _, err := io.Copy(h, f); err != nil {
 		return "", fmt.Errorf("filedigest: %s: %w", path, err)
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

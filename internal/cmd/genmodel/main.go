@@ -14,7 +14,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"flag"
 	"fmt"
 	"io"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/ollama/ollama/fs/ggml"
 
+	"github.com/agentfleet/fleet/internal/filedigest"
 	"github.com/agentfleet/fleet/internal/gguf"
 )
 
@@ -63,7 +63,7 @@ func main() {
 	s.Seed = *seed
 	vocabSum := "synthetic"
 	if *vocab != "" {
-		sum, err := fileSHA256(*vocab)
+		sum, err := filedigest.Hex(*vocab)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "genmodel:", err)
 			os.Exit(1)
@@ -102,19 +102,6 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("genmodel: wrote %s (%s, %s): %s\n", *out, s.Name, s.Type, s.Description())
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%x", h.Sum(nil)), nil
 }
 
 // describeFile prints the model's name, its description (what fleet's
