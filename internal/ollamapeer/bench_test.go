@@ -70,14 +70,15 @@ func benchMessages(b *testing.B, run int) (*agents.Definition, []loop.Message) {
 	}
 }
 
-type speed struct{ prefill, decode float64 }
-
-func (s *speed) best(p, d float64) {
-	s.prefill, s.decode = max(s.prefill, p), max(s.decode, d)
+// ollamaAnswer is one /api/chat answer's counters (durations 0 when
+// ollama aborted the generation: it repeats one token on random weights).
+type ollamaAnswer struct {
+	promptN, genN int
+	promptD, genD time.Duration
 }
 
-// ollamaSpeed asks ollama's native chat API once and reads its counters.
-func ollamaSpeed(b *testing.B, url string, msgs []loop.Message, seed int) (prefill, decode float64, promptN, genN int) {
+// ollamaChat asks ollama's native chat API once, sampling up to 64 tokens.
+func ollamaChat(b *testing.B, url string, msgs []loop.Message, seed int) ollamaAnswer {
 	var am []map[string]string
 	for _, m := range msgs {
 		am = append(am, map[string]string{"role": string(m.Role), "content": m.Content})
@@ -98,11 +99,30 @@ func ollamaSpeed(b *testing.B, url string, msgs []loop.Message, seed int) (prefi
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != http.StatusOK {
 		b.Fatalf("ollama /api/chat: status %d, %v", resp.StatusCode, err)
 	}
-	if r.EvalDuration == 0 || r.PromptEvalDuration == 0 {
-		return 0, 0, r.PromptEvalCount, r.EvalCount // aborted (repeats): no counters
+	return ollamaAnswer{r.PromptEvalCount, r.EvalCount, time.Duration(r.PromptEvalDuration), time.Duration(r.EvalDuration)}
+}
+
+// rate is n per d in 1/s (0 when d is).
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
 	}
-	return float64(r.PromptEvalCount) / time.Duration(r.PromptEvalDuration).Seconds(),
-		float64(r.EvalCount) / time.Duration(r.EvalDuration).Seconds(), r.PromptEvalCount, r.EvalCount
+	return float64(n) / d.Seconds()
+}
+
+// prefillRound is one interleaved round's prefill of the same new prompt.
+type prefillRound struct {
+	ref          int                   // new tokens by the reference tokenizer (fleet's, llama.cpp's)
+	fleetD       time.Duration         // fleet's prefill of them
+	ans          ollamaAnswer          // ollama's answer
+	load         ollamapeer.PromptLoad // what ollama's log says it computed
+	fleetDecode  float64
+	ollamaDecode float64
+}
+
+func (r prefillRound) sameRatio() float64 { return r.ans.promptD.Seconds() / r.fleetD.Seconds() }
+func (r prefillRound) tokenRatio() float64 {
+	return rate(r.ref, r.fleetD) / rate(r.load.Remaining, r.ans.promptD)
 }
 
 // BenchmarkPeer prints, in one run: fleet's llama.cpp backend against
@@ -117,14 +137,24 @@ func BenchmarkPeer(b *testing.B) {
 	pf := func(format string, a ...any) { fmt.Fprintf(out, format, a...) }
 	ctx := context.Background()
 
-	// 1. Raw speed, interleaved: fleet with its default prefill batch (512,
-	// ollama's too) and with the low-memory 128, then ollama; best of 5 rounds after a
-	// warm-up round. Both sample (temperature 0.8, top-k 40): greedy
-	// decoding of random weights repeats tokens, and ollama then aborts the
-	// generation without counters.
-	var fs, fs128, os_ speed
-	var fleetPrompt, ollamaPrompt int
-	var preRatios, decRatios []float64
+	// 1. Raw speed, interleaved: each round prefills the same new prompt
+	// with fleet at its default prefill batch (512, ollama's too), with
+	// fleet at the low-memory 128, then with ollama, and samples up to 64
+	// tokens on each (temperature 0.8, top-k 40: greedy decoding of random
+	// weights repeats a token, and ollama then aborts the generation
+	// without counters). The first round is a warm-up.
+	//
+	// What is counted: the new tokens of the prompt. Each round's prompt
+	// differs from the one before a few tokens in, so both keep that prefix
+	// cached. fleet reports the tokens it computed. ollama's API counts the
+	// whole prompt, cached tokens included, and its tokenizer makes more
+	// tokens of the same text; its log (ollamapeer.PromptLoad) says how many
+	// it computed. Three rates follow: the same new text per second (the
+	// reference token count over each side's time: what a caller waits
+	// for), tokens computed per second (the engines), and ollama's own
+	// figure.
+	const rounds = 8
+	pf("load average %s\n", loadavg())
 	backends := map[int]*llama.Backend{}
 	for _, bs := range []int{128, 512} {
 		be, err := llama.New(llama.Config{Model: llama.ModelRef{Path: model}, ContextSize: 4096, BatchSize: bs, MaxTokens: 64, Lenient: true,
@@ -138,9 +168,7 @@ func BenchmarkPeer(b *testing.B) {
 	// One slot per backend for all rounds, as a worker keeps its slots:
 	// a new slot per round would make fleet's prefill pay the first touch
 	// of its context's KV cache and compute buffer pages every round,
-	// which ollama's long-lived runner does not. Each round's prompt
-	// differs from its fourth token on, so only that prefix is reused
-	// (and not counted as prefilled).
+	// which ollama's long-lived runner does not.
 	slots := map[*llama.Backend]*llama.Slot{}
 	for _, be := range backends {
 		slot, err := be.NewSlot()
@@ -161,31 +189,32 @@ func BenchmarkPeer(b *testing.B) {
 		}
 		return resp.Usage
 	}
-	for run := range 6 {
+	var rs []prefillRound
+	var best128 float64
+	var fleetPrompt int
+	for run := range rounds + 1 {
 		_, msgs := benchMessages(b, run)
 		u := fleetRun(backends[512], msgs)
 		u128 := fleetRun(backends[128], msgs)
-		op, od, on, _ := ollamaSpeed(b, srv.URL, msgs, run)
+		ans := ollamaChat(b, srv.URL, msgs, run)
+		loads, err := srv.PromptLoads()
+		if err != nil || len(loads) == 0 {
+			b.Fatalf("ollama's log %s: no prompt load (%v): the bench needs its debug lines", srv.LogPath(), err)
+		}
 		if run == 0 {
 			continue // warm-up: page in the weights on both sides
 		}
-		fp, fd := float64(u.PromptTokens-u.CachedTokens)/u.PromptDuration.Seconds(), float64(u.CompletionTokens)/u.CompletionDuration.Seconds()
-		fs.best(fp, fd)
-		fs128.best(float64(u128.PromptTokens-u128.CachedTokens)/u128.PromptDuration.Seconds(), float64(u128.CompletionTokens)/u128.CompletionDuration.Seconds())
-		os_.best(op, od)
-		if op > 0 && od > 0 {
-			preRatios, decRatios = append(preRatios, fp/op), append(decRatios, fd/od)
+		ld := loads[len(loads)-1]
+		if ld.Prompt != ans.promptN || ans.promptD <= 0 {
+			b.Fatalf("ollama round %d: log says prompt %d, API %d tokens in %v", run, ld.Prompt, ans.promptN, ans.promptD)
 		}
-		fleetPrompt, ollamaPrompt = u.PromptTokens, on
+		rs = append(rs, prefillRound{ref: u.PromptTokens - u.CachedTokens, fleetD: u.PromptDuration,
+			ans: ans, load: ld,
+			fleetDecode: rate(u.CompletionTokens, u.CompletionDuration), ollamaDecode: rate(ans.genN, ans.genD)})
+		best128 = max(best128, rate(u128.PromptTokens-u128.CachedTokens, u128.PromptDuration))
+		fleetPrompt = u.PromptTokens
 	}
-	pf("same GGUF, one thread, best of 5 interleaved rounds (fleet %d-token prompt, ollama %d tokens):\n", fleetPrompt, ollamaPrompt)
-	pf("  prefill  fleet %7.1f tok/s (batch 128: %7.1f)   ollama %7.1f tok/s   fleet/ollama %.2f (batch 128: %.2f)\n",
-		fs.prefill, fs128.prefill, os_.prefill, fs.prefill/os_.prefill, fs128.prefill/os_.prefill)
-	pf("  decode   fleet %7.1f tok/s (batch 128: %7.1f)   ollama %7.1f tok/s   fleet/ollama %.2f\n", fs.decode, fs128.decode, os_.decode, fs.decode/os_.decode)
-	pf("  per-round ratios fleet/ollama (each round measures both back to back): prefill median %.2f %s, decode median %.2f %s\n",
-		median(preRatios), fmtRatios(preRatios), median(decRatios), fmtRatios(decRatios))
-	b.ReportMetric(fs.prefill/os_.prefill, "prefill-fleet/ollama")
-	b.ReportMetric(fs.decode/os_.decode, "decode-fleet/ollama")
+	reportPrefill(b, pf, rs, best128, fleetPrompt)
 
 	// 2. The same multi-turn agent job, local vs remote. The job replays
 	// a fixed lint conversation (the lint agent's system prompt, tools and
@@ -253,6 +282,7 @@ func BenchmarkPeer(b *testing.B) {
 	pf("  local vs remote: %.2fx faster per job (target >= 1.5x)\n", rt/lt)
 	b.ReportMetric(rt/lt, "job-local-speedup")
 	b.ReportMetric(0, "ns/op")
+	pf("load average %s\n", loadavg())
 	fmt.Print("\n--- fleet vs ollama ---\n" + out.String())
 }
 
@@ -286,6 +316,48 @@ func lintJob(b *testing.B) []*loop.Request {
 		}
 		msgs = append(msgs, loop.Message{Role: loop.RoleTool, ToolCallID: id, Name: st.name, Content: st.result})
 	}
+}
+
+// reportPrefill prints section 1 of BenchmarkPeer and reports its ratios.
+func reportPrefill(b *testing.B, pf func(string, ...any), rs []prefillRound, best128 float64, fleetPrompt int) {
+	var same, tok, dec []float64
+	var fSame, oSame, fTok, oTok, oAPI, fDec, oDec float64
+	for _, r := range rs {
+		same, tok = append(same, r.sameRatio()), append(tok, r.tokenRatio())
+		fSame, oSame = max(fSame, rate(r.ref, r.fleetD)), max(oSame, rate(r.ref, r.ans.promptD))
+		fTok, oTok = fSame, max(oTok, rate(r.load.Remaining, r.ans.promptD))
+		oAPI = max(oAPI, rate(r.ans.promptN, r.ans.promptD))
+		fDec, oDec = max(fDec, r.fleetDecode), max(oDec, r.ollamaDecode)
+		if r.fleetDecode > 0 && r.ollamaDecode > 0 {
+			dec = append(dec, r.fleetDecode/r.ollamaDecode)
+		}
+	}
+	last := rs[len(rs)-1]
+	pf("same GGUF, one thread, %d interleaved rounds; best round of each side, then the median of the per-round ratios (each round measures both back to back):\n", len(rs))
+	pf("  the prompt: fleet %d tokens (the reference tokenizer), ollama %d (<bos> doubled: %v; whitespace runs split)\n",
+		fleetPrompt, last.load.Prompt, last.load.DoubleBOS)
+	pf("  its new text per round: %d tokens by the reference tokenizer; fleet computes %d, ollama %d (its cache kept %d of its %d)\n",
+		last.ref, last.ref, last.load.Remaining, last.load.Used, last.load.Prompt)
+	pf("  prefill, same text      fleet %6.1f tok/s  ollama %6.1f tok/s   fleet/ollama %.2f, per round median %.2f %s\n",
+		fSame, oSame, fSame/oSame, median(same), fmtRatios(same))
+	pf("  prefill, tokens computed fleet %6.1f tok/s  ollama %6.1f tok/s   fleet/ollama %.2f, per round median %.2f %s\n",
+		fTok, oTok, fTok/oTok, median(tok), fmtRatios(tok))
+	pf("  prefill, ollama's API figure (prompt_eval_count counts cached tokens): %.1f tok/s; fleet at batch 128: %.1f tok/s\n", oAPI, best128)
+	pf("  decode                  fleet %6.1f tok/s  ollama %6.1f tok/s   fleet/ollama %.2f, per round median %.2f %s\n",
+		fDec, oDec, fDec/oDec, median(dec), fmtRatios(dec))
+	b.ReportMetric(median(same), "prefill-fleet/ollama")
+	b.ReportMetric(median(tok), "prefill-computed-fleet/ollama")
+	b.ReportMetric(median(dec), "decode-fleet/ollama")
+}
+
+// loadavg is the machine's 1-, 5- and 15-minute load (it is shared).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 func median(v []float64) float64 {

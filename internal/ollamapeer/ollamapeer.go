@@ -66,7 +66,10 @@ func Start(ctx context.Context, bin, dir string) (*Server, error) {
 	s := &Server{URL: "http://" + addr, bin: bin, log: logf, done: make(chan error, 1)}
 	s.env = append(os.Environ(), "OLLAMA_HOST="+addr, "OLLAMA_MODELS="+filepath.Join(dir, "models"),
 		"HOME="+dir, "OLLAMA_LIBRARY_PATH=", "OLLAMA_NUM_PARALLEL=1", "OLLAMA_MAX_LOADED_MODELS=1",
-		"OLLAMA_KEEP_ALIVE=1h", "OLLAMA_NOPRUNE=1")
+		"OLLAMA_KEEP_ALIVE=1h", "OLLAMA_NOPRUNE=1",
+		// Debug level logs, once per request, how much of the prompt came
+		// from the cache (PromptLoads); nothing per token or per batch.
+		"OLLAMA_DEBUG=1")
 	s.cmd = exec.Command(bin, "serve")
 	s.cmd.Env = s.env
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
@@ -117,6 +120,61 @@ func (s *Server) Create(ctx context.Context, name, gguf string, threads int) err
 func lastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return lines[len(lines)-1]
+}
+
+// PromptLoad is what ollama's runner logged when it took a request's
+// prompt: its length in tokens, how many of them it kept from its prompt
+// cache and how many it computes. The API's prompt_eval_count is Prompt,
+// cached tokens included, so prompt_eval_count / prompt_eval_duration
+// overstates the rate by Used/Prompt; Remaining is the work done.
+type PromptLoad struct {
+	Prompt, Used, Remaining int
+	// DoubleBOS: ollama's tokenizer prepended <bos> to a prompt that
+	// already began with one (its FunctionGemma renderer writes it), so
+	// the model saw two.
+	DoubleBOS bool
+}
+
+// PromptLoads parses the server's log (OLLAMA_DEBUG=1, which Start sets)
+// for every prompt its runner took, oldest first.
+func (s *Server) PromptLoads() ([]PromptLoad, error) {
+	b, err := os.ReadFile(s.log.Name())
+	if err != nil {
+		return nil, err
+	}
+	return ParsePromptLoads(string(b))
+}
+
+// ParsePromptLoads reads PromptLoads from ollama's log text: a
+// `msg="loading cache slot"` line per request, preceded by
+// `msg="adding bos token to prompt which already has it"` when ollama
+// doubled the <bos>. A cache line without its numbers is an error.
+func ParsePromptLoads(log string) ([]PromptLoad, error) {
+	var out []PromptLoad
+	double := false
+	for line := range strings.Lines(log) {
+		switch {
+		case strings.Contains(line, `msg="adding bos token to prompt which already has it"`):
+			double = true
+		case strings.Contains(line, `msg="loading cache slot"`):
+			var l PromptLoad
+			for _, f := range []struct {
+				key string
+				v   *int
+			}{{"prompt=", &l.Prompt}, {"used=", &l.Used}, {"remaining=", &l.Remaining}} {
+				i := strings.Index(line, " "+f.key)
+				if i < 0 {
+					return nil, fmt.Errorf("ollamapeer: log line without %s: %q", f.key, strings.TrimSpace(line))
+				}
+				if _, err := fmt.Sscanf(line[i+1+len(f.key):], "%d", f.v); err != nil {
+					return nil, fmt.Errorf("ollamapeer: log line %q: %s%v", strings.TrimSpace(line), f.key, err)
+				}
+			}
+			l.DoubleBOS, double = double, false
+			out = append(out, l)
+		}
+	}
+	return out, nil
 }
 
 // LogPath is the server's log file.
