@@ -121,6 +121,19 @@ bench-inference: llama-headers model model-tiny ollama-peer ## llama.cpp inferen
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./inference/llama/ ./internal/membw/
 	$(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 60m -tags llama ./internal/ollamapeer/
 	@$(MAKE) --no-print-directory bench-arch-ab
+	@$(MAKE) --no-print-directory bench-peer-native
+
+# fleet vs ollama with both built for the host (-march=native): the issue's
+# "each with its best flags" when the A/B above says the host build pays.
+# ollama goes to .build/ollama-native; the Go build cache keeps both builds.
+OLLAMA_NATIVE := .build/ollama-native/ollama
+.PHONY: bench-peer-native
+bench-peer-native: llama-headers model ## BenchmarkPeer with fleet and ollama both built with -march=native
+	@mkdir -p $(dir $(OLLAMA_NATIVE)) .build/bench
+	@echo "building fleet's peer benchmark and ollama with $(NATIVE_ARCHFLAGS) (the first native build compiles llama.cpp and ggml, minutes)"
+	@cd bench/ollama && CGO_CFLAGS='$(NATIVE_ARCHFLAGS) -w' CGO_CXXFLAGS='$(NATIVE_ARCHFLAGS) -w' $(GO) build -o $(CURDIR)/$(OLLAMA_NATIVE) github.com/ollama/ollama
+	@CGO_CFLAGS='$(NATIVE_ARCHFLAGS) -w' CGO_CXXFLAGS='$(NATIVE_ARCHFLAGS) -w' $(GO) test -c -tags llama -o .build/bench/peer-native.test ./internal/ollamapeer/
+	@cd internal/ollamapeer && FLEET_OLLAMA_BIN=$(CURDIR)/$(OLLAMA_NATIVE) $(CURDIR)/.build/bench/peer-native.test -test.run '^$$' -test.bench '^BenchmarkPeer$$' -test.benchtime 1x -test.timeout 60m
 
 .PHONY: bench-arch-ab
 bench-arch-ab: llama-headers model ## interleaved A/B: the portable build vs -march=native (decode and prefill, AB_ROUNDS rounds)
