@@ -261,6 +261,42 @@ func TestGemma3SpecialIDs(t *testing.T) {
 	t.Logf("%d of %d tokens can appear in a string value", admitted, m.nVocab)
 }
 
+// TestGemma3WhitespaceRuns: a run of newlines or spaces is one token, the
+// longest user-defined piece, as the reference tokenizer makes it (Python
+// indent and blank lines are most of a source file's whitespace). ollama
+// v0.17.4 splits these runs (docs/PROMPT_FORMAT.md, "Tokenization"); fleet
+// must not start to.
+func TestGemma3WhitespaceRuns(t *testing.T) {
+	t.Parallel()
+	bd := gemma3Setup(t, nil)
+	m, err := bd.b.model(bd.b.cfg.Model.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for text, want := range map[string][]int{
+		"\n": {107}, "\n\n": {108}, "\n\n\n": {109}, "  ": {138}, "   ": {139}, "    ": {140},
+	} {
+		ids, err := m.m.Tokenize(text, false, false)
+		if err != nil || !slices.Equal(ids, want) {
+			t.Errorf("%q tokenizes to %v (%v), want %v", text, ids, err, want)
+		}
+	}
+	src := "def f():\n    return 1\n\n\ndef g():\n        pass\n"
+	ids, err := m.m.Tokenize(src, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(id int, c string) bool { p := m.pieces[id]; return p != "" && strings.Trim(p, c) == "" }
+	for i := 1; i < len(ids); i++ {
+		if run(ids[i-1], " ") && run(ids[i], " ") || run(ids[i-1], "\n") && run(ids[i], "\n") {
+			t.Fatalf("%q tokenizes to %s: a whitespace run split in two", src, fmtIDs(m, ids))
+		}
+	}
+	if !slices.Contains(ids, 140) || !slices.Contains(ids, 144) || !slices.Contains(ids, 109) {
+		t.Errorf("%q tokenizes to %s: want the indents as 140 and 144, the blank lines as 109", src, fmtIDs(m, ids))
+	}
+}
+
 func fmtIDs(m *model, ids []int) string {
 	var b strings.Builder
 	for _, id := range ids {
