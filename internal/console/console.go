@@ -145,6 +145,11 @@ type Server struct {
 	done chan error
 	live context.Context // canceled by Stop: ends the live streams
 	kill context.CancelFunc
+	// fresh holds the connections that have not sent a request yet
+	// (http.StateNew). Stop closes them: a browser opens such sockets
+	// ahead of need, and http.Server.Shutdown would wait 5 s for each
+	// before it counts it idle.
+	fresh map[net.Conn]struct{}
 }
 
 // New validates cfg and prepares the server; nothing listens until Start.
@@ -208,8 +213,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("console: listen %s: %w", s.cfg.Listen, err)
 	}
 	s.ln = ln
+	s.fresh = map[net.Conn]struct{}{}
 	s.srv = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn)}
+		ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn), ConnState: s.connState}
 	s.done = make(chan error, 1)
 	go func() { s.done <- s.srv.Serve(ln) }()
 	return nil
@@ -238,12 +244,26 @@ func (s *Server) URL() string {
 	return "http://" + net.JoinHostPort(host, port)
 }
 
+// connState tracks the connections that have not sent a request yet.
+func (s *Server) connState(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st == http.StateNew {
+		s.fresh[c] = struct{}{}
+	} else {
+		delete(s.fresh, c)
+	}
+}
+
 // Stop ends the live streams, shuts the server down (waiting up to
 // DefaultShutdownTimeout for requests in flight) and stops the job index.
 func (s *Server) Stop() error {
 	s.kill()
 	s.mu.Lock()
 	srv, done := s.srv, s.done
+	for c := range s.fresh {
+		_ = c.Close() // no request on it: nothing is lost
+	}
 	s.mu.Unlock()
 	var err error
 	if srv != nil {

@@ -3,7 +3,9 @@ package console_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -34,6 +36,38 @@ func startConsole(t *testing.T, f *consoletest.Fleet, actions bool) *console.Ser
 		}
 	})
 	return s
+}
+
+// Stop does not wait for sockets that never sent a request (a browser
+// opens them ahead of need): http.Server.Shutdown alone counts such a
+// socket idle only after 5 s, which is also Stop's shutdown timeout, and
+// Stop then failed with a context deadline.
+func TestStopWithUnusedConnection(t *testing.T) {
+	f := consoletest.Start(t, consoletest.Options{})
+	s, err := console.New(console.Config{Listen: "127.0.0.1:0", Conn: f.Conn, Title: "test fleet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	testutil.Eventually(t, 10*time.Second, "the server to accept the connection", func() error {
+		if n := s.FreshConns(); n != 1 {
+			return fmt.Errorf("%d fresh connections", n)
+		}
+		return nil
+	})
+	if err := s.Stop(); err != nil {
+		t.Fatalf("stop with an unused connection open: %v", err)
+	}
+	if n, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("the unused connection is still open (read %d bytes)", n)
+	}
 }
 
 func get(t *testing.T, base, path string, want int) string {
