@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/agentfleet/fleet/internal/textcut"
 )
 
 // Kind is a class of workspace failure. Every Kind is a sentinel error
@@ -149,9 +151,4 @@ func (e *StaleBaseError) PythonException() string { return ErrStaleBase.python }
 // ErrClosed is returned by an Overlay's methods after Close or Reject.
 var ErrClosed = errors.New("cairn: workspace is closed")
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+func truncate(s string, n int) string { return textcut.Clip(s, n, "…") }

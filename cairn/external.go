@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/agentfleet/fleet/internal/textcut"
 )
 
 // Limits of the script-facing external functions (docs/TOOLS.md §4.1).
@@ -373,16 +375,7 @@ func (o *Overlay) SearchContent(ctx context.Context, pattern, scope string) ([]M
 }
 
 // capText cuts s to at most n bytes at a character boundary, adding "…".
-func capText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
+func capText(s string, n int) string { return textcut.Clip(s, n, "…") }
 
 // Log forwards a script's log line, prefixed "[workspace id] ", to the
 // overlay's logger and log func (see WithLogger, WithLogFunc), cut to

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/internal/textcut"
 )
 
 // errTotalTimeout is the cancel cause of a run whose TotalTimeout passed.
@@ -403,13 +403,10 @@ func canonOrRaw(raw json.RawMessage) json.RawMessage {
 }
 
 // capText cuts s to at most n bytes on a rune boundary.
+// (n <= 0: no cap).
 func capText(s string, n int) string {
-	if n <= 0 || len(s) <= n {
+	if n <= 0 {
 		return s
 	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return textcut.Clip(s, n, "…")
 }

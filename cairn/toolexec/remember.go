@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/agentfleet/fleet/cairn/monty"
+	"github.com/agentfleet/fleet/internal/textcut"
 )
 
 // RememberExternal is the name of the external function that writes an
@@ -82,9 +83,4 @@ func typeErr(format string, a ...any) error {
 	return &monty.PythonError{Type: "TypeError", Message: fmt.Sprintf(format, a...)}
 }
 
-func clip(s string) string {
-	if len(s) > 100 {
-		return s[:100] + "…"
-	}
-	return s
-}
+func clip(s string) string { return textcut.Clip(s, 100, "…") }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/agentfleet/fleet/internal/textcut"
 )
 
 // decodeJSON decodes one JSON value with numbers kept as json.Number and
@@ -369,9 +371,5 @@ func (p *valueParser) list(depth int) error {
 	}
 }
 
-func capString(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}
+// capString cuts s after n bytes on a character boundary, adding "...".
+func capString(s string, n int) string { return textcut.Clip(s, n, "...") }

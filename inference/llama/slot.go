@@ -13,6 +13,7 @@ import (
 	"github.com/ollama/ollama/ml"
 
 	"github.com/agentfleet/fleet/inference/functiongemma"
+	"github.com/agentfleet/fleet/internal/textcut"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -239,13 +240,7 @@ func (s *Slot) complete(ctx context.Context, ref ModelRef, req *loop.Request) (*
 	}, nil
 }
 
-func capRaw(s string) string {
-	const n = 2048
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
-}
+func capRaw(s string) string { return textcut.Prefix(s, 2048) }
 
 // tokenizePrompt renders req and tokenizes it segment by segment: the
 // template's markers become their special-token ids, every other segment

@@ -31,8 +31,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
+	"github.com/agentfleet/fleet/internal/textcut"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -296,14 +296,6 @@ func retryAfter(h string) time.Duration {
 }
 
 // capText cuts s after n bytes, backing up to a character boundary.
-func capText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
-}
+func capText(s string, n int) string { return textcut.Clip(s, n, "...") }
 
 // ---- wire format ----

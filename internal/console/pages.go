@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentfleet/fleet/internal/presence"
+	"github.com/agentfleet/fleet/internal/textcut"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -313,9 +314,6 @@ func clipText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("\n… (%d more bytes)", len(s)-cut)
+	p := textcut.Prefix(s, n)
+	return p + fmt.Sprintf("\n… (%d more bytes)", len(s)-len(p))
 }

@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/agentfleet/fleet/internal/textcut"
 )
 
 // ErrBadRef is wrapped by Parse's errors.
@@ -88,9 +90,4 @@ func Parse(s string) (Ref, error) {
 }
 
 // Clip shortens s for an error message.
-func Clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
-}
+func Clip(s string) string { return textcut.Clip(s, 80, "…") }

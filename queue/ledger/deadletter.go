@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentfleet/fleet/internal/textcut"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -99,9 +100,7 @@ func (j *JetStream) DeadLetter(ctx context.Context, d *Delivery, code wire.Error
 
 func (j *JetStream) remove(ctx context.Context, d *Delivery, reason string) error {
 	if m, ok := msgOf(d); ok {
-		if len(reason) > 1000 {
-			reason = reason[:1000]
-		}
+		reason = textcut.Prefix(reason, 1000)
 		// +TERM removes the request from the work queue for good.
 		if err := j.cfg.Conn.Publish(m.Reply, []byte("+TERM "+strings.ToValidUTF8(reason, "?"))); err != nil {
 			return fmt.Errorf("ledger: term %s: %w", d.JobID, err)

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/internal/textcut"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -124,12 +125,7 @@ func (r *Run) Flush(ctx context.Context) error {
 	return r.cfg.Store.Write(ctx, r.buf.entries(), r.cfg.Memory.TTL, r.cfg.Memory.MaxEntries)
 }
 
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
-}
+func clip(s string) string { return textcut.Clip(s, 80, "…") }
 
 // RememberError is a remember() call refused: a malformed key, empty, not
 // UTF-8 or too long text, or one entry too many for the run. The sandbox

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/agentfleet/fleet/internal/textcut"
 )
 
 // ValidJobID reports whether id is a valid job id: 1-128 characters of
@@ -172,13 +174,5 @@ func (r *RunRequest) Validate() error {
 // character boundary, invalid UTF-8 replaced.
 func Clip(s string) string {
 	const max = 64
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) > max {
-		cut := max
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "..."
-	}
-	return s
+	return textcut.Clip(strings.ToValidUTF8(s, "\uFFFD"), max, "...")
 }
