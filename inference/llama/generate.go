@@ -3,6 +3,7 @@ package llama
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/agentfleet/fleet/loop"
 )
@@ -45,7 +46,9 @@ func (s *Slot) generate(ctx context.Context, k *kvContext, m matcher) (gen []int
 		if m != nil && m.Done() {
 			return gen, forced, loop.FinishStop, nil
 		}
+		t0 := time.Now()
 		tok, err := s.sample(k, m)
+		s.stats.sampleTime += time.Since(t0)
 		if err != nil {
 			return gen, forced, "", err
 		}

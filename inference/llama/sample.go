@@ -34,6 +34,17 @@ type slotStats struct {
 	fallbacks    int // strict samples that scanned the whole vocabulary
 	grammarTime  time.Duration
 	fallbackTime time.Duration
+	sampleTime   time.Duration // in sample: sampler and grammar
+}
+
+// SamplingTime is the time the slot has spent choosing generated tokens
+// from their logits (the sampler, and the grammar in strict mode), summed
+// over its life. A completion's CompletionDuration includes it; ollama's
+// eval_duration leaves its own out (internal/ollamapeer's benchmark).
+func (s *Slot) SamplingTime() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats.sampleTime
 }
 
 var errNoAllowedToken = errors.New("llama: the grammar allows no token of the vocabulary")
@@ -202,12 +213,7 @@ func topKOf(l []float32, ids []int, k int, dst []candidate) []candidate {
 			i = c
 		}
 	}
-	for j := range n {
-		id := j
-		if ids != nil {
-			id = ids[j]
-		}
-		c := candidate{id: id, logit: l[id]}
+	push := func(c candidate) {
 		if len(h) < k {
 			h = append(h, c)
 			for i := len(h) - 1; i > 0; {
@@ -218,11 +224,33 @@ func topKOf(l []float32, ids []int, k int, dst []candidate) []candidate {
 				h[i], h[p] = h[p], h[i]
 				i = p
 			}
-			continue
+			return
 		}
 		if less(h[0], c) {
 			h[0] = c
 			down(0)
+		}
+	}
+	// Once the heap is full, a logit below its least cannot enter: the
+	// scan skips it with one comparison (almost every token of the
+	// vocabulary: this loop is most of the sampler's time per token).
+	if ids == nil {
+		for id, v := range l[:k] {
+			push(candidate{id: id, logit: v})
+		}
+		least := h[0].logit
+		for id, v := range l[k:] {
+			if v < least {
+				continue
+			}
+			push(candidate{id: k + id, logit: v})
+			least = h[0].logit
+		}
+	} else {
+		for _, id := range ids {
+			if v := l[id]; len(h) < k || v >= h[0].logit {
+				push(candidate{id: id, logit: v})
+			}
 		}
 	}
 	slices.SortFunc(h, func(a, b candidate) int {

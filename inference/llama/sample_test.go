@@ -107,3 +107,40 @@ func TestTopKOf(t *testing.T) {
 		t.Fatal("topKOf of nothing returned candidates")
 	}
 }
+
+// TestTopKTies: with few distinct logits (ties everywhere) and ids in any
+// order, topK and topKOf equal a full sort by logit, then id.
+func TestTopKTies(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(3, 4))
+	for round := range 200 {
+		l := make([]float32, 1+r.IntN(3000))
+		for i := range l {
+			l[i] = float32(r.IntN(8))
+		}
+		ids := r.Perm(len(l))[:r.IntN(len(l)+1)]
+		k := r.IntN(80)
+		for _, sel := range [][]int{nil, ids} {
+			want := make([]candidate, 0, len(l))
+			if sel == nil {
+				for id, v := range l {
+					want = append(want, candidate{id: id, logit: v})
+				}
+			} else {
+				for _, id := range sel {
+					want = append(want, candidate{id: id, logit: l[id]})
+				}
+			}
+			slices.SortFunc(want, func(a, b candidate) int {
+				if a.logit != b.logit {
+					return cmp.Compare(b.logit, a.logit)
+				}
+				return a.id - b.id
+			})
+			got := topKOf(l, sel, k, nil)
+			if !slices.Equal(got, want[:min(k, len(want))]) {
+				t.Fatalf("round %d (k %d, %d logits, ids %v): topKOf = %v, want %v", round, k, len(l), sel != nil, got, want[:min(k, len(want))])
+			}
+		}
+	}
+}
