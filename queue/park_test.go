@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -238,4 +239,54 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		}
 		return nil
 	})
+}
+
+// A cancel of a waiting job ends it at once, not at its answer or
+// timeout: the client also publishes a resume request with
+// Fleet-Park-Cancel, the claim finds the canceled record, and the parked
+// state and timeout are removed. The request alone (a worker that could
+// not read the record) ends a waiting job as canceled too.
+func TestParkCancel(t *testing.T) {
+	env := newParkEnv(t)
+	ctx := timeout(t)
+	for _, id := range []string{"pc-1", "pc-2"} {
+		if _, err := env.client.Enqueue(ctx, request(id, "f")); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, env.client, id, wire.StateWaiting)
+	}
+	obs, err := env.js.ObjectStore(ctx, wire.BucketParked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.client.Cancel(ctx, "pc-1", "no longer needed"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := env.client.Wait(ctx, "pc-1")
+	if err != nil || res.State != wire.StateCanceled || !strings.Contains(res.Error, "no longer needed") {
+		t.Fatalf("canceled waiting job: %+v %v", res, err)
+	}
+	rec := waitState(t, env.client, "pc-2", wire.StateWaiting)
+	env.publishResume("pc-2", wire.CancelResumeHeader(rec.Park))
+	res, err = env.client.Wait(ctx, "pc-2")
+	if err != nil || res.State != wire.StateCanceled || !strings.Contains(res.Error, "waiting for an answer") {
+		t.Fatalf("waiting job ended by its cancel request alone: %+v %v", res, err)
+	}
+	waitFor(t, "timeout schedules removed", func() bool { return env.runsCount() == 0 })
+	for _, id := range []string{"pc-1", "pc-2"} {
+		testutil.Eventually(t, 10*time.Second, "parked state of "+id+" removed", func() error {
+			if _, err := obs.GetInfo(ctx, id); !errors.Is(err, jetstream.ErrObjectNotFound) {
+				return fmt.Errorf("parked state left: %v", err)
+			}
+			return nil
+		})
+	}
+	if _, err := env.client.Answer(ctx, "pc-1", "too late"); !errors.Is(err, client.ErrNotWaiting) {
+		t.Fatalf("answer to a canceled job: %v", err)
+	}
+	env.proc.mu.Lock()
+	defer env.proc.mu.Unlock()
+	if len(env.proc.resumed) != 0 {
+		t.Fatalf("a canceled job ran: %v", env.proc.resumed)
+	}
 }

@@ -227,6 +227,14 @@ func (s *slot) runJob(j *job) {
 	if !s.claim(ctx, j) {
 		return
 	}
+	if j.resume != nil && j.resume.Canceled {
+		// A client canceled the waiting job, and the claim could not read
+		// its canceled record: the resume request says it (docs/PROTOCOL.md
+		// §20.2).
+		s.cancelled(j, &CanceledError{JobID: j.id, Reason: "canceled while waiting for an answer"})
+		s.unpark(j)
+		return
+	}
 	if t := j.req.Options.TotalTimeout(); t > 0 {
 		j.deadline = j.started.Add(t + w.cfg.Streams.FirstAckWait())
 	}
@@ -296,6 +304,9 @@ func (s *slot) claim(ctx context.Context, j *job) bool {
 		case errors.As(err, &ce):
 			j.lease = ce.Lease
 			s.cancelled(j, &CanceledError{JobID: j.id, Reason: ce.Reason})
+			if j.resume != nil {
+				s.unpark(j) // a parked job canceled: its state and timeout go too
+			}
 			return false
 		case errors.Is(err, ledger.ErrDone), errors.Is(err, ledger.ErrDuplicate),
 			errors.Is(err, ledger.ErrWaiting), errors.Is(err, ledger.ErrNotWaiting):

@@ -376,9 +376,11 @@ func (c *Client) Cancel(ctx context.Context, jobID, reason string) error {
 	}
 	// The stored result is the job's terminal record (the bucket holds only
 	// what clients wrote).
-	if st, err := ledger.ReadStatus(ctx, c.nc, kv, jobID); err == nil && st.State.Terminal() && st.State != wire.StateCanceled {
+	st, err := ledger.ReadStatus(ctx, c.nc, kv, jobID)
+	if err == nil && st.State.Terminal() && st.State != wire.StateCanceled {
 		return fmt.Errorf("%w: %s is %s", ErrJobFinished, jobID, st.State)
 	}
+	waiting := err == nil && st.State == wire.StateWaiting && st.Park != 0
 	for try := 0; ; try++ {
 		if try == 10 {
 			return fmt.Errorf("queue: cancel %s: its status kept changing", jobID)
@@ -425,6 +427,15 @@ func (c *Client) Cancel(ctx context.Context, jobID, reason string) error {
 	}
 	if err := c.nc.FlushTimeout(5 * time.Second); err != nil {
 		return fmt.Errorf("queue: cancel %s: %w", jobID, err)
+	}
+	if waiting {
+		// A job parked on a question has no slot to obey the cancel: a
+		// resume request makes a worker end it now rather than at its
+		// answer or timeout (docs/PROTOCOL.md §20.2).
+		if _, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: wire.RunSubject(st.Operation),
+			Header: wire.CancelResumeHeader(st.Park), Data: wire.ResumeBody(jobID, st.Operation)}); err != nil {
+			return fmt.Errorf("queue: cancel %s: the waiting job's resume request: %w", jobID, err)
+		}
 	}
 	return nil
 }

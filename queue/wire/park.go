@@ -30,6 +30,11 @@ const (
 	// HeaderParkTimeout, on a resume request, says the park timed out
 	// ("true"); the timeout schedule sets it.
 	HeaderParkTimeout = "Fleet-Park-Timeout"
+	// HeaderParkCancel, on a resume request, says a client canceled the
+	// waiting job ("true", 1.10): the worker that claims it stores the
+	// canceled result without running anything. A client sends it with
+	// Fleet-Park-Timeout: true, so that a 1.9 worker ends the job too.
+	HeaderParkCancel = "Fleet-Park-Cancel"
 	// MaxAnswerBytes caps an answer (the decoded string).
 	MaxAnswerBytes = 64 << 10
 )
@@ -50,6 +55,8 @@ type ResumeRequest struct {
 	Answer string
 	// TimedOut is set on the park timeout's firing.
 	TimedOut bool
+	// Canceled is set on a client's cancel of the waiting job (1.10).
+	Canceled bool
 }
 
 // ParseResume reads a request's resume headers: nil, nil for an ordinary
@@ -64,6 +71,10 @@ func ParseResume(h nats.Header) (*ResumeRequest, error) {
 		return nil, Invalid(HeaderResume, "%q is not a park id", Clip(v))
 	}
 	r := &ResumeRequest{Park: park}
+	if h.Get(HeaderParkCancel) == "true" {
+		r.Canceled = true
+		return r, nil
+	}
 	if h.Get(HeaderParkTimeout) == "true" {
 		r.TimedOut = true
 		return r, nil
@@ -103,6 +114,14 @@ func ResumeHeader(park uint64, answer string) (nats.Header, error) {
 	}
 	return nats.Header{HeaderResume: {strconv.FormatUint(park, 10)}, HeaderAnswer: {string(b)},
 		HeaderContentType: {"application/json"}, HeaderProtocol: {"1"}}, nil
+}
+
+// CancelResumeHeader builds the headers of the resume request that ends a
+// job waiting on park as canceled (1.10; Fleet-Park-Timeout too, for 1.9
+// workers).
+func CancelResumeHeader(park uint64) nats.Header {
+	return nats.Header{HeaderResume: {strconv.FormatUint(park, 10)}, HeaderParkCancel: {"true"}, HeaderParkTimeout: {"true"},
+		HeaderContentType: {"application/json"}, HeaderProtocol: {"1"}}
 }
 
 // ResumeBody is a resume request's body: the smallest valid request of the
