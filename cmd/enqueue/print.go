@@ -122,7 +122,7 @@ func (p *printer) event(e *wire.Event) {
 		if e.Error != "" {
 			msg += ": " + e.Error
 		}
-		fmt.Fprintf(p.w, "finished: %s\n", msg)
+		fmt.Fprintf(p.w, "finished: %s\n", capLine(msg, 400))
 	default:
 		fmt.Fprintf(p.w, "  %s\n", e.Kind)
 	}
@@ -160,7 +160,7 @@ func (p *printer) result(r *wire.AgentResult) {
 	fmt.Fprintf(p.w, "\n== result of %s ==\n", r.JobID)
 	fmt.Fprintf(p.w, "state:    %s (agent status %s)\n", r.State, r.Status)
 	if r.Error != "" {
-		fmt.Fprintf(p.w, "error:    %s\n", r.Error)
+		fmt.Fprintf(p.w, "error:    %s\n", capLine(r.Error, 400))
 	}
 	if r.Summary != "" {
 		fmt.Fprintf(p.w, "summary:  %s\n", capLine(r.Summary, 400))

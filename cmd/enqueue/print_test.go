@@ -56,3 +56,22 @@ func TestPrintParkedEvent(t *testing.T) {
 		}
 	}
 }
+
+// A model's long error (random weights write thousands of characters)
+// is cut to one readable line, on characters, in the result and in the
+// finished event.
+func TestPrintLongError(t *testing.T) {
+	var b strings.Builder
+	p := newPrinter(&b, false)
+	long := strings.Repeat("नमस्ते ", 2000)
+	p.event(&wire.Event{JobID: "lint-8", Attempt: 1, Kind: wire.EventFinished, Status: "failed", Error: long})
+	p.result(&wire.AgentResult{JobID: "lint-8", State: wire.StateFailed, Status: "failed", Error: long})
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.Contains(line, "नमस्ते") && (utf8.RuneCountInString(line) > 420 || !utf8.ValidString(line) || !strings.HasSuffix(line, "…")) {
+			t.Fatalf("line of %d characters (valid %v): %.80q…", utf8.RuneCountInString(line), utf8.ValidString(line), line)
+		}
+	}
+	if !strings.Contains(b.String(), "error:") || !strings.Contains(b.String(), "finished:") {
+		t.Fatalf("printed %q", b.String())
+	}
+}
