@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -154,7 +155,13 @@ func (s *slot) tryPark(j *job, p *Park) bool {
 		timeout = w.parkTimeout(j)
 	}
 	deadline := time.Now().Add(timeout).Truncate(time.Second).Add(time.Second)
-	if _, err := st.Parked.PutBytes(ctx, j.id, p.State); err != nil {
+	meta := jetstream.ObjectMeta{Name: j.id}
+	if key := uniqueKey(j); key != "" {
+		// The answer's resume request does not carry the key: the job
+		// releases it when it ends (loadParkedUnique).
+		meta.Headers = nats.Header{wire.HeaderUnique: {key}}
+	}
+	if _, err := st.Parked.Put(ctx, meta, bytes.NewReader(p.State)); err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) {
 			s.complete(j, parkFailed(loop.ErrCodeParkState, "the parked state was refused by "+wire.BucketParked+": "+err.Error(), nil))
@@ -201,6 +208,21 @@ func (s *slot) scheduleParkTimeout(ctx context.Context, j *job, park uint64, dea
 		return fmt.Errorf("queue: schedule the park timeout: %w", err)
 	}
 	return nil
+}
+
+// loadParkedUnique sets a resumed job's Fleet-Unique key from its parked
+// state's headers (tryPark). Best effort: without it the key is freed by
+// a later client's takeover or the bucket's TTL, as when a worker dies.
+func (s *slot) loadParkedUnique(ctx context.Context, j *job) {
+	st := s.w.streams
+	if st == nil || st.Parked == nil || st.Unique == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if info, err := st.Parked.GetInfo(ctx, j.id); err == nil {
+		j.unique = info.Headers.Get(wire.HeaderUnique)
+	}
 }
 
 // unpark removes a resumed job's parked state and pending timeout once its

@@ -290,3 +290,51 @@ func TestParkCancel(t *testing.T) {
 		t.Fatalf("a canceled job ran: %v", env.proc.resumed)
 	}
 }
+
+// A parked job keeps its Fleet-Unique key while it waits and releases it
+// when it ends, answered or canceled, although the resume request does
+// not carry the key (it is kept with the parked state).
+func TestParkUniqueReleased(t *testing.T) {
+	env := newParkEnv(t)
+	ctx := timeout(t)
+	var kv jetstream.KeyValue // made by the first unique enqueue
+	holder := func() string {
+		e, err := kv.Get(ctx, "lint.parked")
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return ""
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(e.Value())
+	}
+	for i, end := range []func(id string) error{
+		func(id string) error { _, err := env.client.Answer(ctx, id, "yes"); return err },
+		func(id string) error { return env.client.Cancel(ctx, id, "not now") },
+	} {
+		id := fmt.Sprintf("pu-%d", i)
+		if _, err := env.client.Enqueue(ctx, request(id, "f"), client.WithUnique("lint.parked")); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if kv, err = env.js.KeyValue(ctx, wire.BucketUnique); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, env.client, id, wire.StateWaiting)
+		if h := holder(); h != id {
+			t.Fatalf("waiting %s: the key names %q", id, h)
+		}
+		if err := end(id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.client.Wait(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 10*time.Second, "the key of "+id+" released", func() error {
+			if h := holder(); h != "" {
+				return fmt.Errorf("the key names %q", h)
+			}
+			return nil
+		})
+	}
+}

@@ -82,6 +82,9 @@ type job struct {
 	deadline time.Time // heartbeats stop after it (0 = none)
 	// resume is set for a resume request of a parked job (park.go).
 	resume *wire.ResumeRequest
+	// unique is a resumed job's Fleet-Unique key, kept with its parked
+	// state (a resume request does not carry it; releaseUnique).
+	unique string
 	// evKinds is the request's Fleet-Events choice when it limits the
 	// events (evLimit): only these kinds are published (none when empty).
 	evLimit   bool
@@ -223,6 +226,9 @@ func (s *slot) runJob(j *job) {
 	rj := &runningJob{cancel: cancel}
 	w.register(j.id, rj)
 	defer w.unregister(j.id, rj)
+	if j.resume != nil {
+		s.loadParkedUnique(ctx, j)
+	}
 
 	if !s.claim(ctx, j) {
 		return

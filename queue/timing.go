@@ -20,6 +20,15 @@ func firedJobID(req *wire.RunRequest, h nats.Header) {
 	}
 }
 
+// uniqueKey is the job's Fleet-Unique key: its request's, or for a resumed
+// job the one kept with its parked state.
+func uniqueKey(j *job) string {
+	if j.unique != "" {
+		return j.unique
+	}
+	return j.msg.Header.Get(wire.HeaderUnique)
+}
+
 // releaseUnique deletes the job's uniqueness key (header Fleet-Unique)
 // once its result is stored, if the key still names this job. A worker
 // that dies before this leaves the key behind: the next client that is
@@ -29,7 +38,7 @@ func (w *Worker) releaseUnique(j *job) {
 	if j.msg == nil || w.streams == nil || w.streams.Unique == nil {
 		return
 	}
-	key := j.msg.Header.Get(wire.HeaderUnique)
+	key := uniqueKey(j)
 	if !wire.ValidUniqueKey(key) {
 		return
 	}
