@@ -37,6 +37,9 @@ func (s *slot) store(j *job, res *wire.AgentResult) error {
 	switch {
 	case err == nil:
 		s.w.releaseUnique(j)
+		if j.resume != nil {
+			s.unpark(j) // the key above was read from the parked state
+		}
 		return nil
 	case errors.Is(err, ledger.ErrFenced):
 		s.fenced(j)

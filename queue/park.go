@@ -122,30 +122,22 @@ func (s *slot) startResume(ctx context.Context, j *job) (context.Context, *Outco
 }
 
 // park parks j: state, timeout schedule, waiting record, ack. A state the
-// worker cannot keep ends the job with a failed result (ErrCodeParkState),
-// and a resumed job's earlier state is then removed.
+// worker cannot keep ends the job with a failed result (ErrCodeParkState;
+// store then removes a resumed job's earlier state).
 func (s *slot) park(j *job, p *Park) {
-	if s.tryPark(j, p) || j.resume == nil {
-		return
-	}
-	s.unpark(j)
-}
-
-// tryPark parks j; false when it ended the job with a failed result.
-func (s *slot) tryPark(j *job, p *Park) bool {
 	w := s.w
 	st := w.streams
 	switch {
 	case st == nil || st.Parked == nil || w.jsl == nil:
 		s.complete(j, parkFailed(loop.ErrCodeParkState, "the job asked a human, but this worker cannot park jobs (no JetStream ledger)", nil))
-		return false
+		return
 	case !st.Schedules:
 		s.complete(j, parkFailed(loop.ErrCodeParkState, "the job asked a human, but FLEET_RUNS has no message schedules for the park timeout (a capped queue, docs/PROTOCOL.md §12.4)", nil))
-		return false
+		return
 	case int64(len(p.State)) > w.cfg.Streams.ParkedMaxBytes:
 		s.complete(j, parkFailed(loop.ErrCodeParkState, fmt.Sprintf("the parked state is %d bytes, over the %d-byte cap of %s", len(p.State), w.cfg.Streams.ParkedMaxBytes, wire.BucketParked),
 			map[string]any{"state_bytes": len(p.State), "max_bytes": w.cfg.Streams.ParkedMaxBytes, "question": p.Question}))
-		return false
+		return
 	}
 	ctx, cancel := context.WithTimeout(w.runCtx, 30*time.Second)
 	defer cancel()
@@ -156,37 +148,36 @@ func (s *slot) tryPark(j *job, p *Park) bool {
 	}
 	deadline := time.Now().Add(timeout).Truncate(time.Second).Add(time.Second)
 	meta := jetstream.ObjectMeta{Name: j.id}
-	if key := uniqueKey(j); key != "" {
+	if key := w.uniqueKey(j); key != "" {
 		// The answer's resume request does not carry the key: the job
-		// releases it when it ends (loadParkedUnique).
+		// releases it when it ends (uniqueKey).
 		meta.Headers = nats.Header{wire.HeaderUnique: {key}}
 	}
 	if _, err := st.Parked.Put(ctx, meta, bytes.NewReader(p.State)); err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) {
 			s.complete(j, parkFailed(loop.ErrCodeParkState, "the parked state was refused by "+wire.BucketParked+": "+err.Error(), nil))
-			return false
+			return
 		}
 		s.transient(j, fmt.Errorf("queue: store the parked state: %w", err))
-		return true
+		return
 	}
 	if err := s.scheduleParkTimeout(ctx, j, park, deadline); err != nil {
 		s.transient(j, err)
-		return true
+		return
 	}
 	err := w.jsl.Park(ctx, j.lease, p.Question, park, deadline)
 	switch {
 	case errors.Is(err, ledger.ErrFenced):
 		s.fenced(j)
-		return true
+		return
 	case err != nil:
 		s.transient(j, err)
-		return true
+		return
 	}
 	s.flushEvents()
 	w.st.parked.Add(1)
 	s.log.Info("job parked on a question", "job", j.id, "park", park, "deadline", deadline, "state_bytes", len(p.State))
-	return true
 }
 
 // scheduleParkTimeout stores the park's timeout: a one-shot schedule on
@@ -210,23 +201,8 @@ func (s *slot) scheduleParkTimeout(ctx context.Context, j *job, park uint64, dea
 	return nil
 }
 
-// loadParkedUnique sets a resumed job's Fleet-Unique key from its parked
-// state's headers (tryPark). Best effort: without it the key is freed by
-// a later client's takeover or the bucket's TTL, as when a worker dies.
-func (s *slot) loadParkedUnique(ctx context.Context, j *job) {
-	st := s.w.streams
-	if st == nil || st.Parked == nil || st.Unique == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if info, err := st.Parked.GetInfo(ctx, j.id); err == nil {
-		j.unique = info.Headers.Get(wire.HeaderUnique)
-	}
-}
-
 // unpark removes a resumed job's parked state and pending timeout once its
-// result is stored (best effort: the object expires with the results, and
+// result is stored (store) (best effort: the object expires with the results, and
 // a timeout that fires later finds the job done).
 func (s *slot) unpark(j *job) {
 	st := s.w.streams

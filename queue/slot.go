@@ -82,9 +82,10 @@ type job struct {
 	deadline time.Time // heartbeats stop after it (0 = none)
 	// resume is set for a resume request of a parked job (park.go).
 	resume *wire.ResumeRequest
-	// unique is a resumed job's Fleet-Unique key, kept with its parked
-	// state (a resume request does not carry it; releaseUnique).
-	unique string
+	// unique is a resumed job's Fleet-Unique key, read once from its
+	// parked state (a resume request does not carry it; uniqueKey).
+	unique       string
+	uniqueLoaded bool
 	// evKinds is the request's Fleet-Events choice when it limits the
 	// events (evLimit): only these kinds are published (none when empty).
 	evLimit   bool
@@ -226,9 +227,6 @@ func (s *slot) runJob(j *job) {
 	rj := &runningJob{cancel: cancel}
 	w.register(j.id, rj)
 	defer w.unregister(j.id, rj)
-	if j.resume != nil {
-		s.loadParkedUnique(ctx, j)
-	}
 
 	if !s.claim(ctx, j) {
 		return
@@ -238,7 +236,6 @@ func (s *slot) runJob(j *job) {
 		// its canceled record: the resume request says it (docs/PROTOCOL.md
 		// §20.2).
 		s.cancelled(j, &CanceledError{JobID: j.id, Reason: "canceled while waiting for an answer"})
-		s.unpark(j)
 		return
 	}
 	if t := j.req.Options.TotalTimeout(); t > 0 {
@@ -284,9 +281,6 @@ func (s *slot) runJob(j *job) {
 		s.park(j, out.Park)
 	default:
 		s.complete(j, out)
-		if j.resume != nil {
-			s.unpark(j)
-		}
 	}
 }
 
@@ -310,9 +304,6 @@ func (s *slot) claim(ctx context.Context, j *job) bool {
 		case errors.As(err, &ce):
 			j.lease = ce.Lease
 			s.cancelled(j, &CanceledError{JobID: j.id, Reason: ce.Reason})
-			if j.resume != nil {
-				s.unpark(j) // a parked job canceled: its state and timeout go too
-			}
 			return false
 		case errors.Is(err, ledger.ErrDone), errors.Is(err, ledger.ErrDuplicate),
 			errors.Is(err, ledger.ErrWaiting), errors.Is(err, ledger.ErrNotWaiting):

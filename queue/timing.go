@@ -21,12 +21,23 @@ func firedJobID(req *wire.RunRequest, h nats.Header) {
 }
 
 // uniqueKey is the job's Fleet-Unique key: its request's, or for a resumed
-// job the one kept with its parked state.
-func uniqueKey(j *job) string {
-	if j.unique != "" {
-		return j.unique
+// job the one park kept with its parked state, read on first need
+// (before the state is removed). Best effort: a key it cannot read is
+// freed by a later client's takeover or the bucket's TTL, as when a
+// worker dies.
+func (w *Worker) uniqueKey(j *job) string {
+	if j.resume == nil {
+		return j.msg.Header.Get(wire.HeaderUnique)
 	}
-	return j.msg.Header.Get(wire.HeaderUnique)
+	if !j.uniqueLoaded && w.streams != nil && w.streams.Parked != nil {
+		j.uniqueLoaded = true
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if info, err := w.streams.Parked.GetInfo(ctx, j.id); err == nil {
+			j.unique = info.Headers.Get(wire.HeaderUnique)
+		}
+	}
+	return j.unique
 }
 
 // releaseUnique deletes the job's uniqueness key (header Fleet-Unique)
@@ -38,7 +49,7 @@ func (w *Worker) releaseUnique(j *job) {
 	if j.msg == nil || w.streams == nil || w.streams.Unique == nil {
 		return
 	}
-	key := uniqueKey(j)
+	key := w.uniqueKey(j)
 	if !wire.ValidUniqueKey(key) {
 		return
 	}
