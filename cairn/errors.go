@@ -89,7 +89,7 @@ func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Op)
 	if e.Path != "" {
-		fmt.Fprintf(&b, " %q", truncate(e.Path, 200))
+		fmt.Fprintf(&b, " %q", textcut.Clip(e.Path, 200, "…"))
 	}
 	b.WriteString(": ")
 	if e.Detail != "" {
@@ -150,5 +150,3 @@ func (e *StaleBaseError) PythonException() string { return ErrStaleBase.python }
 
 // ErrClosed is returned by an Overlay's methods after Close or Reject.
 var ErrClosed = errors.New("cairn: workspace is closed")
-
-func truncate(s string, n int) string { return textcut.Clip(s, n, "…") }

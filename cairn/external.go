@@ -91,7 +91,7 @@ func (o *Overlay) CallExternal(ctx context.Context, name string, args []any, kwa
 	}
 	ext, ok := externals[name]
 	if !ok {
-		return nil, newErr(name, "", ErrUnknownFunction, fmt.Sprintf("the workspace has no external function %q", truncate(name, 100)))
+		return nil, newErr(name, "", ErrUnknownFunction, fmt.Sprintf("the workspace has no external function %q", textcut.Clip(name, 100, "…")))
 	}
 	bound, err := bindArgs(name, ext.params, args, kwargs)
 	if err != nil {
@@ -119,7 +119,7 @@ func bindArgs(fn string, params []param, args []any, kwargs map[string]any) ([]a
 	for _, k := range keys {
 		i := slices.IndexFunc(params, func(p param) bool { return p.name == k })
 		if i < 0 {
-			return nil, newErr(fn, "", ErrBadArgs, fmt.Sprintf("%s() got an unexpected keyword argument '%s'", fn, truncate(k, 100)))
+			return nil, newErr(fn, "", ErrBadArgs, fmt.Sprintf("%s() got an unexpected keyword argument '%s'", fn, textcut.Clip(k, 100, "…")))
 		}
 		if set[i] {
 			return nil, newErr(fn, "", ErrBadArgs, fmt.Sprintf("%s() got multiple values for argument '%s'", fn, k))
@@ -349,7 +349,7 @@ func (o *Overlay) SearchContent(ctx context.Context, pattern, scope string) ([]M
 				return
 			}
 			if re.MatchString(line) {
-				out = append(out, Match{File: p, Line: n, Text: capText(line, MaxMatchTextBytes)})
+				out = append(out, Match{File: p, Line: n, Text: textcut.Clip(line, MaxMatchTextBytes, "…")})
 			}
 		}
 	}
@@ -374,9 +374,6 @@ func (o *Overlay) SearchContent(ctx context.Context, pattern, scope string) ([]M
 	return out, nil
 }
 
-// capText cuts s to at most n bytes at a character boundary, adding "…".
-func capText(s string, n int) string { return textcut.Clip(s, n, "…") }
-
 // Log forwards a script's log line, prefixed "[workspace id] ", to the
 // overlay's logger and log func (see WithLogger, WithLogFunc), cut to
 // MaxLogBytes; after MaxLogLines lines per overlay further lines are
@@ -389,7 +386,7 @@ func (o *Overlay) Log(ctx context.Context, message string) {
 	if n == MaxLogLines+1 {
 		message = fmt.Sprintf("log cap of %d lines reached; further lines are dropped", MaxLogLines)
 	} else {
-		message = capText(strings.ToValidUTF8(message, "\uFFFD"), MaxLogBytes)
+		message = textcut.Clip(strings.ToValidUTF8(message, "\uFFFD"), MaxLogBytes, "…")
 	}
 	if o.logger != nil {
 		o.logger.InfoContext(ctx, "["+o.id+"] "+message, "workspace", o.id)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/agentfleet/fleet/internal/textcut"
 )
 
 // MaxGlobBytes caps the length of a glob pattern.
@@ -89,7 +91,7 @@ func compileGlob(op, pattern string) (*Glob, error) {
 		}
 		s, err := compileSeg(seg)
 		if err != nil {
-			return nil, newErr(op, "", ErrBadPattern, fmt.Sprintf("glob %q: %s", truncate(pattern, 200), err))
+			return nil, newErr(op, "", ErrBadPattern, fmt.Sprintf("glob %q: %s", textcut.Clip(pattern, 200, "…"), err))
 		}
 		g.segs = append(g.segs, s)
 	}

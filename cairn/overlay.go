@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentfleet/fleet/internal/textcut"
 )
 
 // MaxContentBytes caps one file read or written by a script (10 MiB).
@@ -42,7 +44,7 @@ func OverlayID(operation, nodeID string) (string, error) {
 	if operation == "" || len(operation) > 64 || strings.IndexFunc(operation, func(r rune) bool {
 		return !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
 	}) >= 0 {
-		return "", fmt.Errorf("cairn: operation %q must match [A-Za-z0-9_]{1,64}", truncate(operation, 80))
+		return "", fmt.Errorf("cairn: operation %q must match [A-Za-z0-9_]{1,64}", textcut.Clip(operation, 80, "…"))
 	}
 	if nodeID == "" {
 		return "", errors.New("cairn: node id is empty")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agentfleet/fleet/internal/textcut"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -103,7 +104,7 @@ func parse(output string, spec map[int]bool) (calls []loop.ToolCall, text string
 		if !errors.As(perr, &pe) {
 			pe = &ParseError{Kind: KindMalformed, Offset: pos, Detail: perr.Error()}
 		}
-		pe.Raw = capString(output, rawCap)
+		pe.Raw = textcut.Clip(output, rawCap, "...")
 		return nil, "", pe
 	}
 	for pos < len(output) {
@@ -156,7 +157,7 @@ func parseCall(s string, start int, spec map[int]bool) (loop.ToolCall, int, erro
 		if strings.HasPrefix("call:", p.s[p.pos:]) {
 			return loop.ToolCall{}, 0, p.fail(KindTruncated, "output ends inside a call")
 		}
-		return loop.ToolCall{}, 0, p.fail(KindMalformed, "a call must start with \"call:\", found %q", capString(p.s[p.pos:], 20))
+		return loop.ToolCall{}, 0, p.fail(KindMalformed, "a call must start with \"call:\", found %q", textcut.Clip(p.s[p.pos:], 20, "..."))
 	}
 	p.pos += len("call:")
 	nstart := p.pos
@@ -171,7 +172,7 @@ func parseCall(s string, start int, spec map[int]bool) (loop.ToolCall, int, erro
 		return loop.ToolCall{}, 0, p.fail(KindMalformed, "call without a tool name")
 	}
 	if p.s[p.pos] != '{' {
-		return loop.ToolCall{}, 0, p.fail(KindMalformed, "expected '{' after the tool name %q, found %q", name, capString(p.s[p.pos:], 12))
+		return loop.ToolCall{}, 0, p.fail(KindMalformed, "expected '{' after the tool name %q, found %q", name, textcut.Clip(p.s[p.pos:], 12, "..."))
 	}
 	if err := p.object(0); err != nil {
 		return loop.ToolCall{}, 0, err
@@ -180,7 +181,7 @@ func parseCall(s string, start int, spec map[int]bool) (loop.ToolCall, int, erro
 		if p.eof() || strings.HasPrefix(TokEndFunctionCall, p.s[p.pos:]) {
 			return loop.ToolCall{}, 0, p.fail(KindTruncated, "unterminated call (no %s)", TokEndFunctionCall)
 		}
-		return loop.ToolCall{}, 0, p.fail(KindMalformed, "expected %s after the arguments of %s, found %q", TokEndFunctionCall, name, capString(p.s[p.pos:], 20))
+		return loop.ToolCall{}, 0, p.fail(KindMalformed, "expected %s after the arguments of %s, found %q", TokEndFunctionCall, name, textcut.Clip(p.s[p.pos:], 20, "..."))
 	}
 	end := p.pos + len(TokEndFunctionCall)
 	return loop.ToolCall{Name: name, Arguments: json.RawMessage(p.out.Bytes())}, end, nil

@@ -238,7 +238,7 @@ func (p *valueParser) bare() error {
 		return p.fail(KindMalformed, "missing value")
 	default:
 		p.pos = start
-		return p.fail(KindMalformed, "bare value %q is not a number, true, false or null (strings need %s)", capString(lit, 40), TokEscape)
+		return p.fail(KindMalformed, "bare value %q is not a number, true, false or null (strings need %s)", textcut.Clip(lit, 40, "..."), TokEscape)
 	}
 	p.out.WriteString(lit)
 	return nil
@@ -297,7 +297,7 @@ func (p *valueParser) object(depth int) error {
 		}
 		if !first {
 			if p.s[p.pos] != ',' {
-				return p.fail(KindMalformed, "expected ',' or '}' in object, found %q", capString(p.s[p.pos:], 12))
+				return p.fail(KindMalformed, "expected ',' or '}' in object, found %q", textcut.Clip(p.s[p.pos:], 12, "..."))
 			}
 			p.pos++
 			p.out.WriteByte(',')
@@ -317,7 +317,7 @@ func (p *valueParser) object(depth int) error {
 			}
 			key = p.s[kstart:p.pos]
 			if key == "" {
-				return p.fail(KindMalformed, "expected key: in object, found %q", capString(p.s[p.pos:], 12))
+				return p.fail(KindMalformed, "expected key: in object, found %q", textcut.Clip(p.s[p.pos:], 12, "..."))
 			}
 		}
 		if p.eof() {
@@ -325,7 +325,7 @@ func (p *valueParser) object(depth int) error {
 		}
 		if p.s[p.pos] != ':' {
 			p.pos = kstart
-			return p.fail(KindMalformed, "expected key: in object, found %q", capString(p.s[p.pos:], 12))
+			return p.fail(KindMalformed, "expected key: in object, found %q", textcut.Clip(p.s[p.pos:], 12, "..."))
 		}
 		kb, err := marshalString(key)
 		if err != nil {
@@ -333,7 +333,7 @@ func (p *valueParser) object(depth int) error {
 		}
 		if seen[string(kb)] {
 			p.pos = kstart
-			return p.fail(KindMalformed, "duplicate key %q", capString(key, 40))
+			return p.fail(KindMalformed, "duplicate key %q", textcut.Clip(key, 40, "..."))
 		}
 		seen[string(kb)] = true
 		p.pos++ // :
@@ -360,7 +360,7 @@ func (p *valueParser) list(depth int) error {
 		}
 		if !first {
 			if p.s[p.pos] != ',' {
-				return p.fail(KindMalformed, "expected ',' or ']' in list, found %q", capString(p.s[p.pos:], 12))
+				return p.fail(KindMalformed, "expected ',' or ']' in list, found %q", textcut.Clip(p.s[p.pos:], 12, "..."))
 			}
 			p.pos++
 			p.out.WriteByte(',')
@@ -370,6 +370,3 @@ func (p *valueParser) list(depth int) error {
 		}
 	}
 }
-
-// capString cuts s after n bytes on a character boundary, adding "...".
-func capString(s string, n int) string { return textcut.Clip(s, n, "...") }

@@ -275,7 +275,7 @@ func (m *Model) attempt(ctx context.Context, body []byte) ([]byte, error) {
 	if hresp.StatusCode == http.StatusOK {
 		return raw, nil
 	}
-	se := &StatusError{StatusCode: hresp.StatusCode, Body: capText(strings.TrimSpace(string(raw)), 512)}
+	se := &StatusError{StatusCode: hresp.StatusCode, Body: textcut.Clip(strings.TrimSpace(string(raw)), 512, "...")}
 	if hresp.StatusCode == http.StatusTooManyRequests || hresp.StatusCode >= 500 {
 		return nil, &retryable{err: se, after: retryAfter(hresp.Header.Get("Retry-After"))}
 	}
@@ -294,8 +294,5 @@ func retryAfter(h string) time.Duration {
 	}
 	return 0
 }
-
-// capText cuts s after n bytes, backing up to a character boundary.
-func capText(s string, n int) string { return textcut.Clip(s, n, "...") }
 
 // ---- wire format ----

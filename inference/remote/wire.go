@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/inference/functiongemma"
+	"github.com/agentfleet/fleet/internal/textcut"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -133,10 +134,10 @@ func (m *Model) encode(req *loop.Request) ([]byte, error) {
 func decodeResponse(raw []byte) (*loop.Response, error) {
 	var w wireResponse
 	if err := json.Unmarshal(raw, &w); err != nil {
-		return nil, fmt.Errorf("%w: %v (body %q)", ErrProtocol, err, capText(string(raw), 200))
+		return nil, fmt.Errorf("%w: %v (body %q)", ErrProtocol, err, textcut.Clip(string(raw), 200, "..."))
 	}
 	if len(w.Choices) == 0 {
-		return nil, fmt.Errorf("%w: no choices (body %q)", ErrProtocol, capText(string(raw), 200))
+		return nil, fmt.Errorf("%w: no choices (body %q)", ErrProtocol, textcut.Clip(string(raw), 200, "..."))
 	}
 	ch := w.Choices[0]
 	resp := &loop.Response{Message: loop.Message{Role: loop.RoleAssistant}}
@@ -164,7 +165,7 @@ func decodeResponse(raw []byte) (*loop.Response, error) {
 		if truncated && kind == loop.InvalidMalformedCall {
 			kind = loop.InvalidTruncated
 		}
-		return &loop.InvalidResponseError{Kind: kind, Detail: detail, Raw: capText(string(raw), rawCap), Usage: resp.Usage}
+		return &loop.InvalidResponseError{Kind: kind, Detail: detail, Raw: textcut.Clip(string(raw), rawCap, "..."), Usage: resp.Usage}
 	}
 	for i, c := range ch.Message.ToolCalls {
 		if c.Function.Name == "" {
@@ -225,7 +226,7 @@ func callArguments(raw json.RawMessage) (json.RawMessage, error) {
 	}
 	var obj map[string]json.RawMessage
 	if raw[0] != '{' || json.Unmarshal(raw, &obj) != nil {
-		return nil, fmt.Errorf("arguments are not a JSON object: %s", capText(string(raw), 200))
+		return nil, fmt.Errorf("arguments are not a JSON object: %s", textcut.Clip(string(raw), 200, "..."))
 	}
 	return json.RawMessage(raw), nil
 }
