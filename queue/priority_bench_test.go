@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -108,21 +109,8 @@ func BenchmarkPriorityDispatch(b *testing.B) {
 	}
 	b.Logf("n=%d high jobs: idle queue p50 %.0f µs p99 %.0f µs; behind %d low jobs p50 %.0f µs p99 %.0f µs; ratio p50 %.2f, p99 %.2f (%s); low jobs still waiting at the end: %d (load %s)",
 		n, us(p(idle, 0.5)), us(p(idle, 0.99)), backlog, us(p(behind, 0.5)), us(p(behind, 0.99)), r50, r99, verdict,
-		info.NumPending, loadavg())
+		info.NumPending, testutil.LoadAvg())
 	if info.NumPending == 0 {
 		b.Logf("the low backlog drained before the last high job: the ratio understates the wait behind a backlog; lower -benchtime")
 	}
-}
-
-// loadavg is the machine's 1-, 5- and 15-minute load.
-func loadavg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := string(data)
-	if len(f) > 14 {
-		f = f[:14]
-	}
-	return f
 }

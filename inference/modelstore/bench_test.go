@@ -6,8 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/agentfleet/fleet/internal/gguf"
 	"github.com/agentfleet/fleet/internal/modelref"
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/embedded"
 )
 
@@ -40,15 +39,6 @@ func benchModel(b *testing.B) string {
 	}
 	fmt.Printf("models: USING A GENERATED FILE (%s): the 270M shape with the synthetic vocabulary\n", gen)
 	return gen
-}
-
-func loadAvg() float64 {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(strings.Fields(string(data))[0], 64)
-	return v
 }
 
 // copyFile is the local baseline: what `cp` and a sync cost.
@@ -157,7 +147,7 @@ func BenchmarkModelTransfer(b *testing.B) {
 			b.ReportMetric(n*size/1e6/fetchS, "fetch-MB/s")
 			b.ReportMetric(copyS/pushS, "push/copy")
 			b.ReportMetric(copyS/fetchS, "fetch/copy")
-			b.ReportMetric(loadAvg(), "load")
+			b.ReportMetric(testutil.Load1(), "load")
 		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/agentfleet/fleet/inference/llama"
 	"github.com/agentfleet/fleet/inference/remote"
 	"github.com/agentfleet/fleet/internal/ollamapeer"
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -157,7 +158,7 @@ func BenchmarkPeer(b *testing.B) {
 	// for), tokens computed per second (the engines), and ollama's own
 	// figure.
 	const rounds = 8
-	pf("load average %s\n", loadavg())
+	pf("load average %s\n", testutil.LoadAvg())
 	backends := map[int]*llama.Backend{}
 	for _, bs := range []int{128, 512} {
 		be, err := llama.New(llama.Config{Model: llama.ModelRef{Path: model}, ContextSize: 4096, BatchSize: bs, MaxTokens: 64, Lenient: true,
@@ -290,7 +291,7 @@ func BenchmarkPeer(b *testing.B) {
 	pf("  local vs remote: %.2fx faster per job (target >= 1.5x)\n", rt/lt)
 	b.ReportMetric(rt/lt, "job-local-speedup")
 	b.ReportMetric(0, "ns/op")
-	pf("load average %s\n", loadavg())
+	pf("load average %s\n", testutil.LoadAvg())
 	fmt.Print("\n--- fleet vs ollama ---\n" + out.String())
 }
 
@@ -357,16 +358,6 @@ func reportPrefill(b *testing.B, pf func(string, ...any), rs []prefillRound, bes
 	b.ReportMetric(median(same), "prefill-fleet/ollama")
 	b.ReportMetric(median(tok), "prefill-computed-fleet/ollama")
 	b.ReportMetric(median(dec), "decode-fleet/ollama")
-}
-
-// loadavg is the machine's 1-, 5- and 15-minute load (it is shared).
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 func median(v []float64) float64 {

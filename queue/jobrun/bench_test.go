@@ -18,6 +18,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
@@ -150,7 +151,7 @@ type meter struct {
 
 // startMeter resets the benchmark timer and starts measuring.
 func startMeter(b *testing.B) *meter {
-	m := &meter{b: b, load0: loadAvg()}
+	m := &meter{b: b, load0: testutil.Load1()}
 	b.ResetTimer()
 	m.self0, m.kids0 = cpuTime(b)
 	m.start = time.Now()
@@ -171,7 +172,7 @@ func (m *meter) stop(lat []time.Duration) {
 	m.b.ReportMetric(n/elapsed.Seconds(), "jobs/s")
 	m.b.ReportMetric(ms(self1-m.self0+kids1-m.kids0)/n, "cpu-ms")
 	m.b.ReportMetric(ms(kids1-m.kids0)/n, "monty-cpu-ms")
-	m.b.ReportMetric((m.load0+loadAvg())/2, "load")
+	m.b.ReportMetric((m.load0+testutil.Load1())/2, "load")
 }
 
 func percentile(sorted []time.Duration, q float64) time.Duration {
@@ -234,15 +235,6 @@ func liveChildrenCPU() time.Duration {
 		sum += ut + st
 	}
 	return time.Duration(sum) * time.Second / ticks
-}
-
-// loadAvg is the first field of /proc/loadavg (the machine is shared).
-func loadAvg() float64 {
-	var l float64
-	if data, err := os.ReadFile("/proc/loadavg"); err == nil {
-		fmt.Sscan(string(data), &l)
-	}
-	return l
 }
 
 // BenchmarkProcessLintOneTurn is one real agent job, one at a time: the
