@@ -22,11 +22,11 @@ import (
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/dataset"
 	"github.com/agentfleet/fleet/inference/functiongemma"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
-	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -103,11 +103,7 @@ func startFleet(t *testing.T, ctx context.Context) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := natstest.Server(t)
 	wnc, err := srv.Connect()
 	if err != nil {
 		t.Fatal(err)

@@ -14,34 +14,14 @@ import (
 	"github.com/agentfleet/fleet/internal/filedigest"
 	"github.com/agentfleet/fleet/internal/gguf"
 	"github.com/agentfleet/fleet/internal/modelref"
-	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue/wire"
 )
-
-// newJS starts an embedded nats-server with JetStream for one test.
-func newJS(t testing.TB) jetstream.JetStream {
-	t.Helper()
-	srv, err := embedded.StartEmbedded(context.Background(), embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
-}
 
 // newStore creates the bucket the way workers do and opens it.
 func newStore(t testing.TB) (*Store, jetstream.ObjectStore) {
 	t.Helper()
-	js := newJS(t)
+	_, js := natstest.InProcess(t)
 	ctx := context.Background()
 	if _, err := Open(ctx, js); !errors.Is(err, ErrNoBucket) {
 		t.Fatalf("Open before the bucket exists: %v, want ErrNoBucket", err)

@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
-	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -44,20 +44,7 @@ func scriptedProcessor() queue.Processor {
 func TestWorkerEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	emb, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer emb.Shutdown()
-	nc, err := emb.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.InProcess(t)
 
 	reg := NewRegistry()
 	met, err := New(reg)

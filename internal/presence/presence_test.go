@@ -5,12 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agentfleet/fleet/internal/presence"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
-	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -27,20 +25,7 @@ func TestKey(t *testing.T) {
 func TestPublisherRecord(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.InProcess(t)
 	if rs, err := presence.List(ctx, js); err != nil || len(rs) != 0 {
 		t.Fatalf("no bucket yet: %v, %v", rs, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/inference/remote"
 	"github.com/agentfleet/fleet/internal/testutil/chattest"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
@@ -99,11 +100,7 @@ func lintTeacher(t *testing.T) (*chattest.Server, *remote.Model, wire.ModelInfo)
 func TestTeacherRunPerJob(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
+	srv := natstest.Server(t)
 	ts, teacher, info := lintTeacher(t)
 	local := &localModel{}
 	startTeacherWorker(t, ctx, srv, local, teacher, info, false)
@@ -156,11 +153,7 @@ func TestTeacherRunPerJob(t *testing.T) {
 func TestTeacherRunPerWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
+	srv := natstest.Server(t)
 	ts, teacher, info := lintTeacher(t)
 	local := &localModel{}
 	startTeacherWorker(t, ctx, srv, local, teacher, info, true)
@@ -189,11 +182,7 @@ func TestTeacherRunPerWorker(t *testing.T) {
 func TestTeacherJobWithoutTeacher(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
+	srv := natstest.Server(t)
 	local := &localModel{}
 	startTeacherWorker(t, ctx, srv, local, nil, wire.ModelInfo{}, false)
 	cl := teacherClient(t, srv)

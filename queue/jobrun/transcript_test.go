@@ -14,9 +14,9 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/internal/filedigest"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
-	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -30,11 +30,7 @@ func TestTranscriptOfARealJob(t *testing.T) {
 	defs := realAgents(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
+	srv := natstest.Server(t)
 	wnc, err := srv.Connect()
 	if err != nil {
 		t.Fatal(err)

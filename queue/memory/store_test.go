@@ -14,7 +14,6 @@ import (
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
-	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/memory"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -204,17 +203,7 @@ func TestStoreCapAndTTL(t *testing.T) {
 func TestStoreNoBucket(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	_, js := natstest.InProcess(t)
 	if _, _, err := memory.NewStore(js, nil).List(ctx, memory.Filter{}); !errors.Is(err, memory.ErrNoBucket) {
 		t.Fatalf("List without the bucket: %v", err)
 	}

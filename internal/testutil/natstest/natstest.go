@@ -49,17 +49,24 @@ func Start(t testing.TB, port int, dir string, cfg embedded.EmbeddedConfig) *emb
 	return srv
 }
 
-// InProcess starts nats-server with JetStream in the test's process (no
-// network listener, storing in a temporary folder) and returns a connection
-// to it and its JetStream context. Both end with the test.
-func InProcess(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+// Server starts nats-server with JetStream in the test's process (no
+// network listener, storing in a temporary folder); it is shut down when
+// the test ends. Connect makes its connections.
+func Server(t testing.TB) *embedded.Embedded {
 	t.Helper()
 	srv, err := embedded.StartEmbedded(context.Background(), embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
+	return srv
+}
+
+// InProcess starts a Server and returns a connection to it and its
+// JetStream context. Both end with the test.
+func InProcess(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := Server(t).Connect()
 	if err != nil {
 		t.Fatal(err)
 	}
