@@ -44,9 +44,7 @@ func (c *cli) modelSession(timeout time.Duration, fn func(ctx context.Context, s
 func modelErr(ctx context.Context, err error) error {
 	var ee *exitError
 	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &ee):
+	case err == nil, errors.As(err, &ee):
 		return err
 	case errors.Is(context.Cause(ctx), errInterrupted):
 		return &exitError{code: exitInterrupt, err: err}
@@ -57,7 +55,7 @@ func modelErr(ctx context.Context, err error) error {
 	case errors.Is(err, modelstore.ErrNotFound):
 		return &exitError{code: exitNotFound, err: err}
 	}
-	return &exitError{code: exitConnect, err: err}
+	return connErr(err)
 }
 
 func (c *cli) modelPush(args []string) error {
