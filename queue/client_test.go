@@ -76,16 +76,25 @@ func newClientEnv(t *testing.T, slots int, opts client.ClientOptions) *clientEnv
 	}
 	t.Cleanup(srv.Shutdown)
 	env := &clientEnv{t: t, srv: srv, proc: &scriptProc{started: make(chan string, 8), release: make(chan struct{})}}
+	startWorker(ctx, t, srv, "client-test", slots, env.proc, ledger.StreamsConfig{Memory: true})
+	env.nc, env.client = newClient(t, srv, opts)
+	return env
+}
+
+// startWorker starts a worker serving lint with proc on its own
+// connection to srv, with test timings; it is stopped at cleanup.
+func startWorker(ctx context.Context, t *testing.T, srv *embedded.Embedded, name string, slots int, proc queue.Processor, streams ledger.StreamsConfig) {
+	t.Helper()
 	wnc, err := srv.Connect()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(wnc.Close)
 	w, err := queue.NewWorker(queue.Config{
-		Conn: wnc, Operations: []string{"lint"}, Slots: slots, Name: "client-test",
-		NewProcessor: func(int) (queue.Processor, error) { return env.proc, nil },
+		Conn: wnc, Operations: []string{"lint"}, Slots: slots, Name: name,
+		NewProcessor: func(int) (queue.Processor, error) { return proc, nil },
 		PullExpiry:   200 * time.Millisecond, DrainGrace: time.Second,
-		Streams: ledger.StreamsConfig{Memory: true},
+		Streams: streams,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -98,15 +107,21 @@ func newClientEnv(t *testing.T, slots int, opts client.ClientOptions) *clientEnv
 			t.Errorf("worker stop: %v", err)
 		}
 	})
-	env.nc, err = srv.Connect()
+}
+
+// newClient connects a client to srv; both close at cleanup.
+func newClient(t *testing.T, srv *embedded.Embedded, opts client.ClientOptions) (*nats.Conn, *client.Client) {
+	t.Helper()
+	nc, err := srv.Connect()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(env.nc.Close)
-	if env.client, err = client.NewClient(env.nc, opts); err != nil {
+	t.Cleanup(nc.Close)
+	cl, err := client.NewClient(nc, opts)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return env
+	return nc, cl
 }
 
 func request(id, name string) *wire.RunRequest {

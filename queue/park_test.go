@@ -62,36 +62,9 @@ func newParkEnv(t *testing.T) *parkEnv {
 	}
 	t.Cleanup(srv.Shutdown)
 	env := &parkEnv{t: t, proc: &parkProc{}}
-	wnc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(wnc.Close)
-	w, err := queue.NewWorker(queue.Config{
-		Conn: wnc, Operations: []string{"lint"}, Slots: 1, Name: "park-test",
-		NewProcessor: func(int) (queue.Processor, error) { return env.proc, nil },
-		PullExpiry:   200 * time.Millisecond, DrainGrace: time.Second,
-		Streams: ledger.StreamsConfig{Memory: true, ParkedMaxBytes: 1024},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Stop(); err != nil {
-			t.Errorf("worker stop: %v", err)
-		}
-	})
-	if env.nc, err = srv.Connect(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(env.nc.Close)
+	startWorker(ctx, t, srv, "park-test", 1, env.proc, ledger.StreamsConfig{Memory: true, ParkedMaxBytes: 1024})
+	env.nc, env.client = newClient(t, srv, client.ClientOptions{})
 	if env.js, err = jetstream.New(env.nc); err != nil {
-		t.Fatal(err)
-	}
-	if env.client, err = client.NewClient(env.nc, client.ClientOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return env
