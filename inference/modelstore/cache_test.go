@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentfleet/fleet/internal/filedigest"
 	"github.com/agentfleet/fleet/internal/modelref"
+	"github.com/agentfleet/fleet/internal/testutil"
 )
 
 // gatedSource holds every Fetch until release is closed and counts them.
@@ -52,20 +53,6 @@ func newCache(t *testing.T, src Source) (*Cache, string) {
 		t.Fatal(err)
 	}
 	return c, dir
-}
-
-// onlyFiles lists the folder's entries.
-func onlyFiles(t *testing.T, dir string) []string {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range es {
-		out = append(out, e.Name())
-	}
-	return out
 }
 
 // TestCacheOneFetchForManySlots: eight slots asking for the same model at
@@ -108,7 +95,7 @@ func TestCacheOneFetchForManySlots(t *testing.T) {
 	if err != nil || got != info.SHA256 {
 		t.Fatalf("cached file sha256 %s (%v), want %s", got, err, info.SHA256)
 	}
-	if fs := onlyFiles(t, dir); len(fs) != 1 {
+	if fs := testutil.DirNames(t, dir); len(fs) != 1 {
 		t.Fatalf("cache holds %v, want the one model", fs)
 	}
 	// By digest, from a new Cache on the same folder: no fetch (the file is
@@ -138,7 +125,7 @@ func TestCacheDigestMismatch(t *testing.T) {
 	if _, _, err := c.Get(ctx, modelref.Ref{Name: "forged", Version: 1}); !errors.Is(err, ErrDigestMismatch) {
 		t.Fatalf("forged object: %v, want ErrDigestMismatch", err)
 	}
-	if fs := onlyFiles(t, dir); len(fs) != 0 {
+	if fs := testutil.DirNames(t, dir); len(fs) != 0 {
 		t.Fatalf("a refused fetch left %v in the cache", fs)
 	}
 	// The size is checked too (same sha256 claimed for fewer bytes).
@@ -150,7 +137,7 @@ func TestCacheDigestMismatch(t *testing.T) {
 	if _, _, err := c.Get(ctx, modelref.Ref{Name: "absent", Version: 1}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("missing model: %v, want ErrNotFound", err)
 	}
-	if fs := onlyFiles(t, dir); len(fs) != 0 {
+	if fs := testutil.DirNames(t, dir); len(fs) != 0 {
 		t.Fatalf("refused fetches left %v in the cache", fs)
 	}
 }

@@ -14,24 +14,11 @@ import (
 	"github.com/agentfleet/fleet/cairn"
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue/jobrun"
 )
-
-// dirNames lists a folder's entries.
-func dirNames(t *testing.T, dir string) []string {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range es {
-		out = append(out, e.Name())
-	}
-	return out
-}
 
 // The job's workspace lives in memory while the run works and is stored
 // in the job store when it ends: no job folder is written (a stale one an
@@ -80,9 +67,9 @@ func TestJobStoredWhenRunEnds(t *testing.T) {
 			t.Fatalf("sync %v: outcome %+v", sync, out.Result)
 		}
 		jobs := filepath.Dir(dir)
-		for _, name := range dirNames(t, jobs) {
+		for _, name := range testutil.DirNames(t, jobs) {
 			if !strings.HasPrefix(name, "store.db") {
-				t.Fatalf("sync %v: jobs folder holds %v, want the store only", sync, dirNames(t, jobs))
+				t.Fatalf("sync %v: jobs folder holds %v, want the store only", sync, testutil.DirNames(t, jobs))
 			}
 		}
 
@@ -99,7 +86,7 @@ func TestJobStoredWhenRunEnds(t *testing.T) {
 		}
 		job.Close()
 		want := []string{"agent-lint-src~2Finventory~2Fstock.py.db", jobrun.ManifestFile, jobrun.StableFile}
-		if got := dirNames(t, dir); !slices.Equal(got, want) {
+		if got := testutil.DirNames(t, dir); !slices.Equal(got, want) {
 			t.Fatalf("sync %v: job folder holds %v, want %v", sync, got, want)
 		}
 		// Reopened: the folder, with the accepted change.
