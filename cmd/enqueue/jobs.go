@@ -46,23 +46,18 @@ func (c *cli) cmdStatus(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	nc, cl, err := c.connect(ctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	rec, err := cl.Status(ctx, pos[0])
-	res, rerr := cl.Result(ctx, pos[0])
-	if err != nil && rerr != nil {
-		return connErr(err)
-	}
-	if rerr != nil && !errors.Is(rerr, client.ErrNoResult) {
-		return connErr(rerr)
-	}
-	newPrinter(c.stdout, *asJSON).status(pos[0], rec, res)
-	return nil
+	return c.session(func(ctx context.Context, cl *client.Client) error {
+		rec, err := cl.Status(ctx, pos[0])
+		res, rerr := cl.Result(ctx, pos[0])
+		if err != nil && rerr != nil {
+			return connErr(err)
+		}
+		if rerr != nil && !errors.Is(rerr, client.ErrNoResult) {
+			return connErr(rerr)
+		}
+		newPrinter(c.stdout, *asJSON).status(pos[0], rec, res)
+		return nil
+	})
 }
 
 func (c *cli) cmdCancel(args []string) error {
@@ -72,19 +67,14 @@ func (c *cli) cmdCancel(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	nc, cl, err := c.connect(ctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if err := cl.Cancel(ctx, pos[0], *reason); err != nil {
-		if errors.Is(err, client.ErrJobFinished) {
-			return &exitError{code: exitJobFailed, err: err}
+	return c.session(func(ctx context.Context, cl *client.Client) error {
+		if err := cl.Cancel(ctx, pos[0], *reason); err != nil {
+			if errors.Is(err, client.ErrJobFinished) {
+				return &exitError{code: exitJobFailed, err: err}
+			}
+			return connErr(err)
 		}
-		return connErr(err)
-	}
-	fmt.Fprintf(c.stdout, "cancel requested for %s\n", pos[0])
-	return nil
+		fmt.Fprintf(c.stdout, "cancel requested for %s\n", pos[0])
+		return nil
+	})
 }

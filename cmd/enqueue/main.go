@@ -182,8 +182,6 @@ func (c *cli) parse(fs *flag.FlagSet, args []string, nargs int, what string) ([]
 	return pos, nil
 }
 
-// connect opens the NATS connection the configuration (or --nats-url)
-// describes and a client over it.
 // session runs fn with a quick command's deadline and a JSON client, and
 // closes the connection after it.
 func (c *cli) session(fn func(ctx context.Context, cl *client.Client) error) error {
@@ -213,6 +211,8 @@ func (c *cli) connectJS(ctx context.Context) (*nats.Conn, jetstream.JetStream, e
 	return nc, js, nil
 }
 
+// connect opens the NATS connection the configuration (or --nats-url)
+// describes and a client over it.
 func (c *cli) connect(ctx context.Context, enc wire.Encoding) (*nats.Conn, *client.Client, error) {
 	cfg, err := config.Load(c.configPath)
 	if err != nil {
