@@ -56,17 +56,7 @@ func agentWithModel(t *testing.T, dir, op, model, adapter string) {
 // job naming a version not stored fails with QUEUE_009 and runs once it is
 // pushed, without a restart; bad pushes are refused and store nothing.
 func TestModelsThroughNATS(t *testing.T) {
-	base := filepath.Join(repoRoot, "models", "tiny.gguf")
-	if _, err := os.Stat(base); err != nil {
-		t.Skipf("the tiny model %s is missing (make model-tiny generates it; make test does)", base)
-	}
-	if os.Getenv("CGO_CPPFLAGS") == "" {
-		t.Skip("the llama.cpp build needs the cgo flags of mk/inference.mk: run it through make test")
-	}
-	bin := filepath.Join(binDir, "worker-llama")
-	if err := goBuild(bin, "./cmd/worker", "-tags", "llama"); err != nil {
-		t.Fatal(err)
-	}
+	base, bin := llamaWorker(t)
 	dir := t.TempDir()
 	base2, lora := filepath.Join(dir, "tiny2.gguf"), filepath.Join(dir, "tiny-lora.gguf")
 	spec := gguf.Tiny()

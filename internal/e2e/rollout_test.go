@@ -98,17 +98,7 @@ func readPrompts(t *testing.T, path string) []string {
 // backends tokenized (their model.prompt_log), and whose conversational
 // records render to the same text.
 func TestRolloutToDataset(t *testing.T) {
-	base := filepath.Join(repoRoot, "models", "tiny.gguf")
-	if _, err := os.Stat(base); err != nil {
-		t.Skipf("the tiny model %s is missing (make model-tiny generates it; make test does)", base)
-	}
-	if os.Getenv("CGO_CPPFLAGS") == "" {
-		t.Skip("the llama.cpp build needs the cgo flags of mk/inference.mk: run it through make test")
-	}
-	bin := filepath.Join(binDir, "worker-llama")
-	if err := goBuild(bin, "./cmd/worker", "-tags", "llama"); err != nil {
-		t.Fatal(err)
-	}
+	base, bin := llamaWorker(t)
 	dir := t.TempDir()
 	base2 := filepath.Join(dir, "tiny2.gguf")
 	spec := gguf.Tiny()
