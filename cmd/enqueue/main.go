@@ -117,6 +117,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdStats(cargs)
 	case "dataset":
 		err = c.cmdDataset(cargs)
+	case "watch":
+		err = c.cmdWatch(cargs)
 	case "help":
 		fmt.Fprint(stdout, helpText)
 		return exitOK
