@@ -79,8 +79,10 @@ func splice(base []string, es []truth) string {
 	return b.String()
 }
 
-func sameTruth(a, b truth) bool { return a.start == b.start && a.end == b.end && slices.Equal(a.new, b.new) }
-func touch(a, b truth) bool     { return a.start <= b.end && b.start <= a.end }
+func sameTruth(a, b truth) bool {
+	return a.start == b.start && a.end == b.end && slices.Equal(a.new, b.new)
+}
+func touch(a, b truth) bool { return a.start <= b.end && b.start <= a.end }
 
 func sideName(i int) string { return fmt.Sprintf("side-%d", i) }
 
