@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/fleet/cairn"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
+	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
+)
+
+// edit is what a scripted job does to its node's file: replace old by new
+// (each once).
+type edit struct{ old, new string }
+
+// reviewFleet is a NATS server on a loopback port with a real worker (the
+// queue engine, JetStream ledger, batch tallies) for lint and docstring
+// whose processor makes the scripted edits of each job's operation and
+// node and returns their diff, computed by the workers' own diff code.
+type reviewFleet struct {
+	url string
+	cl  *client.Client
+	js  jetstream.JetStream
+}
+
+func startReviewFleet(t *testing.T, edits map[string][]edit) *reviewFleet {
+	t.Helper()
+	port := natstest.FreePort(t)
+	srv := natstest.Start(t, port, t.TempDir(), embedded.EmbeddedConfig{})
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	cl, err := client.NewClient(nc, client.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ops := []string{"lint", "docstring"}
+	w, err := queue.NewWorker(queue.Config{Conn: nc, Operations: ops, Slots: 2, Name: "review-worker",
+		Streams: ledger.StreamsConfig{Operations: ops, AckWait: 30 * time.Second, MaxDeliver: 2}, PullExpiry: 100 * time.Millisecond,
+		NewProcessor: func(int) (queue.Processor, error) {
+			return queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, _ loop.EventSink) (*queue.Outcome, error) {
+				path := req.Node.FilePath
+				src := req.Files[path]
+				next := src
+				for _, e := range edits[req.Operation+" "+req.Node.Name] {
+					if !strings.Contains(next, e.old) {
+						return nil, fmt.Errorf("scripted edit %q not in %s", e.old, path)
+					}
+					next = strings.Replace(next, e.old, e.new, 1)
+				}
+				out := &queue.Outcome{Result: loop.Result{Status: loop.StatusSuccess, Summary: "scripted", Turns: 1}}
+				if next != src {
+					d, err := cairn.FileDiff(path, []byte(src), []byte(next), false, false)
+					if err != nil {
+						return nil, err
+					}
+					out.Diff, out.Result.ChangedFiles = d, []string{path}
+				}
+				return out, nil
+			}), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	return &reviewFleet{url: natstest.URL(port), cl: cl, js: js}
+}
+
+// publish publishes one job per (operation, node) of root's files as batch
+// id, recording each job's sent files as `enqueue run` does, and waits
+// for the batch to finish.
+func (f *reviewFleet) publish(t *testing.T, root, id string, jobs [][3]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var reqs []*wire.RunRequest
+	for i, j := range jobs {
+		op, file, node := j[0], j[1], j[2]
+		req, _, err := buildRequest(op, filepath.Join(root, file), nodeSpec{name: node}, wire.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.JobID = wire.BatchJobID(id, i+1)
+		if err := newRecord(root, req).save(root); err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, req)
+	}
+	if _, err := f.cl.PublishBatch(ctx, reqs, client.BatchOptions{BatchID: id, Events: "none"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st, err := f.cl.BatchStatus(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Finished {
+			if st.Total.Succeeded != len(jobs) {
+				t.Fatalf("batch %s: %+v", id, st.Total)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("batch %s did not finish", id)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// enqueue runs the CLI.
+func (f *reviewFleet) enqueue(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(append([]string{"--nats-url", f.url}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// lastReview is the verdict of the job's last published review ("" when
+// none).
+func (f *reviewFleet) lastReview(t *testing.T, jobID string) wire.Verdict {
+	t.Helper()
+	s, err := f.js.Stream(context.Background(), wire.StreamTranscripts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(context.Background(), wire.ReviewSubject(jobID))
+	if err != nil {
+		return ""
+	}
+	var r wire.Review
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Verdict
+}
+
+const (
+	pyA = "def f1(x):\n    return x+1\n\n\ndef f2(y):\n    return y*2\n\n\ndef f3(z):\n    return z-3\n"
+	pyB = "def g(a):\n    return a  # g\n\n\ndef h(b):\n    return b\n"
+	pyC = "def k(n):\n    return n\n"
+)
+
+// TestBatchAcceptMergesJobsOfOneFile is the merge test of batch review:
+// lint and docstring jobs edit the same files, overlapping and not. The
+// files accepted are the expected merges; the overlapping jobs are left
+// out whole (nothing of them is written), listed as a conflict and stay
+// pending; a job whose file changed on disk since it was sent is refused;
+// every accepted job gets its review record, and batch reject then rejects
+// the rest.
+func TestBatchAcceptMergesJobsOfOneFile(t *testing.T) {
+	f := startReviewFleet(t, map[string][]edit{
+		// f1: lint and docstring overlap (the docstring goes where lint
+		// edits); lint's other edit, far away, must not be applied either.
+		"lint f1":      {{"def f1(x):\n", "# linted\ndef f1(x):\n"}, {"return x+1\n", "return x + 1\n"}},
+		"docstring f1": {{"def f1(x):\n", "def f1(x):\n    \"\"\"Add one.\"\"\"\n"}},
+		// f2's lint and f3's docstring do not overlap.
+		"lint f2":      {{"return y*2\n", "return y * 2\n"}},
+		"docstring f3": {{"def f3(z):\n", "def f3(z):\n    \"\"\"Subtract three.\"\"\"\n"}},
+		// b.py: lint of g and docstring of h, apart.
+		"lint g":      {{"return a  # g\n", "return a  # g: the identity\n"}},
+		"docstring h": {{"def h(b):\n", "def h(b):\n    \"\"\"Return b.\"\"\"\n"}},
+		// lint h changes nothing.
+		// c.py: changed on disk after it was sent.
+		"docstring k": {{"def k(n):\n", "def k(n):\n    \"\"\"Return n.\"\"\"\n"}},
+	})
+	root := t.TempDir()
+	for name, src := range map[string]string{"pyproject.toml": "", "a.py": pyA, "b.py": pyB, "c.py": pyC} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs := [][3]string{
+		{"lint", "a.py", "f1"}, {"docstring", "a.py", "f1"}, {"lint", "a.py", "f2"}, {"docstring", "a.py", "f3"},
+		{"lint", "b.py", "g"}, {"docstring", "b.py", "h"}, {"lint", "b.py", "h"}, {"docstring", "c.py", "k"},
+	}
+	const id = "b-review"
+	f.publish(t, root, id, jobs)
+	jobID := func(n int) string { return wire.BatchJobID(id, n) }
+	localC := pyC + "\n\nLIMIT = 3\n"
+	if err := os.WriteFile(filepath.Join(root, "c.py"), []byte(localC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// batch diff shows the plan and changes nothing.
+	code, out, errOut := f.enqueue(t, "batch", "diff", id, "--dir", root)
+	if code != exitOK {
+		t.Fatalf("batch diff: %d %s", code, errOut)
+	}
+	for _, want := range []string{"diff --git a/a.py b/a.py", "+    return y * 2", "lint " + jobID(3) + " (a.py::f2)",
+		"conflict a.py:1-2 (overlapping edits): " + jobID(1) + ", " + jobID(2), "refused  docstring " + jobID(8) + " (c.py::k): c.py: changed on disk since the job was sent"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("batch diff lacks %q:\n%s", want, out)
+		}
+	}
+	if data, _ := os.ReadFile(filepath.Join(root, "a.py")); string(data) != pyA {
+		t.Fatal("batch diff changed a file")
+	}
+
+	code, out, errOut = f.enqueue(t, "batch", "accept", id, "--dir", root, "--reviewer", "tester")
+	t.Logf("batch accept:\n%s%s", out, errOut)
+	if code != exitConflict || !strings.Contains(errOut, "3 job(s) left out") {
+		t.Fatalf("batch accept exit %d, stderr %q", code, errOut)
+	}
+	wantA := strings.Replace(strings.Replace(pyA, "return y*2\n", "return y * 2\n", 1), "def f3(z):\n", "def f3(z):\n    \"\"\"Subtract three.\"\"\"\n", 1)
+	wantB := strings.Replace(strings.Replace(pyB, "return a  # g\n", "return a  # g: the identity\n", 1), "def h(b):\n", "def h(b):\n    \"\"\"Return b.\"\"\"\n", 1)
+	for name, want := range map[string]string{"a.py": wantA, "b.py": wantB, "c.py": localC} {
+		data, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil || string(data) != want {
+			t.Errorf("%s after accept:\n%s\nwant:\n%s", name, data, want)
+		}
+	}
+	for _, want := range []string{"modified  a.py  (2 job(s))", "modified  b.py  (2 job(s))", "accepted 5 job(s) of batch b-review, 2 file(s) written"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("batch accept lacks %q", want)
+		}
+	}
+	accepted, left := []int{3, 4, 5, 6, 7}, []int{1, 2, 8}
+	for _, n := range accepted {
+		rec, err := loadRecord(root, jobID(n))
+		if err != nil || rec.Review != reviewAccepted {
+			t.Errorf("job %d: record %+v %v", n, rec, err)
+		}
+		if v := f.lastReview(t, jobID(n)); v != wire.VerdictAccepted {
+			t.Errorf("job %d: review %q", n, v)
+		}
+	}
+	for _, n := range left {
+		rec, err := loadRecord(root, jobID(n))
+		if err != nil || rec.Review != reviewPending {
+			t.Errorf("job %d left out: record %+v %v", n, rec, err)
+		}
+		if v := f.lastReview(t, jobID(n)); v != "" {
+			t.Errorf("job %d left out: review %q", n, v)
+		}
+	}
+
+	// Accepting again does nothing: the accepted are skipped, the others
+	// still conflict or are refused.
+	code, out, _ = f.enqueue(t, "batch", "accept", id, "--dir", root, "--json")
+	var rep reviewReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitConflict {
+		t.Fatalf("second accept: %d %v\n%s", code, err, out)
+	}
+	if len(rep.Accepted) != 0 || rep.Skipped["already accepted"] != 5 || len(rep.Conflicts) != 1 || !slices.Equal(rep.LeftOut, []string{jobID(1), jobID(2), jobID(8)}) {
+		t.Fatalf("second accept: %+v", rep)
+	}
+
+	// Reject the rest: the accepted jobs are skipped.
+	code, out, errOut = f.enqueue(t, "batch", "reject", id, "--dir", root, "--reviewer", "tester")
+	if code != exitOK || !strings.Contains(out, "rejected 3 job(s)") || !strings.Contains(out, "skipped 5 job(s): already accepted") {
+		t.Fatalf("batch reject: %d\n%s%s", code, out, errOut)
+	}
+	for _, n := range left {
+		if rec, err := loadRecord(root, jobID(n)); err != nil || rec.Review != reviewRejected {
+			t.Errorf("job %d: record %+v %v", n, rec, err)
+		}
+		if v := f.lastReview(t, jobID(n)); v != wire.VerdictRejected {
+			t.Errorf("job %d: review %q", n, v)
+		}
+	}
+}
