@@ -137,19 +137,18 @@ func commonDir(paths []string) string {
 }
 
 // excluded reports whether rel (slash-separated, relative to the root)
-// matches one of the --exclude patterns: the whole path, any of its
-// trailing parts, or a leading folder ("test/*" and "test" both leave out
-// test/a.py).
+// matches one of the --exclude patterns: the whole path or any run of its
+// parts ("b.py", "sub/*.py", "test" and "idlelib/idle_test" each match
+// where they stand anywhere in the path; a folder leaves out what it holds).
 func excluded(rel string, patterns []string) bool {
 	parts := strings.Split(rel, "/")
 	for _, pat := range patterns {
 		pat = strings.TrimSuffix(filepath.ToSlash(pat), "/")
 		for i := range parts {
-			if ok, _ := filepath.Match(pat, strings.Join(parts[i:], "/")); ok {
-				return true
-			}
-			if ok, _ := filepath.Match(pat, strings.Join(parts[:i+1], "/")); ok && i < len(parts)-1 {
-				return true
+			for j := i + 1; j <= len(parts); j++ {
+				if ok, _ := filepath.Match(pat, strings.Join(parts[i:j], "/")); ok {
+					return true
+				}
 			}
 		}
 	}
@@ -256,15 +255,19 @@ func makePlan(s planSpec) (*plan, error) {
 		}
 		src := string(data)
 		added := false
+		var picked []wire.Node
+		for i := range nodes {
+			if n := &nodes[i]; keepNode(s.nodes, n) {
+				picked = append(picked, wire.Node{ID: rel + "::" + n.Name, Name: n.Name, Type: string(n.Kind), FilePath: rel, Text: py.Text(n)})
+			}
+		}
 		for _, op := range s.ops {
+			if len(picked) == 0 {
+				break
+			}
 			ws, wnotes := workspaceFiles(op, p.root, abs, rel, src, len(src))
 			p.notes = append(p.notes, wnotes...)
-			for i := range nodes {
-				n := &nodes[i]
-				if !keepNode(s.nodes, n) {
-					continue
-				}
-				node := wire.Node{ID: rel + "::" + n.Name, Name: n.Name, Type: string(n.Kind), FilePath: rel, Text: py.Text(n)}
+			for _, node := range picked {
 				p.reqs = append(p.reqs, &wire.RunRequest{Version: wire.ProtocolVersion, Operation: op, Node: node, Files: ws,
 					Options: s.opts, Project: project})
 				added = true
