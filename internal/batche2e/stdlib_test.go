@@ -3,6 +3,7 @@ package batche2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,9 +100,11 @@ func TestStdlibBatch(t *testing.T) {
 func runStdlib(t *testing.T, c stdlibCase) {
 	want := expectedNodes(t, c)
 	t.Logf("%d nodes under %s %v", len(want), stdlib, c.paths)
-	const script = "steps:\n  - submit: {status: success, summary: checked, changed_files: []}\n    delay: 5ms\n"
-	a := startWorker(t, workerSpec{name: "worker-a", slots: 1, script: script})
-	b := startWorker(t, workerSpec{name: "worker-b", natsURL: a.URL, slots: 2, script: script})
+	const script = "steps:\n  - submit: {status: success, summary: checked, changed_files: []}\n    delay: %s\n"
+	a := startWorker(t, workerSpec{name: "worker-a", slots: 1, script: fmt.Sprintf(script, "5ms")})
+	// worker-b's jobs take seconds: the jobs it holds when it is killed
+	// are surely still running.
+	b := startWorker(t, workerSpec{name: "worker-b", natsURL: a.URL, slots: 2, script: fmt.Sprintf(script, "3s")})
 	nc, cl := connect(t, a.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
