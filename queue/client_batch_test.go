@@ -110,6 +110,29 @@ func TestBatchPublishStatusJobs(t *testing.T) {
 	if info, _ := s.Info(ctx); info.State.Msgs != 0 {
 		t.Fatalf("%d requests left in FLEET_RUNS", info.State.Msgs)
 	}
+
+	// A batch job the worker refuses as poison (its Nats-Msg-Id differs
+	// from its job id) is tallied dead with its code, like any result.
+	m, err := wire.NewRequestMsg(request("b-raw-1", "f"), wire.JSON, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Header.Set(wire.HeaderMsgID, "b-raw-1x")
+	m.Header.Set(wire.HeaderBatch, "b-raw")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := env.client.Wait(ctx, "b-raw-1"); err != nil || r.State != wire.StateDead {
+		t.Fatalf("poison batch job: %+v %v", r, err)
+	}
+	bs, _ := js.Stream(ctx, wire.StreamBatches)
+	info, err := bs.Info(ctx, jetstream.WithSubjectFilter(wire.SubjectBatchPrefix+"b-raw.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[wire.BatchDoneSubject("b-raw", "lint", wire.StateDead, wire.CodeInvalidRequest)]; n != 1 {
+		t.Fatalf("dead tally: %v", info.State.Subjects)
+	}
 }
 
 // Canceling a batch cancels its running and queued jobs: every job ends
