@@ -15,15 +15,17 @@ import (
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-const batchUsage = "batch list|status|attach|cancel [<batch-id>] [--json]"
+const batchUsage = "batch list|status|attach|cancel|diff|accept|reject [<batch-id>] [--json]"
 
 func (c *cli) cmdBatch(args []string) error {
-	return c.dispatch("batch", batchUsage, args,
-		subcommand{[]string{"list", "ls"}, c.cmdBatchList},
-		subcommand{[]string{"status"}, c.cmdBatchStatus},
-		subcommand{[]string{"attach"}, c.cmdBatchAttach},
-		subcommand{[]string{"cancel"}, c.cmdBatchCancel},
-	)
+	subs := []subcommand{
+		{[]string{"list", "ls"}, c.cmdBatchList},
+		{[]string{"status"}, c.cmdBatchStatus},
+		{[]string{"attach"}, c.cmdBatchAttach},
+		{[]string{"cancel"}, c.cmdBatchCancel},
+	}
+	// diff, accept and reject: batchreview_cmd.go.
+	return c.dispatch("batch", batchUsage, args, append(subs, c.batchReviewCommands()...)...)
 }
 
 // batchErr maps a batch client error to an exit code.

@@ -92,7 +92,7 @@ const resultReaders = 8
 func loadBatchReview(ctx context.Context, cl *client.Client, root, batchID string, f reviewFilter, verdict wire.Verdict) (*batchReview, error) {
 	all, err := cl.BatchJobs(ctx, batchID)
 	if err != nil {
-		return nil, connErr(err)
+		return nil, batchErr(err)
 	}
 	b := &batchReview{batchID: batchID, root: root, byID: map[string]*reviewJob{}, skipped: map[string]int{}, bases: map[string]string{}}
 	for _, j := range all {

@@ -112,11 +112,6 @@ func (c *watchConfig) validate() error {
 	return nil
 }
 
-// skipDir says whether a folder is left out of a recursive watch.
-func skipDir(name string) bool {
-	return name == "__pycache__" || name == "node_modules" || (strings.HasPrefix(name, ".") && name != "." && name != "..")
-}
-
 // watchSet is what is watched: folders watched whole (recursively) and
 // single files.
 type watchSet struct {
