@@ -11,12 +11,12 @@ import (
 )
 
 // pageNames are the page templates; each is parsed with layout.html.
-var pageNames = []string{"queues", "workers", "jobs", "job", "dlq", "deadletter", "message"}
+var pageNames = []string{"queues", "workers", "jobs", "job", "dlq", "deadletter", "message", "batches", "batch", "batchdiff"}
 
 func parseTemplates() (map[string]*template.Template, error) {
 	out := make(map[string]*template.Template, len(pageNames))
 	for _, name := range pageNames {
-		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/parts.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: templates: %w", err)
 		}
@@ -38,6 +38,13 @@ var funcs = template.FuncMap{
 	"add":      func(a, b int) int { return a + b },
 	"ms":       func(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond },
 	"rate":     func(f float64) string { return fmt.Sprintf("%.1f", f) },
+	"max1":     func(n int) int { return max(n, 1) },
+	"pct": func(a, b int) int {
+		if b <= 0 {
+			return 0
+		}
+		return a * 100 / b
+	},
 }
 
 // ago says how long before now t was ("3s ago"); "" for the zero time.
