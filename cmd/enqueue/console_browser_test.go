@@ -331,6 +331,57 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("batches and a batch's combined diff", func(t *testing.T) {
+		u.t = t
+		// Two jobs sent different versions of one file (their edits
+		// overlap), a third alone on its file.
+		reqs := []*wire.RunRequest{
+			consoletest.LintRequest("shop/m.py", "def a():  \n    return 1\n"),
+			consoletest.LintRequest("shop/m.py", "def a():  \n    return 1  \n"),
+			consoletest.LintRequest("shop/n.py", consoletest.Untidy),
+		}
+		if _, err := f.Client.PublishBatch(ctx, reqs, client.BatchOptions{BatchID: "b-browser", Labels: map[string]string{"suite": "browser"}}); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			st, err := f.Client.BatchStatus(ctx, "b-browser")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Finished {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal("the batch did not finish")
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		u.open("/batches", "batches")
+		if got := u.text(`tr[data-batch="b-browser"]`); !strings.Contains(got, "100%") || !strings.Contains(got, "suite=browser") {
+			t.Errorf("batches row: %q", got)
+		}
+		if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`tr[data-batch="b-browser"] a`))); err != nil {
+			t.Fatal(err)
+		}
+		u.wait("the batch page", `document.getElementById("ops") !== null`)
+		u.check("batch page", "batch")
+		if got := u.text(`#ops tr[data-operation="lint"]`); !strings.Contains(got, "100%") {
+			t.Errorf("operation row: %q", got)
+		}
+		if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#combined`))); err != nil {
+			t.Fatal(err)
+		}
+		u.wait("the combined diff", `document.getElementById("conflicts") !== null`)
+		u.check("combined diff", "batch-diff")
+		if got := u.text("#conflicts"); !strings.Contains(got, "shop/m.py") || !strings.Contains(got, "b-browser-1, b-browser-2") {
+			t.Errorf("conflicts: %q", got)
+		}
+		if got := u.text("#diff"); !strings.Contains(got, "shop/n.py") || strings.Contains(got, "shop/m.py") {
+			t.Errorf("combined diff: %q", got)
+		}
+	})
+
 	// The page check has teeth: it reports an error page, content wider
 	// than the window and a table row that lost a cell.
 	t.Run("the page check fails on errors and broken layout", func(t *testing.T) {
