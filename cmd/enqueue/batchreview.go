@@ -68,9 +68,14 @@ type batchReview struct {
 	// skipped counts the batch's jobs not selected, by why.
 	skipped map[string]int
 	plan    *merge.Plan
-	// bases are the local texts the plan applies to, by path (created
-	// files: absent).
-	bases map[string]string
+	// bases are the texts the plan applies to (the files as sent), by
+	// path (created files: absent); disk the local files as they are.
+	bases, disk map[string]string
+	// done are the batch's jobs accepted before (a file they changed is
+	// merged against its sent text, recovered by reverting their edits);
+	// fixed are the ones whose changes are in the plan.
+	done  []*reviewJob
+	fixed map[string]bool
 }
 
 // label names a job in diffs and tables: its operation, id and node.
@@ -78,7 +83,21 @@ func (b *batchReview) label(id string) string {
 	if j := b.byID[id]; j != nil {
 		return j.Operation + " " + id + " (" + j.NodeID + ")"
 	}
+	if b.fixed[id] {
+		return id + " (accepted before)"
+	}
 	return id
+}
+
+// newSides are the sides of fp not accepted before.
+func (b *batchReview) newSides(fp *merge.FilePlan) []string {
+	var out []string
+	for _, s := range fp.Sides {
+		if !b.fixed[s] {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // resultReaders is how many results are read at once.
@@ -94,50 +113,59 @@ func loadBatchReview(ctx context.Context, cl *client.Client, root, batchID strin
 	if err != nil {
 		return nil, batchErr(err)
 	}
-	b := &batchReview{batchID: batchID, root: root, byID: map[string]*reviewJob{}, skipped: map[string]int{}, bases: map[string]string{}}
+	b := &batchReview{batchID: batchID, root: root, byID: map[string]*reviewJob{}, skipped: map[string]int{},
+		bases: map[string]string{}, disk: map[string]string{}, fixed: map[string]bool{}}
 	for _, j := range all {
-		switch {
-		case !f.matchOp(j.Operation):
-			b.skipped["other operation"]++
-			continue
-		case j.State == "":
-			b.skipped["never published"]++
-			continue
-		case !j.State.Terminal():
-			b.skipped["not finished"]++
-			continue
-		case !f.matchState(j.State):
-			b.skipped[string(j.State)]++
-			continue
-		}
-		rj := &reviewJob{BatchJobState: j}
-		if root != "" {
-			rec, err := loadRecord(root, j.JobID)
+		var rec *jobRecord
+		if root != "" && j.State.Terminal() {
+			r, err := loadRecord(root, j.JobID)
 			switch {
 			case notExist(err):
 			case err != nil:
 				return nil, &exitError{code: exitUsage, err: err}
-			case rec.Review == reviewAccepted:
-				b.skipped["already accepted"]++
-				continue
-			case rec.Review == reviewRejected && verdict == wire.VerdictRejected:
-				b.skipped["already rejected"]++
-				continue
-			case rec.Review == reviewRejected:
-				b.skipped["rejected (enqueue accept --force takes one)"]++
-				continue
 			default:
-				rj.rec = rec
+				rec = r
 			}
 		}
-		b.jobs = append(b.jobs, rj)
-		b.byID[j.JobID] = rj
+		if rec != nil && rec.Review == reviewAccepted {
+			// Whatever the filter, its changes may explain a local file.
+			b.done = append(b.done, &reviewJob{BatchJobState: j, rec: rec})
+		}
+		switch {
+		case !f.matchOp(j.Operation):
+			b.skipped["other operation"]++
+		case j.State == "":
+			b.skipped["never published"]++
+		case !j.State.Terminal():
+			b.skipped["not finished"]++
+		case !f.matchState(j.State):
+			b.skipped[string(j.State)]++
+		case rec != nil && rec.Review == reviewAccepted:
+			b.skipped["already accepted"]++
+		case rec != nil && rec.Review == reviewRejected && verdict == wire.VerdictRejected:
+			b.skipped["already rejected"]++
+		case rec != nil && rec.Review == reviewRejected:
+			b.skipped["rejected (enqueue accept --force takes one)"]++
+		default:
+			rj := &reviewJob{BatchJobState: j, rec: rec}
+			b.jobs = append(b.jobs, rj)
+			b.byID[j.JobID] = rj
+		}
 	}
 	if verdict == wire.VerdictRejected {
 		return b, nil // a rejection needs neither the results nor the files
 	}
-	if err := b.readResults(ctx, cl); err != nil {
+	if err := readResults(ctx, cl, append(slices.Clip(b.jobs), b.done...)); err != nil {
 		return nil, err
+	}
+	for _, j := range b.done {
+		if patches, err := readDiff(j.res.Diff); err == nil {
+			for _, fp := range patches {
+				if fc, err := merge.FromDiff(j.JobID, fp.path, fp.File); err == nil {
+					j.changes = append(j.changes, fc)
+				}
+			}
+		}
 	}
 	var changes []*merge.FileChange
 	for _, j := range b.jobs {
@@ -146,14 +174,22 @@ func loadBatchReview(ctx context.Context, cl *client.Client, root, batchID strin
 			changes = append(changes, j.changes...)
 		}
 	}
-	if b.plan, err = merge.NewPlan(changes); err != nil {
+	for _, j := range b.done {
+		for _, fc := range j.changes {
+			if b.fixed[j.JobID+" "+fc.Path] {
+				b.fixed[j.JobID] = true
+				changes = append(changes, fc)
+			}
+		}
+	}
+	if b.plan, err = merge.NewPlanFixed(changes, b.fixed); err != nil {
 		return nil, fail(exitConflict, "batch %s: %v", batchID, err)
 	}
 	return b, nil
 }
 
-// readResults reads the selected jobs' results, a few at once.
-func (b *batchReview) readResults(ctx context.Context, cl *client.Client) error {
+// readResults reads the jobs' results, a few at once.
+func readResults(ctx context.Context, cl *client.Client, jobs []*reviewJob) error {
 	ch := make(chan *reviewJob)
 	errs := make([]error, resultReaders)
 	var wg sync.WaitGroup
@@ -172,7 +208,7 @@ func (b *batchReview) readResults(ctx context.Context, cl *client.Client) error 
 			}
 		})
 	}
-	for _, j := range b.jobs {
+	for _, j := range jobs {
 		ch <- j
 	}
 	close(ch)
@@ -235,17 +271,55 @@ func (b *batchReview) checkLocal(j *reviewJob, fc *merge.FileChange) string {
 		return "no local record of the files the job was sent (enqueue accept --force applies one job where its context matches)"
 	}
 	sent, ok := j.rec.Files[fc.Path]
-	switch {
-	case !ok:
+	if !ok {
 		return "not among the files the job was sent"
-	case sha(local) != sent:
-		return "changed on disk since the job was sent"
 	}
-	if err := fc.Check(local); err != nil {
+	b.disk[fc.Path] = local
+	base := local
+	if sha(local) != sent {
+		var explained bool
+		if base, explained = b.explain(fc.Path, sent, local); !explained {
+			return "changed on disk since the job was sent"
+		}
+	}
+	if err := fc.Check(base); err != nil {
 		return err.Error()
 	}
-	b.bases[fc.Path] = local
+	b.bases[fc.Path] = base
 	return ""
+}
+
+// explain tries to account for a local file that differs from the text a
+// job was sent (its sha256 is sent) by the batch's jobs accepted before
+// from the same text: their edits reverted, it must be that text again.
+// Then it returns it and marks those jobs' changes of the file fixed.
+func (b *batchReview) explain(path, sent, local string) (string, bool) {
+	var cs []*merge.FileChange
+	for _, j := range b.done {
+		if j.rec.Files[path] != sent {
+			continue
+		}
+		for _, fc := range j.changes {
+			if fc.Path == path && fc.Kind == merge.Modify {
+				cs = append(cs, fc)
+			}
+		}
+	}
+	if len(cs) == 0 {
+		return "", false
+	}
+	p, err := merge.NewPlan(cs)
+	if err != nil || len(p.Left) > 0 || len(p.Files) != 1 {
+		return "", false
+	}
+	base, err := merge.Revert(local, p.Files[0].Edits)
+	if err != nil || sha(base) != sent {
+		return "", false
+	}
+	for _, fc := range cs {
+		b.fixed[fc.Side+" "+path] = true
+	}
+	return base, true
 }
 
 // accepted lists the jobs the plan keeps and the jobs with nothing to
@@ -276,9 +350,13 @@ func (b *batchReview) leftOut() []*reviewJob {
 func (b *batchReview) writePlan() ([]change, error) {
 	var changes []change
 	for _, fp := range b.plan.Files {
+		if !b.changesFile(fp) {
+			continue
+		}
 		abs := filepath.Join(b.root, filepath.FromSlash(fp.Path))
-		base, had := b.bases[fp.Path]
-		ch := change{path: fp.Path, abs: abs, mode: 0o644, existed: had, old: base, what: fp.Kind.String()}
+		base := b.bases[fp.Path]
+		local, had := b.disk[fp.Path]
+		ch := change{path: fp.Path, abs: abs, mode: 0o644, existed: had, old: local, what: fp.Kind.String()}
 		if st, err := os.Stat(abs); err == nil {
 			ch.mode = st.Mode().Perm()
 		}
@@ -289,6 +367,9 @@ func (b *batchReview) writePlan() ([]change, error) {
 			if err != nil {
 				return nil, err
 			}
+			if had && text == local {
+				continue
+			}
 			ch.content = text
 		}
 		changes = append(changes, ch)
@@ -297,6 +378,12 @@ func (b *batchReview) writePlan() ([]change, error) {
 		return nil, err
 	}
 	return changes, nil
+}
+
+// changesFile says whether a job of this review (not only jobs accepted
+// before) changes the file.
+func (b *batchReview) changesFile(fp *merge.FilePlan) bool {
+	return slices.ContainsFunc(fp.Sides, func(s string) bool { return !b.fixed[s] })
 }
 
 // markAccepted records the job accepted in its local record.

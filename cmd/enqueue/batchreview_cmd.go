@@ -242,7 +242,9 @@ type reviewConflict struct {
 func (b *batchReview) report() *reviewReport {
 	r := &reviewReport{BatchID: b.batchID, Skipped: b.skipped, Refused: map[string]string{}}
 	for _, fp := range b.plan.Files {
-		r.Files = append(r.Files, reviewFile{Path: fp.Path, What: fp.Kind.String(), Jobs: fp.Sides, Diff: fp.Diff(b.label)})
+		if b.changesFile(fp) {
+			r.Files = append(r.Files, reviewFile{Path: fp.Path, What: fp.Kind.String(), Jobs: b.newSides(fp), Diff: fp.Diff(b.label)})
+		}
 	}
 	for _, cf := range b.plan.Conflicts {
 		rc := reviewConflict{Path: cf.Path, Start: cf.Start + 1, End: max(cf.End, cf.Start+1), Reason: cf.Reason, Jobs: cf.Sides}

@@ -258,21 +258,40 @@ func TestBatchAcceptMergesJobsOfOneFile(t *testing.T) {
 		}
 	}
 
-	// Accepting again does nothing: the accepted are skipped, and a.py has
-	// changed since the jobs left out were sent.
+	// Accepting again: the accepted are skipped; a.py changed since the
+	// jobs left out were sent, but only by jobs of the batch accepted
+	// before, so they are merged against its sent text again, and still
+	// conflict with each other.
 	code, out, _ = f.enqueue(t, "batch", "accept", id, "--dir", root, "--json")
 	var rep reviewReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitConflict {
 		t.Fatalf("second accept: %d %v\n%s", code, err, out)
 	}
-	if len(rep.Accepted) != 0 || rep.Skipped["already accepted"] != 5 || rep.Refused[jobID(1)] != "a.py: changed on disk since the job was sent" || !slices.Equal(rep.LeftOut, []string{jobID(1), jobID(2), jobID(8)}) {
+	if len(rep.Accepted) != 0 || rep.Skipped["already accepted"] != 5 || len(rep.Conflicts) != 1 || rep.Refused[jobID(1)] != "" ||
+		!slices.Equal(rep.LeftOut, []string{jobID(1), jobID(2), jobID(8)}) || len(rep.Files) != 0 {
 		t.Fatalf("second accept: %+v", rep)
 	}
 
+	// Pick the docstring: it merges with the jobs accepted before.
+	code, out, errOut = f.enqueue(t, "batch", "accept", id, "--dir", root, "--op", "docstring")
+	if code != exitConflict || !strings.Contains(out, "accepted 1 job(s) of batch b-review, 1 file(s) written") {
+		t.Fatalf("accept the docstrings: %d\n%s%s", code, out, errOut)
+	}
+	wantA = strings.Replace(wantA, "def f1(x):\n", "def f1(x):\n    \"\"\"Add one.\"\"\"\n", 1)
+	if data, _ := os.ReadFile(filepath.Join(root, "a.py")); string(data) != wantA {
+		t.Fatalf("a.py after the docstring accept:\n%s\nwant:\n%s", data, wantA)
+	}
+	accepted, left = append(accepted, 2), []int{1, 8}
+
 	// Reject the rest: the accepted jobs are skipped.
 	code, out, errOut = f.enqueue(t, "batch", "reject", id, "--dir", root, "--reviewer", "tester")
-	if code != exitOK || !strings.Contains(out, "rejected 3 job(s)") || !strings.Contains(out, "skipped 5 job(s): already accepted") {
+	if code != exitOK || !strings.Contains(out, "rejected 2 job(s)") || !strings.Contains(out, "skipped 6 job(s): already accepted") {
 		t.Fatalf("batch reject: %d\n%s%s", code, out, errOut)
+	}
+	for _, n := range accepted {
+		if rec, err := loadRecord(root, jobID(n)); err != nil || rec.Review != reviewAccepted {
+			t.Errorf("job %d: record %+v %v", n, rec, err)
+		}
 	}
 	for _, n := range left {
 		if rec, err := loadRecord(root, jobID(n)); err != nil || rec.Review != reviewRejected {

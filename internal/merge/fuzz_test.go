@@ -160,6 +160,9 @@ func check(t *testing.T, s scenario, order []int) {
 		return
 	}
 	got := apply(t, p, "f.py", base)
+	if back, err := merge.Revert(got, p.Files[0].Edits); err != nil || back != base {
+		t.Fatalf("reverting the merge gives %q (%v), want the base %q", back, err, base)
+	}
 	if w := splice(s.base, want); got != w {
 		t.Fatalf("merged %q, want %q", got, w)
 	}

@@ -234,3 +234,29 @@ func TestDiffRendersAppliableHunks(t *testing.T) {
 		t.Fatalf("no label in\n%s", d)
 	}
 }
+
+func TestFixedSidesStayAndRevert(t *testing.T) {
+	a := "a\nb\nc\nd\ne\nf\n"
+	done := change(t, "done", "x.py", a, "a\nB\nc\nd\ne\nf\n", false, false)
+	clash := change(t, "clash", "x.py", a, "a\nbb\nc\nd\ne\nf\n", false, false)
+	fine := change(t, "fine", "x.py", a, "a\nb\nc\nd\ne\nF\n", false, false)
+	p, err := merge.NewPlanFixed([]*merge.FileChange{done, clash, fine}, map[string]bool{"done": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.Left, []string{"clash"}) || !slices.Equal(p.Kept, []string{"done", "fine"}) || len(p.Conflicts) != 1 {
+		t.Fatalf("left %v kept %v conflicts %+v", p.Left, p.Kept, p.Conflicts)
+	}
+	if got := apply(t, p, "x.py", a); got != "a\nB\nc\nd\ne\nF\n" {
+		t.Fatalf("merged %q", got)
+	}
+	// The text with done's edit gives the base back.
+	onDisk := apply(t, plan(t, done), "x.py", a)
+	base, err := merge.Revert(onDisk, done.Edits)
+	if err != nil || base != a {
+		t.Fatalf("revert: %q %v", base, err)
+	}
+	if _, err := merge.Revert("a\nX\nc\n", done.Edits); err == nil {
+		t.Fatal("reverted an edit the text does not hold")
+	}
+}

@@ -42,7 +42,8 @@ type Plan struct {
 	Conflicts []Conflict
 	// Kept are the sides all of whose changes are in Files, sorted.
 	Kept []string
-	// Left are the sides left out because of a conflict, sorted.
+	// Left are the sides left out because of a conflict, sorted (never a
+	// fixed one).
 	Left []string
 }
 
@@ -51,7 +52,13 @@ type Plan struct {
 // of another side (in any file), which are left out whole. A side must not
 // change one path twice. The plan does not need the base texts (each
 // change's Check does); FilePlan.Apply builds a file from its base.
-func NewPlan(changes []*FileChange) (*Plan, error) {
+func NewPlan(changes []*FileChange) (*Plan, error) { return NewPlanFixed(changes, nil) }
+
+// NewPlanFixed is NewPlan where the sides in fixed are already applied
+// (accepted earlier against the same base): they are never left out, and a
+// side that conflicts with one is left out alone. Fixed sides are in Kept
+// and their edits in Files, so that FilePlan.Apply gives the whole file.
+func NewPlanFixed(changes []*FileChange, fixed map[string]bool) (*Plan, error) {
 	byPath := map[string][]*FileChange{}
 	seen := map[[2]string]bool{}
 	for _, c := range changes {
@@ -72,9 +79,15 @@ func NewPlan(changes []*FileChange) (*Plan, error) {
 	for _, path := range paths {
 		cs := byPath[path]
 		for _, cf := range fileConflicts(path, cs) {
-			p.Conflicts = append(p.Conflicts, cf)
+			n := 0
 			for _, s := range cf.Sides {
-				left[s] = true
+				if !fixed[s] {
+					left[s] = true
+					n++
+				}
+			}
+			if n > 0 {
+				p.Conflicts = append(p.Conflicts, cf)
 			}
 		}
 	}
@@ -207,6 +220,34 @@ func (fp *FilePlan) Apply(base string) (string, error) {
 			b.WriteString(l)
 		}
 		at = e.End
+	}
+	for _, l := range lines[at:] {
+		b.WriteString(l)
+	}
+	return b.String(), nil
+}
+
+// Revert undoes edits on text, the base with exactly these edits applied
+// (one plan's, sorted by Start, none touching another): it gives the base
+// back, or an error when text does not hold an edit's new lines where the
+// edit puts them.
+func Revert(text string, edits []Edit) (string, error) {
+	lines := Lines(text)
+	var b strings.Builder
+	at, shift := 0, 0
+	for _, e := range edits {
+		pos := e.Start + shift
+		if pos < at || pos+len(e.New) > len(lines) || !equal(lines[pos:pos+len(e.New)], e.New) {
+			return "", fmt.Errorf("%w: the text does not hold %s's edit at line %d", ErrBadChange, e.Side, pos+1)
+		}
+		for _, l := range lines[at:pos] {
+			b.WriteString(l)
+		}
+		for _, l := range e.Old {
+			b.WriteString(l)
+		}
+		at = pos + len(e.New)
+		shift += len(e.New) - (e.End - e.Start)
 	}
 	for _, l := range lines[at:] {
 		b.WriteString(l)
