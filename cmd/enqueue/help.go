@@ -72,6 +72,23 @@ Batches (state in NATS: fleet_batches, FLEET_BATCHES; readable from anywhere):
         the status table (exit 0 when every job succeeded, 1 otherwise).
   batch cancel <batch-id> [--reason TEXT]
         Cancel every job of the batch that has not ended.
+  batch diff <batch-id> [--op OP] [--where STATE] [--dir D | --anywhere] [--json]
+        Every change of the batch's jobs merged per file, with the
+        conflicts and the jobs refused (a file changed since it was sent).
+  batch accept <batch-id> [--op OP] [--where STATE] [--dir D] [--dry-run] [--json]
+        Apply the jobs' changes (default: the succeeded ones) merged per
+        file against the files as sent; jobs whose edits overlap are left
+        out whole and stay pending (exit 5). Each accepted job gets its
+        review.
+  batch reject <batch-id> [--op OP] [--where STATE] [--dir D] [--dry-run]
+        Reject every selected job (default: every finished one).
+
+Watch:
+  watch <path>... --op OP[,OP] [--debounce D] [--no-record]
+        On every save, one job per operation for each function, method or
+        class whose text changed; a node changed again before its job
+        finished supersedes (cancels) it. One line per job, results as
+        they come; Ctrl-C cancels the unfinished jobs and lists the rest.
 
 Schedules (server-side, FLEET_RUNS):
   schedule add <name> <operation> <file.py> --every D | --cron EXPR [--node NAME | --line N]

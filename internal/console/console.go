@@ -2,7 +2,8 @@
 // fleet's stores for the queues (backlog, in flight, redeliveries, dead
 // letters, slots serving each operation), the workers (their presence
 // records), the jobs (a filterable list and a page per job whose turns
-// stream in live), and the dead letters. The worker serves it on
+// stream in live), the batches (progress per operation, failures by code,
+// and a batch's combined diff with its conflicts), and the dead letters. The worker serves it on
 // worker.console_listen and `enqueue console` anywhere NATS is reachable.
 //
 // Every page works without JavaScript; a job page's live turns use
