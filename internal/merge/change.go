@@ -162,10 +162,36 @@ func FromDiff(side, path string, f *gitdiff.File) (*FileChange, error) {
 		}
 		next = at
 	}
+	if err := fc.endings(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadChange, path, err)
+	}
 	if fc.Kind == Create && len(fc.anchors) > 0 {
 		return nil, fmt.Errorf("%w: %s: a created file's diff shows old lines", ErrBadChange, path)
 	}
 	return fc, nil
+}
+
+// endings checks that only a file's last line lacks its "\n", on each
+// side of the diff, and that no line is empty.
+func (fc *FileChange) endings() error {
+	var olds, news []string
+	for _, a := range fc.anchors {
+		olds = append(olds, a.text)
+	}
+	for _, e := range fc.Edits {
+		news = append(news, e.New...)
+	}
+	for _, side := range [][]string{olds, news} {
+		for i, l := range side {
+			if l == "" {
+				return errors.New("an empty line in the diff")
+			}
+			if i < len(side)-1 && !strings.HasSuffix(l, "\n") {
+				return fmt.Errorf("a line without a newline before the end: %q", l)
+			}
+		}
+	}
+	return nil
 }
 
 // Check reports whether the change applies to base: every context and
@@ -176,6 +202,18 @@ func (fc *FileChange) Check(base string) error {
 	for _, a := range fc.anchors {
 		if a.at >= len(lines) || lines[a.at] != a.text {
 			return fmt.Errorf("%w: %s: line %d is not what %s's diff shows there", ErrBadChange, fc.Path, a.at+1, fc.Side)
+		}
+	}
+	noEOL := len(lines) > 0 && !strings.HasSuffix(lines[len(lines)-1], "\n")
+	for _, e := range fc.Edits {
+		if e.End > len(lines) {
+			return fmt.Errorf("%w: %s: %s's edit at line %d is past the end of the file (%d lines)", ErrBadChange, fc.Path, fc.Side, e.Start+1, len(lines))
+		}
+		if noEOL && e.Start == len(lines) {
+			return fmt.Errorf("%w: %s: %s adds lines after the last one, which has no newline", ErrBadChange, fc.Path, fc.Side)
+		}
+		if n := len(e.New); n > 0 && !strings.HasSuffix(e.New[n-1], "\n") && e.End != len(lines) {
+			return fmt.Errorf("%w: %s: %s's edit at line %d ends without a newline but is not at the end of the file", ErrBadChange, fc.Path, fc.Side, e.Start+1)
 		}
 	}
 	if fc.Kind == Delete {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bluekeyes/go-gitdiff/gitdiff"
+
 	"github.com/agentfleet/fleet/internal/merge"
 )
 
@@ -252,4 +254,40 @@ func TestAgreesWithGitMergeFile(t *testing.T) {
 	if clean < 20 || conflicting < 20 {
 		t.Fatalf("too few of each kind: %d clean, %d conflicting", clean, conflicting)
 	}
+}
+
+// FuzzFromDiff feeds arbitrary diffs through the reader, the plan and the
+// apply: errors are fine, panics and a change that passes Check but does
+// not apply are not.
+func FuzzFromDiff(f *testing.F) {
+	f.Add("diff --git a/f.py b/f.py\n--- a/f.py\n+++ b/f.py\n@@ -1,2 +1,2 @@\n a\n-b\n+B\n", "a\nb\n")
+	f.Add("diff --git a/f.py b/f.py\n--- a/f.py\n+++ b/f.py\n@@ -2,0 +3,1 @@\n+x\n", "a\nb\n")
+	f.Add("diff --git a/f.py b/f.py\nnew file mode 100644\n--- /dev/null\n+++ b/f.py\n@@ -0,0 +1 @@\n+x\n\\ No newline at end of file\n", "")
+	f.Add("diff --git a/f.py b/f.py\ndeleted file mode 100644\n--- a/f.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n", "a\n")
+	f.Fuzz(func(t *testing.T, diff, base string) {
+		files, _, err := gitdiff.Parse(strings.NewReader(diff))
+		if err != nil || len(files) != 1 {
+			return
+		}
+		fc, err := merge.FromDiff("j", "f.py", files[0])
+		if err != nil || fc.Check(base) != nil {
+			return
+		}
+		p, err := merge.NewPlan([]*merge.FileChange{fc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Files) == 0 {
+			return
+		}
+		out, err := p.Files[0].Apply(base)
+		if err != nil {
+			t.Fatalf("a change that passed Check does not apply: %v", err)
+		}
+		if fc.Kind == merge.Modify {
+			if back, err := merge.Revert(out, p.Files[0].Edits); err != nil || back != base {
+				t.Fatalf("revert gives %q (%v), want %q", back, err, base)
+			}
+		}
+	})
 }
