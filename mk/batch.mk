@@ -5,7 +5,8 @@
 # `make test-batch-full` runs every module outside its tests (20,000+ jobs,
 # two worker processes, one SIGKILLed). `make bench-batch` publishes a
 # 10,000-job batch against 10,000 single `enqueue run --no-wait` calls in a
-# shell loop, in the same run, and times `batch status` on it.
+# shell loop, in the same run, and times `batch status` on it; then reads a
+# 10,000-job batch as BatchStatus, BatchJobs and Status on every job.
 BENCH_TARGETS += bench-batch
 
 .PHONY: test-batch-full bench-batch
@@ -20,6 +21,7 @@ bench-batch: ## batches: a 10,000-job batch's publish jobs/s and peak RSS vs 10,
 	@echo "batch: machine load before the run: $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
 	@mkdir -p $(dir $(BENCH_BATCH_OUT))
 	set -o pipefail; $(GO) test -run '^$$' -bench 'BenchmarkBatchPublish' -benchtime 1x -count 3 -timeout 30m ./internal/batche2e/ | tee $(BENCH_BATCH_OUT)
+	set -o pipefail; $(GO) test -run '^$$' -bench 'BenchmarkBatchReads' -benchtime 1x -count 3 -timeout 30m ./internal/batche2e/ | tee -a $(BENCH_BATCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench 'BenchmarkSingleRunLoop' -benchtime 1x -count 1 -timeout 60m ./internal/batche2e/ | tee -a $(BENCH_BATCH_OUT)
-	@awk -v UNITS="jobs/s peak-RSS-MiB status-call-p50-ms status-cmd-ms" -f mk/benchrange.awk $(BENCH_BATCH_OUT)
+	@awk -v UNITS="jobs/s peak-RSS-MiB status-call-p50-ms status-cmd-ms BatchStatus-ms BatchJobs-ms Status-each-ms" -f mk/benchrange.awk $(BENCH_BATCH_OUT)
 	@echo "batch: machine load after the run: $$(cut -d' ' -f1-3 /proc/loadavg)"
