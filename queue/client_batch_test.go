@@ -151,6 +151,14 @@ func TestBatchCancel(t *testing.T) {
 	}
 	<-env.proc.started
 	<-env.proc.started
+	// A queued batch job has no record of its own: its status comes from
+	// the batch record.
+	if rec, err := env.client.Status(ctx, "b-cancel-12"); err != nil || rec.State != wire.StateQueued {
+		t.Fatalf("queued batch job's status %+v %v", rec, err)
+	}
+	if _, err := env.client.Status(ctx, "b-cancel-13"); !errors.Is(err, client.ErrJobNotFound) {
+		t.Fatalf("a job past the batch: %v", err)
+	}
 	st, err := env.client.BatchStatus(ctx, "b-cancel")
 	if err != nil || st.Total.Running != 2 || st.Total.Queued != 10 || st.Finished {
 		t.Fatalf("status before cancel %+v %v", st.Total, err)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -354,4 +356,24 @@ func (c *Client) readBatch(ctx context.Context, batchID string, fn func(subject 
 		}
 	}
 	return nil
+}
+
+// batchQueued is the status of a batch job that has no record of its own
+// yet (a batch writes no per-job queued record): queued when its batch's
+// record says it was published (job n of "<batch>-<n>" within Published),
+// else nil.
+func (c *Client) batchQueued(ctx context.Context, jobID string) *wire.StatusRecord {
+	cut := strings.LastIndexByte(jobID, '-')
+	if cut <= 0 {
+		return nil
+	}
+	n, err := strconv.Atoi(jobID[cut+1:])
+	if err != nil || n < 1 || !wire.ValidBatchID(jobID[:cut]) {
+		return nil
+	}
+	rec, err := c.Batch(ctx, jobID[:cut])
+	if err != nil || n > rec.Published {
+		return nil
+	}
+	return &wire.StatusRecord{JobID: jobID, State: wire.StateQueued, UpdatedAt: rec.UpdatedAt}
 }
