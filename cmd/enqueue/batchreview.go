@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -115,10 +116,18 @@ func loadBatchReview(ctx context.Context, cl *client.Client, root, batchID strin
 	}
 	b := &batchReview{batchID: batchID, root: root, byID: map[string]*reviewJob{}, skipped: map[string]int{},
 		bases: map[string]string{}, disk: map[string]string{}, fixed: map[string]bool{}}
+	// The batch's record is read once (loadRecord would read it for every
+	// job without a record of its own).
+	var brec *batchRecord
+	if root != "" {
+		if brec, err = loadBatchRecord(root, batchID); err != nil && !notExist(err) {
+			return nil, &exitError{code: exitUsage, err: err}
+		}
+	}
 	for _, j := range all {
 		var rec *jobRecord
 		if root != "" && j.State.Terminal() {
-			r, err := loadRecord(root, j.JobID)
+			r, err := jobRecordIn(root, brec, j.N, j.JobID)
 			switch {
 			case notExist(err):
 			case err != nil:
@@ -397,4 +406,37 @@ func (b *batchReview) markAccepted(j *reviewJob) error {
 		rec.Applied = append(rec.Applied, fc.Path)
 	}
 	return rec.save(b.root)
+}
+
+// jobRecordIn is the job's own record under root, else the one its batch's
+// record (brec, nil when there is none) gives: loadRecord without reading
+// the batch's record again for each job.
+func jobRecordIn(root string, brec *batchRecord, n int, jobID string) (*jobRecord, error) {
+	rec, err := loadOwnRecord(root, jobID)
+	if !notExist(err) || brec == nil {
+		return rec, err
+	}
+	if n < 1 || n > len(brec.Jobs) || brec.Jobs[n-1].JobID != jobID {
+		return nil, err
+	}
+	bj := brec.Jobs[n-1]
+	rec = &jobRecord{JobID: jobID, Operation: bj.Operation, Root: brec.Root, Node: bj.Node, Files: map[string]string{},
+		CreatedAt: brec.CreatedAt, Review: reviewPending}
+	for _, p := range brec.Workspaces[bj.Operation+" "+bj.File] {
+		rec.Files[p] = brec.Files[p]
+	}
+	return rec, nil
+}
+
+// loadOwnRecord reads <root>/.fleet/jobs/<job-id>.json only.
+func loadOwnRecord(root, jobID string) (*jobRecord, error) {
+	data, err := os.ReadFile(recordPath(root, jobID))
+	if err != nil {
+		return nil, err
+	}
+	var r jobRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("job record %s: %w", recordPath(root, jobID), err)
+	}
+	return &r, nil
 }

@@ -89,28 +89,18 @@ func startReviewFleet(t *testing.T, edits map[string][]edit) *reviewFleet {
 	return &reviewFleet{url: natstest.URL(port), cl: cl, js: js}
 }
 
-// publish publishes one job per (operation, node) of root's files as batch
-// id, recording each job's sent files as `enqueue run` does, and waits
-// for the batch to finish.
-func (f *reviewFleet) publish(t *testing.T, root, id string, jobs [][3]string) {
+// publish fans out lint and docstring over root's Python files as batch
+// id with `enqueue run` (which records the files sent in the batch's
+// record), waits for the batch to finish and returns its job ids by
+// "<operation> <node>".
+func (f *reviewFleet) publish(t *testing.T, root, id string) map[string]string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var reqs []*wire.RunRequest
-	for i, j := range jobs {
-		op, file, node := j[0], j[1], j[2]
-		req, _, err := buildRequest(op, filepath.Join(root, file), nodeSpec{name: node}, wire.RunOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.JobID = wire.BatchJobID(id, i+1)
-		if err := newRecord(root, req).save(root); err != nil {
-			t.Fatal(err)
-		}
-		reqs = append(reqs, req)
-	}
-	if _, err := f.cl.PublishBatch(ctx, reqs, client.BatchOptions{BatchID: id, Events: "none"}); err != nil {
-		t.Fatal(err)
+	code, out, errOut := f.enqueue(t, "run", "lint,docstring", filepath.Join(root, "a.py"), filepath.Join(root, "b.py"), filepath.Join(root, "c.py"),
+		"--batch-id", id, "--no-wait")
+	if code != exitOK {
+		t.Fatalf("enqueue run: %d\n%s%s", code, out, errOut)
 	}
 	for {
 		st, err := f.cl.BatchStatus(ctx, id)
@@ -118,10 +108,10 @@ func (f *reviewFleet) publish(t *testing.T, root, id string, jobs [][3]string) {
 			t.Fatal(err)
 		}
 		if st.Finished {
-			if st.Total.Succeeded != len(jobs) {
+			if st.Total.Succeeded != st.Total.Published {
 				t.Fatalf("batch %s: %+v", id, st.Total)
 			}
-			return
+			break
 		}
 		select {
 		case <-ctx.Done():
@@ -129,6 +119,15 @@ func (f *reviewFleet) publish(t *testing.T, root, id string, jobs [][3]string) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	jobs, err := f.cl.BatchJobs(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, j := range jobs {
+		ids[j.Operation+" "+j.NodeName] = j.JobID
+	}
+	return ids
 }
 
 // enqueue runs the CLI.
@@ -183,7 +182,8 @@ func TestBatchAcceptMergesJobsOfOneFile(t *testing.T) {
 		// b.py: lint of g and docstring of h, apart.
 		"lint g":      {{"return a  # g\n", "return a  # g: the identity\n"}},
 		"docstring h": {{"def h(b):\n", "def h(b):\n    \"\"\"Return b.\"\"\"\n"}},
-		// lint h changes nothing.
+		// The other jobs (lint f3, docstring f2, lint h, ...) change
+		// nothing.
 		// c.py: changed on disk after it was sent.
 		"docstring k": {{"def k(n):\n", "def k(n):\n    \"\"\"Return n.\"\"\"\n"}},
 	})
@@ -193,13 +193,17 @@ func TestBatchAcceptMergesJobsOfOneFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	jobs := [][3]string{
-		{"lint", "a.py", "f1"}, {"docstring", "a.py", "f1"}, {"lint", "a.py", "f2"}, {"docstring", "a.py", "f3"},
-		{"lint", "b.py", "g"}, {"docstring", "b.py", "h"}, {"lint", "b.py", "h"}, {"docstring", "c.py", "k"},
-	}
 	const id = "b-review"
-	f.publish(t, root, id, jobs)
-	jobID := func(n int) string { return wire.BatchJobID(id, n) }
+	ids := f.publish(t, root, id)
+	if len(ids) != 12 {
+		t.Fatalf("%d jobs: %v", len(ids), ids)
+	}
+	jobID := func(opNode string) string {
+		if ids[opNode] == "" {
+			t.Fatalf("no job %q", opNode)
+		}
+		return ids[opNode]
+	}
 	localC := pyC + "\n\nLIMIT = 3\n"
 	if err := os.WriteFile(filepath.Join(root, "c.py"), []byte(localC), 0o644); err != nil {
 		t.Fatal(err)
@@ -210,8 +214,8 @@ func TestBatchAcceptMergesJobsOfOneFile(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("batch diff: %d %s", code, errOut)
 	}
-	for _, want := range []string{"diff --git a/a.py b/a.py", "+    return y * 2", "lint " + jobID(3) + " (a.py::f2)",
-		"conflict a.py:2-2 (overlapping edits): " + jobID(1) + ", " + jobID(2), "refused  docstring " + jobID(8) + " (c.py::k): c.py: changed on disk since the job was sent"} {
+	for _, want := range []string{"diff --git a/a.py b/a.py", "+    return y * 2", "lint " + jobID("lint f2") + " (a.py::f2)",
+		"conflict a.py:2-2 (overlapping edits): " + strings.Join(slices.Sorted(slices.Values([]string{jobID("docstring f1"), jobID("lint f1")})), ", "), "refused  docstring " + jobID("docstring k") + " (c.py::k): c.py: changed on disk since the job was sent"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("batch diff lacks %q:\n%s", want, out)
 		}
@@ -233,28 +237,34 @@ func TestBatchAcceptMergesJobsOfOneFile(t *testing.T) {
 			t.Errorf("%s after accept:\n%s\nwant:\n%s", name, data, want)
 		}
 	}
-	for _, want := range []string{"modified  a.py  (2 job(s))", "modified  b.py  (2 job(s))", "accepted 5 job(s) of batch b-review, 2 file(s) written"} {
+	for _, want := range []string{"modified  a.py  (2 job(s))", "modified  b.py  (2 job(s))", "accepted 9 job(s) of batch b-review, 2 file(s) written"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("batch accept lacks %q", want)
 		}
 	}
-	accepted, left := []int{3, 4, 5, 6, 7}, []int{1, 2, 8}
+	var accepted []string
+	left := []string{"lint f1", "docstring f1", "docstring k"}
+	for k := range ids {
+		if !slices.Contains(left, k) {
+			accepted = append(accepted, k)
+		}
+	}
 	for _, n := range accepted {
 		rec, err := loadRecord(root, jobID(n))
 		if err != nil || rec.Review != reviewAccepted {
-			t.Errorf("job %d: record %+v %v", n, rec, err)
+			t.Errorf("job %s: record %+v %v", n, rec, err)
 		}
 		if v := f.lastReview(t, jobID(n)); v != wire.VerdictAccepted {
-			t.Errorf("job %d: review %q", n, v)
+			t.Errorf("job %s: review %q", n, v)
 		}
 	}
 	for _, n := range left {
 		rec, err := loadRecord(root, jobID(n))
 		if err != nil || rec.Review != reviewPending {
-			t.Errorf("job %d left out: record %+v %v", n, rec, err)
+			t.Errorf("job %s left out: record %+v %v", n, rec, err)
 		}
 		if v := f.lastReview(t, jobID(n)); v != "" {
-			t.Errorf("job %d left out: review %q", n, v)
+			t.Errorf("job %s left out: review %q", n, v)
 		}
 	}
 
@@ -267,8 +277,8 @@ func TestBatchAcceptMergesJobsOfOneFile(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitConflict {
 		t.Fatalf("second accept: %d %v\n%s", code, err, out)
 	}
-	if len(rep.Accepted) != 0 || rep.Skipped["already accepted"] != 5 || len(rep.Conflicts) != 1 || rep.Refused[jobID(1)] != "" ||
-		!slices.Equal(rep.LeftOut, []string{jobID(1), jobID(2), jobID(8)}) || len(rep.Files) != 0 {
+	if len(rep.Accepted) != 0 || rep.Skipped["already accepted"] != 9 || len(rep.Conflicts) != 1 || rep.Refused[jobID("lint f1")] != "" ||
+		len(rep.LeftOut) != 3 || len(rep.Files) != 0 {
 		t.Fatalf("second accept: %+v", rep)
 	}
 
@@ -281,24 +291,24 @@ func TestBatchAcceptMergesJobsOfOneFile(t *testing.T) {
 	if data, _ := os.ReadFile(filepath.Join(root, "a.py")); string(data) != wantA {
 		t.Fatalf("a.py after the docstring accept:\n%s\nwant:\n%s", data, wantA)
 	}
-	accepted, left = append(accepted, 2), []int{1, 8}
+	accepted, left = append(accepted, "docstring f1"), []string{"lint f1", "docstring k"}
 
 	// Reject the rest: the accepted jobs are skipped.
 	code, out, errOut = f.enqueue(t, "batch", "reject", id, "--dir", root, "--reviewer", "tester")
-	if code != exitOK || !strings.Contains(out, "rejected 2 job(s)") || !strings.Contains(out, "skipped 6 job(s): already accepted") {
+	if code != exitOK || !strings.Contains(out, "rejected 2 job(s)") || !strings.Contains(out, "skipped 10 job(s): already accepted") {
 		t.Fatalf("batch reject: %d\n%s%s", code, out, errOut)
 	}
 	for _, n := range accepted {
 		if rec, err := loadRecord(root, jobID(n)); err != nil || rec.Review != reviewAccepted {
-			t.Errorf("job %d: record %+v %v", n, rec, err)
+			t.Errorf("job %s: record %+v %v", n, rec, err)
 		}
 	}
 	for _, n := range left {
 		if rec, err := loadRecord(root, jobID(n)); err != nil || rec.Review != reviewRejected {
-			t.Errorf("job %d: record %+v %v", n, rec, err)
+			t.Errorf("job %s: record %+v %v", n, rec, err)
 		}
 		if v := f.lastReview(t, jobID(n)); v != wire.VerdictRejected {
-			t.Errorf("job %d: review %q", n, v)
+			t.Errorf("job %s: review %q", n, v)
 		}
 	}
 }
