@@ -42,6 +42,10 @@ func (c *cli) cmdWatch(args []string) error {
 	if *debounce <= 0 {
 		return fail(exitUsage, "--debounce must be positive")
 	}
+	w, err := newWatcher(watchConfig{Paths: pos, Ops: opList, Debounce: *debounce, NoRecord: *noRecord}, nil, c.stdout)
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
 	ctx, stop := interruptible(context.Background())
 	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -60,10 +64,7 @@ func (c *cli) cmdWatch(args []string) error {
 			return fail(exitUsage, "no worker serves operation %q on this NATS server (a worker serves the operations of its agents folder)", op)
 		}
 	}
-	w, err := newWatcher(watchConfig{Paths: pos, Ops: opList, Debounce: *debounce, NoRecord: *noRecord}, cl, c.stdout)
-	if err != nil {
-		return &exitError{code: exitUsage, err: err}
-	}
+	w.cl = cl
 	return w.Run(ctx)
 }
 

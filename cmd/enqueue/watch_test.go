@@ -158,12 +158,47 @@ func TestWatchSupersedesAJobOfANodeSavedAgain(t *testing.T) {
 			t.Fatalf("a job for an unchanged node: %q", l)
 		}
 	}
+	// A third save whose job is held at its first turn: Ctrl-C (the
+	// context's end) cancels it and says so.
+	hold := f.Model.Hold("calc.py", 0)
+	defer hold()
+	save(strings.Replace(src, "return sum(xs)\n", "return sum(xs)  # total\n", 1))
+	third := out.expect(t, `^queued\s+lint\s+calc\.py::total\s+(\S+)$`)[1]
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	out.expect(t, `^stopped after 2 job\(s\)$`)
+	out.expect(t, `^stopped after 3 job\(s\)$`)
+	out.expect(t, `^canceled 1 unfinished job\(s\): `+third+`$`)
 	out.expect(t, `^left 1 finished job\(s\) with changes to review .*: `+second+`$`)
+	r3, err := f.Client.Wait(ctx, third)
+	if err != nil || r3.State != wire.StateCanceled {
+		t.Fatalf("third job's result: %+v, %v", r3, err)
+	}
+}
+
+// TestWatchRefusesBadInput: a path that is not there, no operation, an
+// operation no worker serves; nothing is watched or published.
+func TestWatchRefusesBadInput(t *testing.T) {
+	f := startReviewFleet(t, nil)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "m.py"), []byte("def f():\n    pass\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"watch", filepath.Join(dir, "nope.py"), "--op", "lint"}, "no such file"},
+		{[]string{"watch", filepath.Join(dir, "m.py")}, "--op: want one or more operations"},
+		{[]string{"watch", filepath.Join(dir, "m.py"), "--op", "lint,Bad"}, `operation "Bad"`},
+		{[]string{"watch", dir, "--op", "lint,test"}, `no worker serves operation "test"`},
+	} {
+		code, _, errOut := f.enqueue(t, c.args...)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q", c.args, code, errOut)
+		}
+	}
 }
 
 // TestDebounceCoalescesASaveBurst: touches closer together than the wait
