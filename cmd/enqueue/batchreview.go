@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -109,7 +110,7 @@ const resultReaders = 8
 // already given it is skipped, as is an accepted one), reads their results
 // and, for accept and diff, plans the merge of their changes. root is the
 // project to check the changes against; "" skips every local check.
-func loadBatchReview(ctx context.Context, cl *client.Client, root, batchID string, f reviewFilter, verdict wire.Verdict) (*batchReview, error) {
+func loadBatchReview(ctx context.Context, cl *client.Client, root, batchID string, f reviewFilter, verdict wire.Verdict, progress io.Writer) (*batchReview, error) {
 	all, err := cl.BatchJobs(ctx, batchID)
 	if err != nil {
 		return nil, batchErr(err)
@@ -164,7 +165,7 @@ func loadBatchReview(ctx context.Context, cl *client.Client, root, batchID strin
 	if verdict == wire.VerdictRejected {
 		return b, nil // a rejection needs neither the results nor the files
 	}
-	if err := readResults(ctx, cl, append(slices.Clip(b.jobs), b.done...)); err != nil {
+	if err := readResults(ctx, cl, append(slices.Clip(b.jobs), b.done...), progress); err != nil {
 		return nil, err
 	}
 	for _, j := range b.done {
@@ -197,8 +198,15 @@ func loadBatchReview(ctx context.Context, cl *client.Client, root, batchID strin
 	return b, nil
 }
 
-// readResults reads the jobs' results, a few at once.
-func readResults(ctx context.Context, cl *client.Client, jobs []*reviewJob) error {
+// readResults reads the jobs' results, a few at once, with a progress bar
+// on progress when it is a terminal.
+func readResults(ctx context.Context, cl *client.Client, jobs []*reviewJob, progress io.Writer) error {
+	tick := func() {}
+	if progress != nil && isTerminal(progress) && len(jobs) > 0 {
+		bar := newBar(progress, len(jobs), "reading results")
+		defer func() { _ = bar.Finish(); fmt.Fprintln(progress) }()
+		tick = func() { _ = bar.Add(1) }
+	}
 	ch := make(chan *reviewJob)
 	errs := make([]error, resultReaders)
 	var wg sync.WaitGroup
@@ -214,6 +222,7 @@ func readResults(ctx context.Context, cl *client.Client, jobs []*reviewJob) erro
 					continue
 				}
 				j.res = r
+				tick()
 			}
 		})
 	}

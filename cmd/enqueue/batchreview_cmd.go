@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/agentfleet/fleet/internal/merge"
 	"github.com/agentfleet/fleet/queue/client"
@@ -92,8 +93,8 @@ func (c *cli) cmdBatchDiff(args []string) error {
 			return &exitError{code: exitUsage, err: err}
 		}
 	}
-	return c.session(func(ctx context.Context, cl *client.Client) error {
-		b, err := loadBatchReview(ctx, cl, root, a.id, a.filter, wire.VerdictAccepted)
+	return c.reviewSession(func(ctx context.Context, cl *client.Client) error {
+		b, err := loadBatchReview(ctx, cl, root, a.id, a.filter, wire.VerdictAccepted, c.stderr)
 		if err != nil {
 			return err
 		}
@@ -115,8 +116,8 @@ func (c *cli) cmdBatchAccept(args []string) error {
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
-	return c.session(func(ctx context.Context, cl *client.Client) error {
-		b, err := loadBatchReview(ctx, cl, root, id, o.filter, wire.VerdictAccepted)
+	return c.reviewSession(func(ctx context.Context, cl *client.Client) error {
+		b, err := loadBatchReview(ctx, cl, root, id, o.filter, wire.VerdictAccepted, c.stderr)
 		if err != nil {
 			return err
 		}
@@ -164,8 +165,8 @@ func (c *cli) cmdBatchReject(args []string) error {
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
-	return c.session(func(ctx context.Context, cl *client.Client) error {
-		b, err := loadBatchReview(ctx, cl, root, id, o.filter, wire.VerdictRejected)
+	return c.reviewSession(func(ctx context.Context, cl *client.Client) error {
+		b, err := loadBatchReview(ctx, cl, root, id, o.filter, wire.VerdictRejected, nil)
 		if err != nil {
 			return err
 		}
@@ -316,4 +317,23 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// reviewTimeout bounds a batch review command: reading thousands of
+// results and publishing as many reviews takes longer than a quick
+// command's deadline.
+const reviewTimeout = 30 * time.Minute
+
+// reviewSession is session with reviewTimeout, ended early by Ctrl-C.
+func (c *cli) reviewSession(fn func(ctx context.Context, cl *client.Client) error) error {
+	ctx, stop := interruptible(context.Background())
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	defer cancel()
+	nc, cl, err := c.connect(ctx, wire.JSON)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return fn(ctx, cl)
 }
