@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentfleet/fleet/internal/merge"
@@ -126,16 +127,16 @@ func (c *cli) cmdBatchAccept(args []string) error {
 			if _, err := b.writePlan(); err != nil {
 				return fail(exitConflict, "batch %s not accepted: %v", id, err)
 			}
-			var errs []string
-			for _, j := range b.accepted() {
+			rep.Errors = eachJob(b.accepted(), func(j *reviewJob) []string {
+				var errs []string
 				if err := b.markAccepted(j); err != nil {
 					errs = append(errs, fmt.Sprintf("%s: the files were written but its record was not: %v", j.JobID, err))
 				}
 				if err := publishReview(ctx, cl, j.JobID, wire.VerdictAccepted, o.who, o.note); err != nil {
 					errs = append(errs, err.Error())
 				}
-			}
-			rep.Errors = errs
+				return errs
+			})
 		}
 		rep.DryRun = o.dryRun
 		if o.asJSON {
@@ -173,16 +174,17 @@ func (c *cli) cmdBatchReject(args []string) error {
 		rep := &reviewReport{BatchID: id, Skipped: b.skipped, DryRun: o.dryRun}
 		for _, j := range b.jobs {
 			rep.Rejected = append(rep.Rejected, j.JobID)
-			if o.dryRun {
-				continue
-			}
-			if _, err := rejectJob(root, j.JobID, func() error { return nil }); err != nil {
-				rep.Errors = append(rep.Errors, fmt.Sprintf("%s: %v", j.JobID, err))
-				continue
-			}
-			if err := publishReview(ctx, cl, j.JobID, wire.VerdictRejected, o.who, o.note); err != nil {
-				rep.Errors = append(rep.Errors, err.Error())
-			}
+		}
+		if !o.dryRun {
+			rep.Errors = eachJob(b.jobs, func(j *reviewJob) []string {
+				if _, err := rejectJob(root, j.JobID, func() error { return nil }); err != nil {
+					return []string{fmt.Sprintf("%s: %v", j.JobID, err)}
+				}
+				if err := publishReview(ctx, cl, j.JobID, wire.VerdictRejected, o.who, o.note); err != nil {
+					return []string{err.Error()}
+				}
+				return nil
+			})
 		}
 		if o.asJSON {
 			if err := writeJSON(c.stdout, rep); err != nil {
@@ -336,4 +338,32 @@ func (c *cli) reviewSession(fn func(ctx context.Context, cl *client.Client) erro
 	}
 	defer nc.Close()
 	return fn(ctx, cl)
+}
+
+// reviewWriters is how many jobs' records and reviews are written at once.
+const reviewWriters = 8
+
+// eachJob runs fn on every job, a few at once, and collects what went
+// wrong in the jobs' order.
+func eachJob(jobs []*reviewJob, fn func(*reviewJob) []string) []string {
+	errs := make([][]string, len(jobs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range reviewWriters {
+		wg.Go(func() {
+			for i := range next {
+				errs[i] = fn(jobs[i])
+			}
+		})
+	}
+	for i := range jobs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	var out []string
+	for _, e := range errs {
+		out = append(out, e...)
+	}
+	return out
 }

@@ -131,7 +131,7 @@ func (f *reviewFleet) publish(t *testing.T, root, id string) map[string]string {
 }
 
 // enqueue runs the CLI.
-func (f *reviewFleet) enqueue(t *testing.T, args ...string) (int, string, string) {
+func (f *reviewFleet) enqueue(t testing.TB, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code := run(append([]string{"--nats-url", f.url}, args...), &out, &errb)
