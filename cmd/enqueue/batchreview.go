@@ -73,6 +73,8 @@ type batchReview struct {
 	// bases are the texts the plan applies to (the files as sent), by
 	// path (created files: absent); disk the local files as they are.
 	bases, disk map[string]string
+	// sent is the sha256 of each file's base.
+	sent map[string]string
 	// done are the batch's jobs accepted before (a file they changed is
 	// merged against its sent text, recovered by reverting their edits);
 	// fixed are the ones whose changes are in the plan.
@@ -116,7 +118,7 @@ func loadBatchReview(ctx context.Context, cl *client.Client, root, batchID strin
 		return nil, batchErr(err)
 	}
 	b := &batchReview{batchID: batchID, root: root, byID: map[string]*reviewJob{}, skipped: map[string]int{},
-		bases: map[string]string{}, disk: map[string]string{}, fixed: map[string]bool{}}
+		bases: map[string]string{}, disk: map[string]string{}, sent: map[string]string{}, fixed: map[string]bool{}}
 	// The batch's record is read once (loadRecord would read it for every
 	// job without a record of its own).
 	var brec *batchRecord
@@ -292,7 +294,10 @@ func (b *batchReview) checkLocal(j *reviewJob, fc *merge.FileChange) string {
 	if !ok {
 		return "not among the files the job was sent"
 	}
-	b.disk[fc.Path] = local
+	// One base per file: every job merged on it was sent the same text.
+	if first, seen := b.sent[fc.Path]; seen && first != sent {
+		return "the job was sent another version of the file than the jobs before it in the batch"
+	}
 	base := local
 	if sha(local) != sent {
 		var explained bool
@@ -303,7 +308,7 @@ func (b *batchReview) checkLocal(j *reviewJob, fc *merge.FileChange) string {
 	if err := fc.Check(base); err != nil {
 		return err.Error()
 	}
-	b.bases[fc.Path] = base
+	b.sent[fc.Path], b.disk[fc.Path], b.bases[fc.Path] = sent, local, base
 	return ""
 }
 

@@ -312,3 +312,33 @@ func TestBatchAcceptMergesJobsOfOneFile(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchReviewOneBasePerFile: jobs merged on one file must have been
+// sent the same text; a job refused for a stale file does not decide that
+// text, and a job sent another version than the first accepted one is
+// refused.
+func TestBatchReviewOneBasePerFile(t *testing.T) {
+	root := t.TempDir()
+	now, old := "a\nb\nc\n", "a\nB\nc\n"
+	if err := os.WriteFile(filepath.Join(root, "m.py"), []byte(now), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := func(id, sent, next string) *reviewJob {
+		d, err := cairn.FileDiff("m.py", []byte(sent), []byte(next), false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &reviewJob{BatchJobState: client.BatchJobState{BatchJob: wire.BatchJob{JobID: id, Operation: "lint"}},
+			rec: &jobRecord{JobID: id, Files: map[string]string{"m.py": sha(sent)}}, res: &wire.AgentResult{Diff: d}}
+	}
+	b := &batchReview{root: root, byID: map[string]*reviewJob{}, bases: map[string]string{}, disk: map[string]string{},
+		sent: map[string]string{}, fixed: map[string]bool{}}
+	stale, fresh, other := job("j-stale", old, "a\nB\nC\n"), job("j-fresh", now, "A\nb\nc\n"), job("j-other", now+"d\n", "a\nb\nc\nD\n")
+	for _, j := range []*reviewJob{stale, fresh, other} {
+		b.readChanges(j)
+	}
+	if stale.refused != "m.py: changed on disk since the job was sent" || fresh.refused != "" ||
+		!strings.Contains(other.refused, "another version of the file") || b.bases["m.py"] != now {
+		t.Fatalf("refused: stale %q, fresh %q, other %q; base %q", stale.refused, fresh.refused, other.refused, b.bases["m.py"])
+	}
+}
