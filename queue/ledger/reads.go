@@ -196,7 +196,10 @@ func (j reader) status(ctx context.Context, jobID string) (*wire.StatusRecord, e
 	if err != nil {
 		return nil, err
 	}
-	if lease != nil {
+	// A malformed last lease record (lastLease gives it no state) is read as
+	// if it did not exist: the client's record is next, never an earlier
+	// lease record (docs/PROTOCOL.md §8.3).
+	if lease != nil && lease.State != "" {
 		return lease, nil
 	}
 	if client != nil {
