@@ -210,4 +210,13 @@ func TestBatchInterrupted(t *testing.T) {
 		// The second chunk's index was never written.
 		t.Fatalf("jobs %d %v", len(jobs), err)
 	}
+	// Canceling it gives the jobs never published a canceled record: a
+	// late publish of one would run nothing.
+	out, err := env.client.CancelBatch(ctx, "b-int", "")
+	if err != nil || out.Finished != wire.BatchIndexChunk || out.Unpublished != 100 || out.Canceled != 0 {
+		t.Fatalf("cancel %+v %v", out, err)
+	}
+	if rec, err := env.client.Status(ctx, wire.BatchJobID("b-int", n)); err != nil || rec.State != wire.StateCanceled {
+		t.Fatalf("the last, unpublished job: %+v %v", rec, err)
+	}
 }
