@@ -3,11 +3,13 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -125,14 +127,18 @@ func TestBatchPublishStatusJobs(t *testing.T) {
 	if r, err := env.client.Wait(ctx, "b-raw-1"); err != nil || r.State != wire.StateDead {
 		t.Fatalf("poison batch job: %+v %v", r, err)
 	}
+	// The tally follows the stored result.
 	bs, _ := js.Stream(ctx, wire.StreamBatches)
-	info, err := bs.Info(ctx, jetstream.WithSubjectFilter(wire.SubjectBatchPrefix+"b-raw.>"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := info.State.Subjects[wire.BatchDoneSubject("b-raw", "lint", wire.StateDead, wire.CodeInvalidRequest)]; n != 1 {
-		t.Fatalf("dead tally: %v", info.State.Subjects)
-	}
+	testutil.Eventually(t, 10*time.Second, "the dead job's tally", func() error {
+		info, err := bs.Info(ctx, jetstream.WithSubjectFilter(wire.SubjectBatchPrefix+"b-raw.>"))
+		if err != nil {
+			return err
+		}
+		if n := info.State.Subjects[wire.BatchDoneSubject("b-raw", "lint", wire.StateDead, wire.CodeInvalidRequest)]; n != 1 {
+			return fmt.Errorf("tallies %v", info.State.Subjects)
+		}
+		return nil
+	})
 }
 
 // Canceling a batch cancels its running and queued jobs: every job ends
@@ -209,5 +215,14 @@ func TestBatchInterrupted(t *testing.T) {
 	if err != nil || len(jobs) != wire.BatchIndexChunk {
 		// The second chunk's index was never written.
 		t.Fatalf("jobs %d %v", len(jobs), err)
+	}
+	// Canceling it gives the jobs never published a canceled record: a
+	// late publish of one would run nothing.
+	out, err := env.client.CancelBatch(ctx, "b-int", "")
+	if err != nil || out.Finished != wire.BatchIndexChunk || out.Unpublished != 100 || out.Canceled != 0 {
+		t.Fatalf("cancel %+v %v", out, err)
+	}
+	if rec, err := env.client.Status(ctx, wire.BatchJobID("b-int", n)); err != nil || rec.State != wire.StateCanceled {
+		t.Fatalf("the last, unpublished job: %+v %v", rec, err)
 	}
 }

@@ -158,8 +158,10 @@ Dead letters (FLEET_DLQ):
   dlq replay <job-id|seq> [--job-id ID] [--keep] [--wait [--json]]
         Publish the request again as a new job (<job-id>-r<n>) after the
         cause is fixed; the dead letter is removed unless --keep.
-  dlq purge [--operation OP] [--yes]
-        Delete the dead letters (asks on a terminal unless --yes).
+  dlq purge [<job-id|seq>] [--operation OP] [--yes]
+        Delete exactly the named dead letter (refused when the message at
+        its sequence changed since it was read), or every dead letter (of
+        OP) (asks on a terminal unless --yes).
 
 Models (the fleet_models Object Store bucket; agents name them in model:/adapter:):
   model push <name> <file.gguf> [--version N] [--json]

@@ -60,7 +60,8 @@ type BatchStatus struct {
 	Operations []string                `json:"operations"`
 	// Codes counts the jobs that ended with an error code, by code.
 	Codes map[wire.ErrorCode]int `json:"codes,omitempty"`
-	// Finished: every published job has its result and the fan-out ended.
+	// Finished: every published job has its result and the fan-out ended
+	// (or its publisher has been silent for 30 s).
 	Finished bool `json:"finished"`
 	// Elapsed is from the batch's creation to now, or to its last result
 	// when it is finished; Rate is results per second over it.
@@ -211,7 +212,9 @@ func (c *Client) BatchStatus(ctx context.Context, batchID string) (*BatchStatus,
 	if rec.State == wire.BatchPublishing && now.Sub(rec.UpdatedAt) > publisherSilentAfter {
 		st.PublisherSilent = true
 	}
-	fanoutOver := rec.State != wire.BatchPublishing
+	// A publisher silent for long is taken as gone: what it published is
+	// all the batch will get.
+	fanoutOver := rec.State != wire.BatchPublishing || st.PublisherSilent
 	st.Finished = fanoutOver && st.Total.Done >= st.Total.Published
 	end := now
 	if st.Total.Done > 0 {
