@@ -17,6 +17,9 @@ import (
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
+// batchRefresh is how often (seconds) the pages of a running batch reload.
+const batchRefresh = 5
+
 // maxBatchesListed bounds the batches page (each row reads its status).
 const maxBatchesListed = 50
 
@@ -55,6 +58,9 @@ func (s *Server) batchesPage(w http.ResponseWriter, r *http.Request) {
 			row.Status = st
 		}
 		v.Batches = append(v.Batches, row)
+		if row.Status != nil && !row.Status.Finished {
+			p.Refresh = batchRefresh
+		}
 	}
 	p.Data = v
 	s.render(w, start, status, "batches", p)
@@ -92,6 +98,9 @@ func (s *Server) batchPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := batchView{Status: st}
+	if !st.Finished {
+		p.Refresh = batchRefresh
+	}
 	for _, op := range st.Operations {
 		v.Ops = append(v.Ops, opRow{Operation: op, Counts: st.ByOp[op]})
 	}

@@ -72,6 +72,20 @@ func TestBatchPages(t *testing.T) {
 	if strings.Contains(strings.SplitN(diff, `id="diff"`, 2)[1], "m.py") {
 		t.Error("the combined diff holds the conflicting jobs' file")
 	}
+	if strings.Contains(list, `http-equiv="refresh"`) || strings.Contains(page, `http-equiv="refresh"`) {
+		t.Error("a finished batch's pages reload themselves")
+	}
+	// A running batch's pages reload themselves.
+	release := f.Model.Hold("held.py", 0)
+	defer release()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := f.Client.PublishBatch(ctx, []*wire.RunRequest{consoletest.LintRequest("held.py", consoletest.Untidy)}, client.BatchOptions{BatchID: "b-running"}); err != nil {
+		t.Fatal(err)
+	}
+	if p := get(t, base, "/batches/b-running", 200); !strings.Contains(p, `<meta http-equiv="refresh" content="5">`) {
+		t.Error("a running batch's page does not reload")
+	}
 	get(t, base, "/batches/b-none", 404)
 	get(t, base, "/batches/not%20valid", 400)
 }

@@ -29,7 +29,10 @@ type page struct {
 	Token   string
 	// Error is shown in the page's error box.
 	Error string
-	Data  any
+	// Refresh, when not 0, reloads the page after that many seconds (a
+	// running batch's progress, without JavaScript).
+	Refresh int
+	Data    any
 }
 
 // render executes a page template into a buffer, then writes it with the
