@@ -13,8 +13,8 @@
 // conflict, and every job in it is left out with all its changes to every
 // file. A job is thus applied entirely or not at all, never in part.
 // Edits that are identical in two jobs (the same base lines replaced by
-// the same text) agree and are applied once. See docs/CLI.md ("Batch
-// review") for why fleet does not use a diff3 library here.
+// the same text) agree and are applied once. docs/CLI.md ("batch accept")
+// says why fleet does not use a diff3 library here.
 package merge
 
 import (
