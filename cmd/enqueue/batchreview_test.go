@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/cairn"
+	"github.com/agentfleet/fleet/internal/merge"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
@@ -340,5 +341,54 @@ func TestBatchReviewOneBasePerFile(t *testing.T) {
 	if stale.refused != "m.py: changed on disk since the job was sent" || fresh.refused != "" ||
 		!strings.Contains(other.refused, "another version of the file") || b.bases["m.py"] != now {
 		t.Fatalf("refused: stale %q, fresh %q, other %q; base %q", stale.refused, fresh.refused, other.refused, b.bases["m.py"])
+	}
+}
+
+// TestBatchWritePlanAllOrNothing: when one file of the merged plan cannot
+// be written, the files written before it are put back: nothing of the
+// batch is half-applied.
+func TestBatchWritePlanAllOrNothing(t *testing.T) {
+	root := t.TempDir()
+	const a = "a\nb\nc\n"
+	if err := os.WriteFile(filepath.Join(root, "a.py"), []byte(a), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// "z" is a file, so z/new.py cannot be created.
+	if err := os.WriteFile(filepath.Join(root, "z"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	diffA, _ := cairn.FileDiff("a.py", []byte(a), []byte("A\nb\nc\n"), false, false)
+	diffZ, _ := cairn.FileDiff("z/new.py", nil, []byte("n = 1\n"), true, false)
+	var jobs []*reviewJob
+	for i, d := range []string{diffA, diffZ} {
+		id := fmt.Sprintf("j-%d", i+1)
+		jobs = append(jobs, &reviewJob{BatchJobState: client.BatchJobState{BatchJob: wire.BatchJob{JobID: id, Operation: "lint"}},
+			rec: &jobRecord{JobID: id, Files: map[string]string{"a.py": sha(a)}}, res: &wire.AgentResult{Diff: d}})
+	}
+	b := &batchReview{root: root, jobs: jobs, byID: map[string]*reviewJob{}, bases: map[string]string{}, disk: map[string]string{},
+		sent: map[string]string{}, fixed: map[string]bool{}}
+	var changes []*merge.FileChange
+	for i, j := range jobs {
+		if i == 1 {
+			// The check would refuse z/new.py already (z is not a folder):
+			// skip it, as if z became a file after the check.
+			b.root = ""
+		}
+		b.readChanges(j)
+		b.root = root
+		if j.refused != "" {
+			t.Fatalf("%s refused: %s", j.JobID, j.refused)
+		}
+		changes = append(changes, j.changes...)
+	}
+	var err error
+	if b.plan, err = merge.NewPlan(changes); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.writePlan(); err == nil || !strings.Contains(err.Error(), "nothing was written") {
+		t.Fatalf("writePlan: %v", err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(root, "a.py")); string(data) != a {
+		t.Fatalf("a.py was left changed: %q", data)
 	}
 }
