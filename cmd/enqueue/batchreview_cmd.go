@@ -270,8 +270,13 @@ func (b *batchReview) report() *reviewReport {
 
 func (b *batchReview) printDiff(w io.Writer) {
 	r := b.report()
+	color := isTerminal(w) && useColor()
 	for _, f := range r.Files {
-		fmt.Fprint(w, f.Diff)
+		if color {
+			fmt.Fprint(w, colorDiff(f.Diff))
+		} else {
+			fmt.Fprint(w, f.Diff)
+		}
 	}
 	b.printProblems(w, r)
 	fmt.Fprintf(w, "batch %s: %d job(s) can be accepted together, %d file(s); %d left out\n", b.batchID, len(r.Accepted), len(r.Files), len(r.LeftOut))
