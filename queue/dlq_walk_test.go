@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/client"
@@ -43,24 +42,6 @@ func streamTruth(t *testing.T, b *testBundle, stream string) map[uint64]*ledger.
 		}
 	}
 	return out
-}
-
-// countFilter counts stream's messages on subjects matching filter.
-func countFilter(b *testBundle, stream, filter string) uint64 {
-	b.t.Helper()
-	s, err := b.js.Stream(context.Background(), stream)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(filter))
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	var n uint64
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	return n
 }
 
 // TestDeadLettersInterleaved fills FLEET_DLQ with dead letters interleaved
@@ -132,10 +113,10 @@ func TestDeadLettersInterleaved(t *testing.T) {
 	}
 	want := legacy + len(unserved) + poison
 	testutil.Eventually(t, 30*time.Second, "every dead letter stored", func() error {
-		if got := countFilter(b, wire.StreamDLQ, wire.SubjectDLQPrefix+">"); got != uint64(want) {
+		if got := b.countSubject(wire.StreamDLQ, wire.SubjectDLQPrefix+">"); got != uint64(want) {
 			return fmt.Errorf("%d dead letters, want %d", got, want)
 		}
-		if got := countFilter(b, wire.StreamRuns, wire.SubjectRunPrefix+">"); got != 0 {
+		if got := b.countSubject(wire.StreamRuns, wire.SubjectRunPrefix+">"); got != 0 {
 			return fmt.Errorf("%d requests left in %s", got, wire.StreamRuns)
 		}
 		return nil
