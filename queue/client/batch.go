@@ -216,11 +216,13 @@ func (p *batchPublisher) run(ctx context.Context, reqs []*wire.RunRequest, jobs 
 		if err := context.Cause(ctx); ctx.Err() != nil {
 			return err
 		}
-		idx, _ := json.Marshal(&wire.BatchIndex{BatchID: p.rec.BatchID, Jobs: jobs[from:to]})
-		h := nats.Header{}
-		h.Set(wire.HeaderMsgID, p.rec.BatchID+"-jobs-"+strconv.Itoa(from/wire.BatchIndexChunk))
-		if _, err := p.c.js.PublishMsg(ctx, &nats.Msg{Subject: wire.BatchIndexSubject(p.rec.BatchID), Header: h, Data: idx}); err != nil {
-			return batchStreamErr(err)
+		for part, js := range indexParts(jobs[from:to]) {
+			idx, _ := json.Marshal(&wire.BatchIndex{BatchID: p.rec.BatchID, Jobs: js})
+			h := nats.Header{}
+			h.Set(wire.HeaderMsgID, p.rec.BatchID+"-jobs-"+strconv.Itoa(from/wire.BatchIndexChunk)+"-"+strconv.Itoa(part))
+			if _, err := p.c.js.PublishMsg(ctx, &nats.Msg{Subject: wire.BatchIndexSubject(p.rec.BatchID), Header: h, Data: idx}); err != nil {
+				return batchStreamErr(err)
+			}
 		}
 		err := p.chunk(ctx, reqs[from:to])
 		if serr := p.save(ctx, wire.BatchPublishing, ""); err == nil {
@@ -234,6 +236,25 @@ func (p *batchPublisher) run(ctx context.Context, reqs []*wire.RunRequest, jobs 
 		}
 	}
 	return nil
+}
+
+// maxIndexBytes bounds one index message well under NATS's 1 MiB payload.
+const maxIndexBytes = 256 << 10
+
+// indexParts splits a chunk's index so that no message outgrows
+// maxIndexBytes (node ids and paths may be long).
+func indexParts(jobs []wire.BatchJob) [][]wire.BatchJob {
+	var out [][]wire.BatchJob
+	start, size := 0, 0
+	for i, j := range jobs {
+		n := 128 + 2*(len(j.JobID)+len(j.Operation)+len(j.NodeID)+len(j.NodeName)+len(j.NodeType)+len(j.FilePath))
+		if i > start && size+n > maxIndexBytes {
+			out = append(out, jobs[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	return append(out, jobs[start:])
 }
 
 // chunk publishes reqs with at most p.window awaiting acknowledgement and
