@@ -214,4 +214,25 @@ func runStdlib(t *testing.T, c stdlibCase) {
 		st.Total.Done != len(want) || st.Total.Failed+st.Total.Dead+st.Total.Canceled != 0 || st.ByOp["lint"].Succeeded != len(want) {
 		t.Fatalf("stored results %v, batch status %+v", states, st.Total)
 	}
+	// And so do the commands, from another process.
+	out, stderr, code = enqueue(t, ctx, a.URL, stdlib, "batch", "attach", "stdlib", "--json")
+	var attached client.BatchStatus
+	if code != 0 || json.Unmarshal([]byte(out), &attached) != nil || attached.Total.Succeeded != len(want) || !attached.Finished {
+		t.Fatalf("batch attach: exit %d\n%s\n%s", code, out, stderr)
+	}
+	out, _, code = enqueue(t, ctx, a.URL, stdlib, "batch", "status", "stdlib")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d of %d jobs published", len(want), len(want))) || !strings.Contains(out, "finished in") {
+		t.Fatalf("batch status: exit %d\n%s", code, out)
+	}
+	if c.paths[0] != "json" {
+		return
+	}
+	// run without --no-wait follows its batch to the end (--json: the
+	// final status).
+	out, stderr, code = enqueue(t, ctx, a.URL, stdlib, "run", "lint", "json", "--no-record", "--json", "--batch-id", "again")
+	var followed client.BatchStatus
+	if code != 0 || json.Unmarshal([]byte(out), &followed) != nil || !followed.Finished || followed.Total.Succeeded == 0 ||
+		followed.Total.Succeeded != followed.Total.Planned {
+		t.Fatalf("run following its batch: exit %d\n%s\n%s", code, out, stderr)
+	}
 }

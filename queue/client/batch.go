@@ -216,11 +216,13 @@ func (p *batchPublisher) run(ctx context.Context, reqs []*wire.RunRequest, jobs 
 		if err := context.Cause(ctx); ctx.Err() != nil {
 			return err
 		}
-		idx, _ := json.Marshal(&wire.BatchIndex{BatchID: p.rec.BatchID, Jobs: jobs[from:to]})
-		h := nats.Header{}
-		h.Set(wire.HeaderMsgID, p.rec.BatchID+"-jobs-"+strconv.Itoa(from/wire.BatchIndexChunk))
-		if _, err := p.c.js.PublishMsg(ctx, &nats.Msg{Subject: wire.BatchIndexSubject(p.rec.BatchID), Header: h, Data: idx}); err != nil {
-			return batchStreamErr(err)
+		for part, js := range indexParts(jobs[from:to]) {
+			idx, _ := json.Marshal(&wire.BatchIndex{BatchID: p.rec.BatchID, Jobs: js})
+			h := nats.Header{}
+			h.Set(wire.HeaderMsgID, p.rec.BatchID+"-jobs-"+strconv.Itoa(from/wire.BatchIndexChunk)+"-"+strconv.Itoa(part))
+			if _, err := p.c.js.PublishMsg(ctx, &nats.Msg{Subject: wire.BatchIndexSubject(p.rec.BatchID), Header: h, Data: idx}); err != nil {
+				return batchStreamErr(err)
+			}
 		}
 		err := p.chunk(ctx, reqs[from:to])
 		if serr := p.save(ctx, wire.BatchPublishing, ""); err == nil {
@@ -236,6 +238,25 @@ func (p *batchPublisher) run(ctx context.Context, reqs []*wire.RunRequest, jobs 
 	return nil
 }
 
+// maxIndexBytes bounds one index message well under NATS's 1 MiB payload.
+const maxIndexBytes = 256 << 10
+
+// indexParts splits a chunk's index so that no message outgrows
+// maxIndexBytes (node ids and paths may be long).
+func indexParts(jobs []wire.BatchJob) [][]wire.BatchJob {
+	var out [][]wire.BatchJob
+	start, size := 0, 0
+	for i, j := range jobs {
+		n := 128 + 2*(len(j.JobID)+len(j.Operation)+len(j.NodeID)+len(j.NodeName)+len(j.NodeType)+len(j.FilePath))
+		if i > start && size+n > maxIndexBytes {
+			out = append(out, jobs[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	return append(out, jobs[start:])
+}
+
 // chunk publishes reqs with at most p.window awaiting acknowledgement and
 // counts the ones the server stored.
 func (p *batchPublisher) chunk(ctx context.Context, reqs []*wire.RunRequest) error {
@@ -246,6 +267,11 @@ func (p *batchPublisher) chunk(ctx context.Context, reqs []*wire.RunRequest) err
 	var inflight []pending
 	var first error
 	settle := func(n int) {
+		// One bound for the whole wait: a connection that dies with
+		// hundreds of publishes in flight must not cost a timeout each.
+		timeout := time.NewTimer(30 * time.Second)
+		defer timeout.Stop()
+		expired := false
 		for len(inflight) > n {
 			pa := inflight[0]
 			inflight = inflight[1:]
@@ -260,10 +286,15 @@ func (p *batchPublisher) chunk(ctx context.Context, reqs []*wire.RunRequest) err
 				if first == nil {
 					first = fmt.Errorf("publish %s: %w", pa.f.Msg().Header.Get(wire.HeaderMsgID), batchStreamErr(err))
 				}
-			case <-time.After(30 * time.Second):
+			case <-timeout.C:
+				expired = true
+			}
+			if expired {
 				if first == nil {
 					first = fmt.Errorf("publish %s: no acknowledgement in 30s", pa.f.Msg().Header.Get(wire.HeaderMsgID))
 				}
+				// The rest count as not published.
+				inflight = inflight[:0]
 			}
 		}
 	}
