@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"runtime"
 )
 
 // Defaults of Config's zero fields.
@@ -18,6 +19,13 @@ const (
 	DefaultGrammarCandidates = 64
 	// DefaultMaxStringTokens bounds a string value in a strict call.
 	DefaultMaxStringTokens = 48
+	// DefaultStepTokens is the prefill budget of one batched step.
+	DefaultStepTokens = 128
+	// DefaultMaxPrefixes bounds the shared prefixes a batched engine keeps.
+	DefaultMaxPrefixes = 8
+	// maxSequences is llama.cpp's LLAMA_MAX_SEQ (256) less the sequence
+	// ids kept for shared prefixes.
+	maxSequences = 256 - 32
 )
 
 // ErrInvalidConfig is wrapped by every Config validation error.
@@ -64,6 +72,33 @@ type Config struct {
 	// many tokens inside a string only the closing <escape> is allowed.
 	// 0 = 48.
 	MaxStringTokens int
+	// Batched makes the slots sequences of one llama.cpp context per
+	// model (per adapter), decoded together every step (continuous
+	// batching, docs/INFERENCE.md §6). False: one context per slot, one
+	// thread each.
+	Batched bool
+	// Sequences is how many slots a batched Backend serves: each is one
+	// sequence of every batched context. 0 = runtime.NumCPU().
+	Sequences int
+	// Threads is the thread count of a batched context. 0 =
+	// runtime.NumCPU(). (One context per slot always uses one thread.)
+	Threads int
+	// KVCacheTokens is the KV cache of a batched context in tokens, shared
+	// by all its sequences and shared prefixes (18 KiB per token for the
+	// 270M shape). A turn whose tokens do not fit waits for other turns to
+	// free cells; one that cannot fit even alone fails with
+	// ErrKVExhausted. 0 = Sequences × ContextSize / 2, at least
+	// ContextSize.
+	KVCacheTokens int
+	// StepTokens bounds the prompt (and forced) tokens one batched step
+	// decodes besides the one token of each generating sequence, so a new
+	// job's prefill rides along in chunks without stalling the running
+	// ones. 0 = 128.
+	StepTokens int
+	// MaxPrefixes bounds the shared prefixes (an agent's developer turn:
+	// system prompt and tool declarations) a batched context keeps,
+	// least recently used evicted first. 0 = 8.
+	MaxPrefixes int
 	// OnPrompt, when set, is called with every prompt a slot tokenizes:
 	// the rendered text (without <bos>, which the tokenizer adds) exactly
 	// as its segments were tokenized, before the model call decodes it. It
@@ -121,8 +156,19 @@ func (c *Config) validate() error {
 	if c.Model.Path == "" {
 		return bad("Model.Path is required")
 	}
-	if c.ContextSize < 0 || c.BatchSize < 0 || c.MaxTokens < 0 || c.MaxContexts < 0 || c.GrammarCandidates < 0 || c.MaxStringTokens < 0 {
-		return bad("ContextSize, BatchSize, MaxTokens, MaxContexts, GrammarCandidates and MaxStringTokens must not be negative")
+	if c.ContextSize < 0 || c.BatchSize < 0 || c.MaxTokens < 0 || c.MaxContexts < 0 || c.GrammarCandidates < 0 || c.MaxStringTokens < 0 ||
+		c.Sequences < 0 || c.Threads < 0 || c.KVCacheTokens < 0 || c.StepTokens < 0 || c.MaxPrefixes < 0 {
+		return bad("ContextSize, BatchSize, MaxTokens, MaxContexts, GrammarCandidates, MaxStringTokens, Sequences, Threads, KVCacheTokens, StepTokens and MaxPrefixes must not be negative")
+	}
+	c.Sequences = cmp.Or(c.Sequences, runtime.NumCPU())
+	c.Threads = cmp.Or(c.Threads, runtime.NumCPU())
+	c.StepTokens = cmp.Or(c.StepTokens, DefaultStepTokens)
+	c.MaxPrefixes = cmp.Or(c.MaxPrefixes, DefaultMaxPrefixes)
+	if c.Sequences > maxSequences {
+		return bad("Sequences must be at most %d, got %d", maxSequences, c.Sequences)
+	}
+	if c.MaxPrefixes > 256-maxSequences {
+		return bad("MaxPrefixes must be at most %d, got %d", 256-maxSequences, c.MaxPrefixes)
 	}
 	c.ContextSize = cmp.Or(c.ContextSize, DefaultContextSize)
 	c.BatchSize = cmp.Or(c.BatchSize, min(DefaultBatchSize, cmp.Or(c.ContextSize, DefaultContextSize)))
@@ -132,6 +178,10 @@ func (c *Config) validate() error {
 	c.MaxStringTokens = cmp.Or(c.MaxStringTokens, DefaultMaxStringTokens)
 	if c.ContextSize < 64 {
 		return bad("ContextSize must be at least 64, got %d", c.ContextSize)
+	}
+	c.KVCacheTokens = cmp.Or(c.KVCacheTokens, max(c.ContextSize, c.Sequences*c.ContextSize/2))
+	if c.KVCacheTokens < c.ContextSize {
+		return bad("KVCacheTokens %d is below ContextSize %d: one sequence could not fill its window", c.KVCacheTokens, c.ContextSize)
 	}
 	if c.BatchSize > c.ContextSize {
 		return bad("BatchSize %d exceeds ContextSize %d", c.BatchSize, c.ContextSize)
