@@ -62,8 +62,8 @@ type Backend struct {
 	nSlots  int
 	closed  bool
 	engines map[string]*engine // batched mode: one per ModelRef
-	// computeMu makes the batched engines take turns on the cores.
-	computeMu sync.Mutex
+	// computeMu makes the batched engines of each shard take turns.
+	computeMu []sync.Mutex
 }
 
 // New validates cfg, initialises llama.cpp once per process and loads the
@@ -78,7 +78,7 @@ func New(cfg Config) (*Backend, error) {
 		// logger.
 		ollamallama.BackendInit()
 	})
-	b := &Backend{cfg: cfg, models: map[string]*model{}, slots: map[*Slot]struct{}{}, engines: map[string]*engine{}}
+	b := &Backend{cfg: cfg, models: map[string]*model{}, slots: map[*Slot]struct{}{}, engines: map[string]*engine{}, computeMu: make([]sync.Mutex, cfg.Shards)}
 	if _, err := b.model(cfg.Model.Path); err != nil {
 		return nil, err
 	}

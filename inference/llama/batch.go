@@ -27,6 +27,7 @@ type engine struct {
 	b     *Backend
 	cfg   *Config
 	key   string
+	shard int
 	model *model
 	c     *ollamallama.Context
 	batch *ollamallama.Batch
@@ -83,11 +84,16 @@ type engineSnapshot struct {
 	Stats   engineStats
 }
 
-func newEngine(b *Backend, ref ModelRef, m *model) (*engine, error) {
+// shardSequences is how many slots each shard serves.
+func shardSequences(cfg *Config) int { return (cfg.Sequences + cfg.Shards - 1) / cfg.Shards }
+
+func newEngine(b *Backend, ref ModelRef, m *model, shard int) (*engine, error) {
 	cfg := &b.cfg
-	nSeq := cfg.Sequences + cfg.MaxPrefixes
-	batch := cfg.StepTokens + cfg.Sequences
-	c, err := ollamallama.NewContextWithModel(m.m, batchedContextParams(cfg.KVCacheTokens, batch, nSeq, cfg.Threads))
+	lanes := shardSequences(cfg)
+	nSeq := lanes + cfg.MaxPrefixes
+	batch := cfg.StepTokens + lanes
+	cells := cfg.KVCacheTokens / cfg.Shards
+	c, err := ollamallama.NewContextWithModel(m.m, batchedContextParams(cells, batch, nSeq, cfg.Threads))
 	if err != nil {
 		return nil, fmt.Errorf("llama: batched context: %w", err)
 	}
@@ -111,14 +117,14 @@ func newEngine(b *Backend, ref ModelRef, m *model) (*engine, error) {
 	if err != nil {
 		eot = -1
 	}
-	e := &engine{b: b, cfg: cfg, key: ref.key(), model: m, c: c, batch: bt, cells: cfg.KVCacheTokens,
+	e := &engine{b: b, cfg: cfg, key: engineKey(ref, shard), shard: shard, model: m, c: c, batch: bt, cells: cells,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), exited: make(chan struct{}),
-		lanes: make([]lane, cfg.Sequences), prefixes: map[string]*prefix{}, endOfTurn: eot, lastUse: time.Now()}
+		lanes: make([]lane, lanes), prefixes: map[string]*prefix{}, endOfTurn: eot, lastUse: time.Now()}
 	for i := range e.lanes {
 		e.lanes[i].seq = i
 	}
 	for i := cfg.MaxPrefixes - 1; i >= 0; i-- {
-		e.freePre = append(e.freePre, cfg.Sequences+i)
+		e.freePre = append(e.freePre, lanes+i)
 	}
 	e.publish()
 	go e.run()

@@ -149,10 +149,12 @@ func btoi(b bool) int {
 	return 0
 }
 
-// decode runs the assembled batch; the engines of a Backend take turns.
+// decode runs the assembled batch; the engines of one shard take turns
+// (shards run at the same time).
 func (e *engine) decode() error {
-	e.b.computeMu.Lock()
-	defer e.b.computeMu.Unlock()
+	mu := &e.b.computeMu[e.shard]
+	mu.Lock()
+	defer mu.Unlock()
 	if err := e.c.Decode(e.batch); err != nil {
 		return err
 	}

@@ -102,8 +102,12 @@ func concurrently(n int, f func(i int)) {
 // the same text and calls whether each runs alone on its own context or all
 // run as sequences of one batch (lenient and strict).
 func TestBatchedGreedyMatchesPerSlot(t *testing.T) {
-	for _, lenient := range []bool{true, false} {
-		t.Run(fmt.Sprintf("lenient=%v", lenient), func(t *testing.T) {
+	for _, mode := range []struct {
+		lenient bool
+		shards  int
+	}{{true, 1}, {false, 1}, {false, 2}} {
+		lenient := mode.lenient
+		t.Run(fmt.Sprintf("lenient=%v,shards=%d", lenient, mode.shards), func(t *testing.T) {
 			const n = 6
 			mut := func(c *Config) { c.Lenient = lenient; c.MaxTokens = 48 }
 			bd := setup(t, mut)
@@ -112,7 +116,7 @@ func TestBatchedGreedyMatchesPerSlot(t *testing.T) {
 			for i := range n {
 				want[i] = runTurn(ctx, bd.slot, jobRequest(i))
 			}
-			_, slots := batchedSetup(t, n, mut)
+			_, slots := batchedSetup(t, n, func(c *Config) { mut(c); c.Shards = mode.shards })
 			got := make([]outcome, n)
 			concurrently(n, func(i int) { got[i] = runTurn(ctx, slots[i], jobRequest(i)) })
 			for i := range n {
@@ -142,7 +146,7 @@ func TestBatchedSharedPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := b.engineFor(b.cfg.Model)
+	e, err := b.engineFor(b.cfg.Model, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +192,7 @@ func TestBatchedCancelFreesSequence(t *testing.T) {
 	mut := func(c *Config) { c.Lenient = true; c.MaxTokens = 200 }
 	ctx := context.Background()
 	b, slots := batchedSetup(t, 2, mut)
-	e, err := b.engineFor(b.cfg.Model)
+	e, err := b.engineFor(b.cfg.Model, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +246,7 @@ func TestBatchedKVBackpressure(t *testing.T) {
 			t.Errorf("turn %d: %+v %v", i, o.usage, o.err)
 		}
 	}
-	e, err := b.engineFor(b.cfg.Model)
+	e, err := b.engineFor(b.cfg.Model, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +264,7 @@ func TestBatchedKVBackpressure(t *testing.T) {
 // engine goes on serving.
 func TestBatchedKVExhausted(t *testing.T) {
 	b, slots := batchedSetup(t, 2, func(c *Config) { c.Lenient, c.MaxTokens = true, 8 })
-	e, err := b.engineFor(b.cfg.Model)
+	e, err := b.engineFor(b.cfg.Model, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,14 +81,23 @@ type Config struct {
 	// sequence of every batched context. 0 = runtime.NumCPU().
 	Sequences int
 	// Threads is the thread count of a batched context. 0 =
-	// runtime.NumCPU(). (One context per slot always uses one thread.)
+	// runtime.NumCPU(), or 1 when Shards > 1. (One context per slot always
+	// uses one thread.)
 	Threads int
+	// Shards splits a batched Backend's slots over this many batched
+	// contexts per model (slot i on shard i mod Shards), each with its
+	// own loop, Threads threads and KVCacheTokens/Shards cells, decoding
+	// at the same time. Shards × Threads = cores with one thread each
+	// avoids ggml's spinning thread barriers, which stall on a host whose
+	// cores are shared with other work; each shard prefills an agent's
+	// shared prefix once. 0 = 1.
+	Shards int
 	// KVCacheTokens is the KV cache of a batched context in tokens, shared
 	// by all its sequences and shared prefixes (18 KiB per token for the
 	// 270M shape). A turn whose tokens do not fit waits for other turns to
 	// free cells; one that cannot fit even alone fails with
 	// ErrKVExhausted. 0 = Sequences × ContextSize / 2, at least
-	// ContextSize.
+	// ContextSize per shard.
 	KVCacheTokens int
 	// StepTokens bounds the prompt (and forced) tokens one batched step
 	// decodes besides the one token of each generating sequence, so a new
@@ -157,10 +166,14 @@ func (c *Config) validate() error {
 		return bad("Model.Path is required")
 	}
 	if c.ContextSize < 0 || c.BatchSize < 0 || c.MaxTokens < 0 || c.MaxContexts < 0 || c.GrammarCandidates < 0 || c.MaxStringTokens < 0 ||
-		c.Sequences < 0 || c.Threads < 0 || c.KVCacheTokens < 0 || c.StepTokens < 0 || c.MaxPrefixes < 0 {
-		return bad("ContextSize, BatchSize, MaxTokens, MaxContexts, GrammarCandidates, MaxStringTokens, Sequences, Threads, KVCacheTokens, StepTokens and MaxPrefixes must not be negative")
+		c.Sequences < 0 || c.Threads < 0 || c.Shards < 0 || c.KVCacheTokens < 0 || c.StepTokens < 0 || c.MaxPrefixes < 0 {
+		return bad("ContextSize, BatchSize, MaxTokens, MaxContexts, GrammarCandidates, MaxStringTokens, Sequences, Threads, Shards, KVCacheTokens, StepTokens and MaxPrefixes must not be negative")
 	}
 	c.Sequences = cmp.Or(c.Sequences, runtime.NumCPU())
+	c.Shards = cmp.Or(c.Shards, 1)
+	if c.Shards > 1 {
+		c.Threads = cmp.Or(c.Threads, 1)
+	}
 	c.Threads = cmp.Or(c.Threads, runtime.NumCPU())
 	c.StepTokens = cmp.Or(c.StepTokens, DefaultStepTokens)
 	c.MaxPrefixes = cmp.Or(c.MaxPrefixes, DefaultMaxPrefixes)
@@ -179,9 +192,12 @@ func (c *Config) validate() error {
 	if c.ContextSize < 64 {
 		return bad("ContextSize must be at least 64, got %d", c.ContextSize)
 	}
-	c.KVCacheTokens = cmp.Or(c.KVCacheTokens, max(c.ContextSize, c.Sequences*c.ContextSize/2))
-	if c.KVCacheTokens < c.ContextSize {
-		return bad("KVCacheTokens %d is below ContextSize %d: one sequence could not fill its window", c.KVCacheTokens, c.ContextSize)
+	c.KVCacheTokens = cmp.Or(c.KVCacheTokens, max(c.Shards*c.ContextSize, c.Sequences*c.ContextSize/2))
+	if c.Shards > c.Sequences {
+		return bad("Shards %d exceeds Sequences %d", c.Shards, c.Sequences)
+	}
+	if c.KVCacheTokens/c.Shards < c.ContextSize {
+		return bad("KVCacheTokens %d over %d shards is below ContextSize %d: one sequence could not fill its window", c.KVCacheTokens, c.Shards, c.ContextSize)
 	}
 	if c.BatchSize > c.ContextSize {
 		return bad("BatchSize %d exceeds ContextSize %d", c.BatchSize, c.ContextSize)

@@ -94,7 +94,7 @@ func (s *Slot) Load(ref ModelRef) error {
 		return ErrClosed
 	}
 	if s.cfg.Batched {
-		e, err := s.b.engineFor(ref)
+		e, err := s.b.engineFor(ref, s.shard())
 		if err == nil {
 			s.b.release(e)
 		}

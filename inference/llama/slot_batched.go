@@ -2,6 +2,7 @@ package llama
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -14,8 +15,8 @@ import (
 // when all are busy the new one is made anyway (an agent whose adapter
 // differs must not wait for another's jobs), and the bound is exceeded
 // until one goes idle.
-func (b *Backend) engineFor(ref ModelRef) (*engine, error) {
-	key := ref.key()
+func (b *Backend) engineFor(ref ModelRef, shard int) (*engine, error) {
+	key := engineKey(ref, shard)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -40,7 +41,7 @@ func (b *Backend) engineFor(ref ModelRef) (*engine, error) {
 		e.users++
 		return e, nil
 	}
-	for len(b.engines) >= b.cfg.MaxContexts {
+	for len(b.engines) >= b.cfg.MaxContexts*b.cfg.Shards {
 		var victim *engine
 		for _, e := range b.engines {
 			if e.users == 0 && (victim == nil || e.lastUse.Before(victim.lastUse)) {
@@ -54,7 +55,7 @@ func (b *Backend) engineFor(ref ModelRef) (*engine, error) {
 		delete(b.engines, victim.key)
 		victim.close()
 	}
-	e, err := newEngine(b, ref, m)
+	e, err := newEngine(b, ref, m, shard)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +75,7 @@ func (b *Backend) release(e *engine) {
 // completeBatched runs one model turn as the slot's sequence of ref's
 // batched engine. s.mu is held.
 func (s *Slot) completeBatched(ctx context.Context, ref ModelRef, req *loop.Request) (*loop.Response, error) {
-	e, err := s.b.engineFor(ref)
+	e, err := s.b.engineFor(ref, s.shard())
 	if err != nil {
 		return nil, err
 	}
@@ -83,9 +84,14 @@ func (s *Slot) completeBatched(ctx context.Context, ref ModelRef, req *loop.Requ
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{ctx: ctx, lane: s.lane, prompt: prompt, m: m, sm: &s.sampler}
+	t := &turn{ctx: ctx, lane: s.lane / s.cfg.Shards, prompt: prompt, m: m, sm: &s.sampler}
 	if err := e.submit(t); err != nil {
 		return nil, err
 	}
 	return s.respond(e.model, t.gen, t.finish, t.usage)
 }
+
+// shard is the batched shard that serves the slot.
+func (s *Slot) shard() int { return s.lane % s.cfg.Shards }
+
+func engineKey(ref ModelRef, shard int) string { return fmt.Sprintf("%s#%d", ref.key(), shard) }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -209,13 +210,16 @@ func BenchmarkBatchedJobs(b *testing.B) {
 	if _, err := os.Stat(model); err != nil {
 		b.Skipf("no benchmark model at %s (run make model)", model)
 	}
+	slog.SetLogLoggerLevel(slog.LevelError) // llama.cpp's load dump (docs/INFERENCE.md §1)
 	cores := runtime.NumCPU()
 	gen := envInts("FLEET_BENCH_GEN", []int{24})[0]
 	seqs := envInts("FLEET_BENCH_SEQUENCES", []int{8})[0]
 	levels := envInts("FLEET_BENCH_LEVELS", []int{1, 2, 4, 8, 16})
 	sampling := llama.Sampling{Temperature: 0.8, TopK: 40, Seed: 1}
 	out := &strings.Builder{}
-	pf := func(format string, a ...any) { fmt.Fprintf(out, format, a...) }
+	// Lines are printed as they come (a run takes minutes) and again
+	// together at the end.
+	pf := func(format string, a ...any) { fmt.Fprintf(out, format, a...); fmt.Printf(format, a...) }
 	pf("model %s, %d cores, %d tokens sampled per turn, 2 turns per job; load average at start %s\n", filepath.Base(model), cores, gen, testutil.LoadAvg())
 
 	perSlot, err := llama.New(llama.Config{Model: llama.ModelRef{Path: model}, ContextSize: 4096, MaxTokens: gen, Lenient: true, Sampling: sampling})
