@@ -33,15 +33,18 @@ type engine struct {
 	batch *ollamallama.Batch
 	cells int
 
-	mu      sync.Mutex
-	queue   []*turn // submitted, not admitted yet
-	closed  bool
-	users   int // Slots between engineFor and release (guarded by b.mu)
-	lastUse time.Time
-	snap    engineSnapshot
-	wake    chan struct{}
-	stop    chan struct{}
-	exited  chan struct{}
+	mu    sync.Mutex
+	queue []*turn // submitted, not admitted yet
+	// setCells, when positive, is a cell count the loop adopts at its next
+	// iteration (tests shrink the cache with it).
+	setCells int
+	closed   bool
+	users    int // Slots between engineFor and release (guarded by b.mu)
+	lastUse  time.Time
+	snap     engineSnapshot
+	wake     chan struct{}
+	stop     chan struct{}
+	exited   chan struct{}
 
 	// owned by run
 	lanes     []lane
@@ -220,6 +223,9 @@ func (e *engine) run() {
 		e.mu.Lock()
 		queued := e.queue
 		e.queue = nil
+		if e.setCells > 0 {
+			e.cells, e.setCells = e.setCells, 0
+		}
 		e.mu.Unlock()
 		var finished []*turn
 		finished = e.admit(queued, finished)

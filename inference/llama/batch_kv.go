@@ -313,7 +313,10 @@ func (e *engine) admit(queued, finished []*turn) []*turn {
 		// cache this turn is about to reuse.
 		e.lanes[t.lane].busy = true
 		need, _ := e.plan(t, false)
-		if !e.makeRoom(need+e.cfg.MaxTokens+e.reserved()) && len(e.active) > 0 {
+		want := need + e.cfg.MaxTokens + e.reserved()
+		// Evict only when that makes room: a turn that must wait anyway
+		// leaves the idle caches and prefixes alone.
+		if len(e.active) > 0 && (e.used+want-e.evictable() > e.cells || !e.makeRoom(want)) {
 			e.lanes[t.lane].busy = false
 			if !t.deferred {
 				t.deferred = true
@@ -329,6 +332,24 @@ func (e *engine) admit(queued, finished []*turn) []*turn {
 		e.active = append(e.active, t)
 	}
 	return finished
+}
+
+// evictable is about how many cells makeRoom could free: the idle lanes'
+// own cells and the unreferenced prefixes (a lower bound: prefixes only
+// idle lanes share are not counted).
+func (e *engine) evictable() int {
+	n := 0
+	for i := range e.lanes {
+		if l := &e.lanes[i]; !l.busy {
+			n += len(l.tokens) - l.shared
+		}
+	}
+	for _, p := range e.prefixes {
+		if p.refs == 0 && p.filler == nil && !e.awaited(p) {
+			n += p.filled
+		}
+	}
+	return n
 }
 
 // reserved is how many more cells the running turns may take: what is left

@@ -274,7 +274,9 @@ func TestBatchedKVExhausted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.cells = n / 2 // read by the loop after the submit below
+	e.mu.Lock()
+	e.setCells = n / 2 // adopted by the loop before it admits the turn below
+	e.mu.Unlock()
 	o := runTurn(ctx, slots[0], jobRequest(0))
 	if !errors.Is(o.err, ErrKVExhausted) {
 		t.Fatalf("a prompt of %d tokens on %d cells: %v", n, n/2, o.err)

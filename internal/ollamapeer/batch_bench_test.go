@@ -35,6 +35,12 @@ type batchJob struct{ turns [2]*loop.Request }
 func batchJobs(b *testing.B, n int) []batchJob {
 	def, base := benchMessages(b, 0)
 	base[0].Content = def.InitialContext.SystemPrompt
+	// The node context: the demo file's first lines (FLEET_BENCH_NODE_LINES,
+	// default 30), so a job's own text is a few hundred tokens.
+	lines := strings.SplitAfter(base[1].Content, "\n")
+	if n := envInts("FLEET_BENCH_NODE_LINES", []int{30})[0]; n+1 < len(lines) {
+		base[1].Content = strings.Join(lines[:n+1], "") + "```"
+	}
 	var tools []loop.ToolSpec
 	for _, tl := range def.Tools {
 		tools = append(tools, loop.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
@@ -194,8 +200,11 @@ func rssMiB() float64 {
 // (OLLAMA_NUM_PARALLEL = concurrent jobs, num_thread = cores) driven
 // through fleet's remote backend: first saturated (4 × as many jobs queued
 // at once as batched sequences), then at each concurrency of
-// FLEET_BENCH_LEVELS (default 1,2,4,8,16; closed loop, 2 × the
-// concurrency jobs, at least 4). Run it with -benchtime 1x.
+// FLEET_BENCH_LEVELS (default 1,2,4,8,16; closed loop,
+// FLEET_BENCH_LEVEL_JOBS × the concurrency jobs, default 2). Batched runs
+// as one context with threads = cores, and as cores single-thread shards
+// (the levels use FLEET_BENCH_LEVEL_SHARDS, default cores). Run it with
+// -benchtime 1x.
 func BenchmarkBatchedJobs(b *testing.B) {
 	// FLEET_BENCH_NO_OLLAMA=1 runs the fleet sides alone.
 	noOllama := os.Getenv("FLEET_BENCH_NO_OLLAMA") != ""
@@ -212,14 +221,14 @@ func BenchmarkBatchedJobs(b *testing.B) {
 	}
 	slog.SetLogLoggerLevel(slog.LevelError) // llama.cpp's load dump (docs/INFERENCE.md §1)
 	cores := runtime.NumCPU()
-	gen := envInts("FLEET_BENCH_GEN", []int{24})[0]
+	gen := envInts("FLEET_BENCH_GEN", []int{16})[0]
 	seqs := envInts("FLEET_BENCH_SEQUENCES", []int{8})[0]
 	levels := envInts("FLEET_BENCH_LEVELS", []int{1, 2, 4, 8, 16})
 	sampling := llama.Sampling{Temperature: 0.8, TopK: 40, Seed: 1}
 	out := &strings.Builder{}
 	// Lines are printed as they come (a run takes minutes) and again
 	// together at the end.
-	pf := func(format string, a ...any) { fmt.Fprintf(out, format, a...); fmt.Printf(format, a...) }
+	pf := func(format string, a ...any) { fmt.Fprintf(out, format, a...); fmt.Fprintf(os.Stderr, format, a...) }
 	pf("model %s, %d cores, %d tokens sampled per turn, 2 turns per job; load average at start %s\n", filepath.Base(model), cores, gen, testutil.LoadAvg())
 
 	perSlot, err := llama.New(llama.Config{Model: llama.ModelRef{Path: model}, ContextSize: 4096, MaxTokens: gen, Lenient: true, Sampling: sampling})
@@ -231,11 +240,14 @@ func BenchmarkBatchedJobs(b *testing.B) {
 
 	// fleetSide runs njobs from clients clients on fleet per slot or
 	// batched with seqs sequences.
-	fleetSide := func(batched bool, seqs, clients, njobs int) sideRun {
+	// (shards 0: per slot; else batched with seqs sequences over shards
+	// contexts of cores/shards threads each).
+	fleetSide := func(shards, seqs, clients, njobs int) sideRun {
 		get := perSlotModel
-		if batched {
+		if shards > 0 {
+			shards = min(shards, seqs)
 			be, err := llama.New(llama.Config{Model: llama.ModelRef{Path: model}, ContextSize: 4096, MaxTokens: gen, Lenient: true,
-				Sampling: sampling, Batched: true, Sequences: seqs, Threads: cores})
+				Sampling: sampling, Batched: true, Sequences: seqs, Shards: shards, Threads: max(cores/shards, 1)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -286,24 +298,36 @@ func BenchmarkBatchedJobs(b *testing.B) {
 	sat := 4 * seqs
 	pf("\nsaturated: %d jobs queued at once; fleet per slot has %d slots (one per core), batched %d sequences, ollama OLLAMA_NUM_PARALLEL=%d\n", sat, cores, seqs, seqs)
 	header()
-	ps := fleetSide(false, 0, sat, sat)
+	ps := fleetSide(0, 0, sat, sat)
 	row("fleet per-slot", cores, ps)
-	bt := fleetSide(true, seqs, sat, sat)
-	row("fleet batched", seqs, bt)
+	bt := fleetSide(1, seqs, sat, sat)
+	row(fmt.Sprintf("batched 1x%dt", cores), seqs, bt)
+	bs := fleetSide(cores, seqs, sat, sat)
+	row(fmt.Sprintf("batched %dx1t", cores), seqs, bs)
 	ol := ollamaSide(seqs, sat, sat)
 	row("ollama", seqs, ol)
-	pf("  batched / per-slot %.2fx, batched / ollama %.2fx jobs/min (targets >= 2x and >= 1.5x); RSS after per-slot %.0f MiB, after batched %.0f MiB\n",
-		bt.jobsPerMin()/ps.jobsPerMin(), bt.jobsPerMin()/ol.jobsPerMin(), ps.rssMiB, bt.rssMiB)
+	for _, v := range []struct {
+		name string
+		r    sideRun
+	}{{fmt.Sprintf("batched 1x%dt", cores), bt}, {fmt.Sprintf("batched %dx1t", cores), bs}} {
+		pf("  %s: / per-slot %.2fx, / ollama %.2fx jobs/min (targets >= 2x and >= 1.5x); RSS after it %.0f MiB\n",
+			v.name, v.r.jobsPerMin()/ps.jobsPerMin(), v.r.jobsPerMin()/ol.jobsPerMin(), v.r.rssMiB)
+	}
+	pf("  RSS after per-slot %.0f MiB (this process: model mapped once, per-slot contexts kept)\n", ps.rssMiB)
 	b.ReportMetric(bt.jobsPerMin()/ps.jobsPerMin(), "batched/per-slot")
 	b.ReportMetric(bt.jobsPerMin()/ol.jobsPerMin(), "batched/ollama")
+	b.ReportMetric(bs.jobsPerMin()/ps.jobsPerMin(), "sharded/per-slot")
+	b.ReportMetric(bs.jobsPerMin()/ol.jobsPerMin(), "sharded/ollama")
 
 	// 2. Each concurrency, closed loop.
-	pf("\nby concurrency (closed loop: each client starts its next job when the last ends; per-slot always %d slots)\n", cores)
+	shards := envInts("FLEET_BENCH_LEVEL_SHARDS", []int{cores})[0]
+	pf("\nby concurrency (closed loop: each client starts its next job when the last ends; per-slot always %d slots; batched %d shard(s) of %d thread(s))\n",
+		cores, shards, max(cores/shards, 1))
 	header()
 	for _, c := range levels {
-		n := max(2*c, 4)
-		p := fleetSide(false, 0, c, n)
-		bb := fleetSide(true, c, c, n)
+		n := max(envInts("FLEET_BENCH_LEVEL_JOBS", []int{2})[0]*c, 2)
+		p := fleetSide(0, 0, c, n)
+		bb := fleetSide(shards, c, c, n)
 		o := ollamaSide(c, c, n)
 		row("fleet per-slot", c, p)
 		row("fleet batched", c, bb)
