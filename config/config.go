@@ -234,6 +234,10 @@ type Model struct {
 	// BatchThreads is the thread count of a batched context. Default 0 =
 	// the CPU count.
 	BatchThreads int `yaml:"batch_threads"`
+	// BatchShards splits the slots over this many batched contexts per
+	// model (slot i on shard i mod shards), which decode at the same time;
+	// with batch_threads 0 each then has one thread. Default 1.
+	BatchShards int `yaml:"batch_shards"`
 	// KVCacheTokens is a batched context's KV cache in tokens, shared by
 	// all slots (18 KiB per token for the 270M shape). Default 0 =
 	// worker.slots × context_size / 2, at least context_size.
@@ -477,6 +481,7 @@ func Default() *Config {
 			MaxTokens:    DefaultMaxTokens,
 			MaxContexts:  DefaultMaxContexts,
 			Batching:     BatchingBatched,
+			BatchShards:  1,
 			StepTokens:   DefaultStepTokens,
 			TopK:         DefaultTopK,
 			CacheDir:     DefaultModelCacheDir,

@@ -57,6 +57,7 @@ func newLlamaBackend(cfg *config.Config, log *slog.Logger) (backend, error) {
 		Batched:       m.Batching == config.BatchingBatched,
 		Sequences:     cfg.Worker.Slots,
 		Threads:       m.BatchThreads,
+		Shards:        min(m.BatchShards, cfg.Worker.Slots),
 		KVCacheTokens: m.KVCacheTokens,
 		StepTokens:    m.StepTokens,
 		Lenient:       !m.Strict,
@@ -83,7 +84,7 @@ func (l *llamaBackend) Describe() []any {
 	d := []any{"backend", config.BackendLlama, "model", l.path, "context_size", c.ContextSize,
 		"strict", !c.Lenient, "temperature", c.Sampling.Temperature}
 	if c.Batched {
-		return append(d, "batching", config.BatchingBatched, "sequences", c.Sequences, "threads", c.Threads,
+		return append(d, "batching", config.BatchingBatched, "sequences", c.Sequences, "shards", c.Shards, "threads", c.Threads,
 			"kv_cache_tokens", c.KVCacheTokens, "step_tokens", c.StepTokens)
 	}
 	return append(d, "batching", config.BatchingPerSlot)
