@@ -170,6 +170,9 @@ func TestBatchedSharedPrefix(t *testing.T) {
 		if i == 0 {
 			req = jobRequest(n + 1)
 		}
+		if u := o.usage; u.PromptDuration <= 0 || u.CompletionDuration <= 0 || u.CompletionTokens == 0 || u.PromptTokens == 0 {
+			t.Errorf("job on slot %d: timings and counts missing: %+v", i, u)
+		}
 		shared, mine := own(req)
 		// Slot 0 ran the agent before: its own cache may reach past the
 		// shared prefix into the common start of the user turn.
