@@ -23,6 +23,12 @@ import (
 // EnvPrefix starts every environment override.
 const EnvPrefix = "FLEET_"
 
+// Batching modes of the llama backend (model.batching).
+const (
+	BatchingBatched = "batched"
+	BatchingPerSlot = "per_slot"
+)
+
 // Model backends.
 const (
 	BackendLlama    = "llama"    // llama.cpp in process (inference/llama)
@@ -215,9 +221,30 @@ type Model struct {
 	ContextSize int `yaml:"context_size"`
 	// MaxTokens caps the tokens generated in one model turn. Default 256.
 	MaxTokens int `yaml:"max_tokens"`
-	// MaxContexts bounds the contexts (one per distinct model) a slot keeps.
-	// Default 2.
+	// MaxContexts bounds the contexts (one per distinct model) a slot keeps
+	// (per_slot), or the batched contexts the worker keeps, one per
+	// model and adapter (batched). Default 2.
 	MaxContexts int `yaml:"max_contexts"`
+	// Batching is batched (default) or per_slot. batched: the slots are
+	// sequences of one llama.cpp context per model and adapter, decoded
+	// together every step with model.batch_threads threads (continuous
+	// batching; worker.slots may then exceed the cores, docs/CONFIG.md);
+	// per_slot: one context and one thread per slot.
+	Batching string `yaml:"batching"`
+	// BatchThreads is the thread count of a batched context. Default 0 =
+	// the CPU count.
+	BatchThreads int `yaml:"batch_threads"`
+	// BatchShards splits the slots over this many batched contexts per
+	// model (slot i on shard i mod shards), which decode at the same time;
+	// with batch_threads 0 each then has one thread. Default 1.
+	BatchShards int `yaml:"batch_shards"`
+	// KVCacheTokens is a batched context's KV cache in tokens, shared by
+	// all slots (18 KiB per token for the 270M shape). Default 0 =
+	// worker.slots × context_size / 2, at least context_size.
+	KVCacheTokens int `yaml:"kv_cache_tokens"`
+	// StepTokens bounds the prompt tokens one batched step prefills besides
+	// the generating slots' tokens. Default 128.
+	StepTokens int `yaml:"step_tokens"`
 	// Temperature 0 (default) is greedy decoding.
 	Temperature float64 `yaml:"temperature"`
 	// TopK keeps the K most likely tokens. Default 64.
@@ -380,6 +407,7 @@ const (
 	DefaultContextSize     = 4096
 	DefaultMaxTokens       = 256
 	DefaultMaxContexts     = 2
+	DefaultStepTokens      = 128
 	DefaultTopK            = 64
 	DefaultRemoteTimeout   = 60 * time.Second
 	DefaultRemoteRetries   = 2
@@ -452,6 +480,9 @@ func Default() *Config {
 			ContextSize:  DefaultContextSize,
 			MaxTokens:    DefaultMaxTokens,
 			MaxContexts:  DefaultMaxContexts,
+			Batching:     BatchingBatched,
+			BatchShards:  1,
+			StepTokens:   DefaultStepTokens,
 			TopK:         DefaultTopK,
 			CacheDir:     DefaultModelCacheDir,
 			FetchTimeout: DefaultModelFetchTimeout,

@@ -311,6 +311,16 @@ func (m *Model) validate(k *checker) {
 		k.add("model.max_tokens", "must be less than model.context_size (%d), got %d", m.ContextSize, m.MaxTokens)
 	}
 	k.minInt("model.max_contexts", m.MaxContexts, 1)
+	if m.Batching != BatchingBatched && m.Batching != BatchingPerSlot {
+		k.add("model.batching", "must be %s or %s, got %q", BatchingBatched, BatchingPerSlot, m.Batching)
+	}
+	k.minInt("model.batch_threads", m.BatchThreads, 0)
+	k.minInt("model.batch_shards", m.BatchShards, 1)
+	k.minInt("model.step_tokens", m.StepTokens, 1)
+	k.minInt("model.kv_cache_tokens", m.KVCacheTokens, 0)
+	if m.KVCacheTokens > 0 && m.KVCacheTokens < m.ContextSize {
+		k.add("model.kv_cache_tokens", "must be at least model.context_size (%d) or 0, got %d", m.ContextSize, m.KVCacheTokens)
+	}
 	k.nonEmpty("model.cache_dir", m.CacheDir)
 	if st, err := os.Stat(m.CacheDir); err == nil && !st.IsDir() {
 		k.add("model.cache_dir", "names a file, not a directory: %s", m.CacheDir)

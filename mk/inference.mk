@@ -120,6 +120,7 @@ AB_ROUNDS ?= 3
 bench-inference: llama-headers model model-tiny ollama-peer ## llama.cpp inference figures on the 270M model, fleet vs ollama, local vs remote job, portable vs -march=native
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./inference/llama/ ./internal/membw/
 	$(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 60m -tags llama ./internal/ollamapeer/
+	$(GO) test -run '^$$' -bench '^BenchmarkBatchedJobs$$' -benchtime 1x -count 1 -timeout 120m -tags llama ./internal/ollamapeer/
 	@$(MAKE) --no-print-directory bench-arch-ab
 	@$(MAKE) --no-print-directory bench-peer-native
 
@@ -143,8 +144,8 @@ bench-arch-ab: llama-headers model ## interleaved A/B: the portable build vs -ma
 	@CGO_CFLAGS='$(NATIVE_ARCHFLAGS) -w' CGO_CXXFLAGS='$(NATIVE_ARCHFLAGS) -w' $(GO) test -c -o .build/bench/native.test ./inference/llama/
 	@bash mk/arch-ab.sh $(CURDIR)/.build/bench/portable.test $(CURDIR)/.build/bench/native.test $(AB_ROUNDS)
 
-soak-inference: llama-headers model-tiny-gemma3 ## strict decoding on the real vocabulary: 1,000 calls across the four agents' catalogs (FLEET_GEMMA3_CALLS)
-	FLEET_GEMMA3_CALLS=$${FLEET_GEMMA3_CALLS:-1000} $(GO) test -count=1 -v -timeout 30m -run '^TestGemma3StrictCalls$$' ./inference/llama/ | grep -v '^=== '
+soak-inference: llama-headers model-tiny-gemma3 ## strict decoding on the real vocabulary: 1,000 calls across the four agents' catalogs, per slot and batched (FLEET_GEMMA3_CALLS)
+	FLEET_GEMMA3_CALLS=$${FLEET_GEMMA3_CALLS:-1000} $(GO) test -count=1 -v -timeout 60m -run '^TestGemma3StrictCalls(Batched)?$$' ./inference/llama/ | grep -v '^=== '
 
 # ollama built from the same module (github.com/ollama/ollama, the version in
 # go.mod) with the same cgo flags: the peer of internal/ollamapeer's tests

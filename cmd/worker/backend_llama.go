@@ -26,7 +26,8 @@ import (
 const llamaBuilt = true
 
 // llamaBackend loads each GGUF once and gives every slot its own llama.cpp
-// context(s).
+// context(s) (per_slot) or its own sequence of the worker's batched
+// contexts (batched).
 type llamaBackend struct {
 	b      *llama.Backend
 	path   string
@@ -53,6 +54,12 @@ func newLlamaBackend(cfg *config.Config, log *slog.Logger) (backend, error) {
 		BatchSize:     m.BatchSize,
 		MaxTokens:     m.MaxTokens,
 		MaxContexts:   m.MaxContexts,
+		Batched:       m.Batching == config.BatchingBatched,
+		Sequences:     cfg.Worker.Slots,
+		Threads:       m.BatchThreads,
+		Shards:        min(m.BatchShards, cfg.Worker.Slots),
+		KVCacheTokens: m.KVCacheTokens,
+		StepTokens:    m.StepTokens,
 		Lenient:       !m.Strict,
 		NoFastForward: !m.FastForward,
 		Sampling: llama.Sampling{
@@ -74,8 +81,13 @@ func newLlamaBackend(cfg *config.Config, log *slog.Logger) (backend, error) {
 
 func (l *llamaBackend) Describe() []any {
 	c := l.b.Config()
-	return []any{"backend", config.BackendLlama, "model", l.path, "context_size", c.ContextSize,
+	d := []any{"backend", config.BackendLlama, "model", l.path, "context_size", c.ContextSize,
 		"strict", !c.Lenient, "temperature", c.Sampling.Temperature}
+	if c.Batched {
+		return append(d, "batching", config.BatchingBatched, "sequences", c.Sequences, "shards", c.Shards, "threads", c.Threads,
+			"kv_cache_tokens", c.KVCacheTokens, "step_tokens", c.StepTokens)
+	}
+	return append(d, "batching", config.BatchingPerSlot)
 }
 
 // ForSlot returns slot i's picker: it resolves the agent's model and

@@ -56,11 +56,14 @@ var backendInit sync.Once
 type Backend struct {
 	cfg Config
 
-	mu     sync.Mutex
-	models map[string]*model
-	slots  map[*Slot]struct{}
-	nSlots int
-	closed bool
+	mu      sync.Mutex
+	models  map[string]*model
+	slots   map[*Slot]struct{}
+	nSlots  int
+	closed  bool
+	engines map[string]*engine // batched mode: one per ModelRef
+	// computeMu makes the batched engines of each shard take turns.
+	computeMu []sync.Mutex
 }
 
 // New validates cfg, initialises llama.cpp once per process and loads the
@@ -75,7 +78,7 @@ func New(cfg Config) (*Backend, error) {
 		// logger.
 		ollamallama.BackendInit()
 	})
-	b := &Backend{cfg: cfg, models: map[string]*model{}, slots: map[*Slot]struct{}{}}
+	b := &Backend{cfg: cfg, models: map[string]*model{}, slots: map[*Slot]struct{}{}, engines: map[string]*engine{}, computeMu: make([]sync.Mutex, cfg.Shards)}
 	if _, err := b.model(cfg.Model.Path); err != nil {
 		return nil, err
 	}
@@ -119,6 +122,9 @@ func (b *Backend) NewSlot() (*Slot, error) {
 	if b.closed {
 		return nil, ErrClosed
 	}
+	if b.cfg.Batched && b.nSlots >= b.cfg.Sequences {
+		return nil, fmt.Errorf("%w: a batched backend serves %d slots (Sequences)", ErrInvalidConfig, b.cfg.Sequences)
+	}
 	s := newSlot(b, b.nSlots)
 	b.nSlots++
 	b.slots[s] = struct{}{}
@@ -144,6 +150,10 @@ func (b *Backend) Close() error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for k, e := range b.engines {
+		e.close()
+		delete(b.engines, k)
+	}
 	for p, m := range b.models {
 		ollamallama.FreeModel(m.m)
 		delete(b.models, p)

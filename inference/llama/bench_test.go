@@ -83,7 +83,7 @@ func decodeRun(b *testing.B, s *Slot, prompt []int, n int) (time.Duration, time.
 	one := []int{0}
 	t1 := time.Now()
 	for range n {
-		tok, err := s.sample(k, nil)
+		tok, err := s.sample(k.lastLogits(), nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"runtime"
 )
 
 // Defaults of Config's zero fields.
@@ -18,6 +19,13 @@ const (
 	DefaultGrammarCandidates = 64
 	// DefaultMaxStringTokens bounds a string value in a strict call.
 	DefaultMaxStringTokens = 48
+	// DefaultStepTokens is the prefill budget of one batched step.
+	DefaultStepTokens = 128
+	// DefaultMaxPrefixes bounds the shared prefixes a batched engine keeps.
+	DefaultMaxPrefixes = 8
+	// maxSequences is llama.cpp's LLAMA_MAX_SEQ (256) less the sequence
+	// ids kept for shared prefixes.
+	maxSequences = 256 - 32
 )
 
 // ErrInvalidConfig is wrapped by every Config validation error.
@@ -64,6 +72,42 @@ type Config struct {
 	// many tokens inside a string only the closing <escape> is allowed.
 	// 0 = 48.
 	MaxStringTokens int
+	// Batched makes the slots sequences of one llama.cpp context per
+	// model (per adapter), decoded together every step (continuous
+	// batching, docs/INFERENCE.md §6). False: one context per slot, one
+	// thread each.
+	Batched bool
+	// Sequences is how many slots a batched Backend serves: each is one
+	// sequence of every batched context. 0 = runtime.NumCPU().
+	Sequences int
+	// Threads is the thread count of a batched context. 0 =
+	// runtime.NumCPU(), or 1 when Shards > 1. (One context per slot always
+	// uses one thread.)
+	Threads int
+	// Shards splits a batched Backend's slots over this many batched
+	// contexts per model (slot i on shard i mod Shards), each with its
+	// own loop, Threads threads and KVCacheTokens/Shards cells, decoding
+	// at the same time. Shards × Threads = cores with one thread each
+	// avoids ggml's spinning thread barriers, which stall on a host whose
+	// cores are shared with other work; each shard prefills an agent's
+	// shared prefix once. 0 = 1.
+	Shards int
+	// KVCacheTokens is the KV cache of a batched context in tokens, shared
+	// by all its sequences and shared prefixes (18 KiB per token for the
+	// 270M shape). A turn whose tokens do not fit waits for other turns to
+	// free cells; one that cannot fit even alone fails with
+	// ErrKVExhausted. 0 = Sequences × ContextSize / 2, at least
+	// ContextSize per shard.
+	KVCacheTokens int
+	// StepTokens bounds the prompt (and forced) tokens one batched step
+	// decodes besides the one token of each generating sequence, so a new
+	// job's prefill rides along in chunks without stalling the running
+	// ones. 0 = 128.
+	StepTokens int
+	// MaxPrefixes bounds the shared prefixes (an agent's developer turn:
+	// system prompt and tool declarations) a batched context keeps,
+	// least recently used evicted first. 0 = 8.
+	MaxPrefixes int
 	// OnPrompt, when set, is called with every prompt a slot tokenizes:
 	// the rendered text (without <bos>, which the tokenizer adds) exactly
 	// as its segments were tokenized, before the model call decodes it. It
@@ -121,8 +165,23 @@ func (c *Config) validate() error {
 	if c.Model.Path == "" {
 		return bad("Model.Path is required")
 	}
-	if c.ContextSize < 0 || c.BatchSize < 0 || c.MaxTokens < 0 || c.MaxContexts < 0 || c.GrammarCandidates < 0 || c.MaxStringTokens < 0 {
-		return bad("ContextSize, BatchSize, MaxTokens, MaxContexts, GrammarCandidates and MaxStringTokens must not be negative")
+	if c.ContextSize < 0 || c.BatchSize < 0 || c.MaxTokens < 0 || c.MaxContexts < 0 || c.GrammarCandidates < 0 || c.MaxStringTokens < 0 ||
+		c.Sequences < 0 || c.Threads < 0 || c.Shards < 0 || c.KVCacheTokens < 0 || c.StepTokens < 0 || c.MaxPrefixes < 0 {
+		return bad("ContextSize, BatchSize, MaxTokens, MaxContexts, GrammarCandidates, MaxStringTokens, Sequences, Threads, Shards, KVCacheTokens, StepTokens and MaxPrefixes must not be negative")
+	}
+	c.Sequences = cmp.Or(c.Sequences, runtime.NumCPU())
+	c.Shards = cmp.Or(c.Shards, 1)
+	if c.Shards > 1 {
+		c.Threads = cmp.Or(c.Threads, 1)
+	}
+	c.Threads = cmp.Or(c.Threads, runtime.NumCPU())
+	c.StepTokens = cmp.Or(c.StepTokens, DefaultStepTokens)
+	c.MaxPrefixes = cmp.Or(c.MaxPrefixes, DefaultMaxPrefixes)
+	if c.Sequences > maxSequences {
+		return bad("Sequences must be at most %d, got %d", maxSequences, c.Sequences)
+	}
+	if c.MaxPrefixes > 256-maxSequences {
+		return bad("MaxPrefixes must be at most %d, got %d", 256-maxSequences, c.MaxPrefixes)
 	}
 	c.ContextSize = cmp.Or(c.ContextSize, DefaultContextSize)
 	c.BatchSize = cmp.Or(c.BatchSize, min(DefaultBatchSize, cmp.Or(c.ContextSize, DefaultContextSize)))
@@ -132,6 +191,13 @@ func (c *Config) validate() error {
 	c.MaxStringTokens = cmp.Or(c.MaxStringTokens, DefaultMaxStringTokens)
 	if c.ContextSize < 64 {
 		return bad("ContextSize must be at least 64, got %d", c.ContextSize)
+	}
+	c.KVCacheTokens = cmp.Or(c.KVCacheTokens, max(c.Shards*c.ContextSize, c.Sequences*c.ContextSize/2))
+	if c.Shards > c.Sequences {
+		return bad("Shards %d exceeds Sequences %d", c.Shards, c.Sequences)
+	}
+	if c.KVCacheTokens/c.Shards < c.ContextSize {
+		return bad("KVCacheTokens %d over %d shards is below ContextSize %d: one sequence could not fill its window", c.KVCacheTokens, c.Shards, c.ContextSize)
 	}
 	if c.BatchSize > c.ContextSize {
 		return bad("BatchSize %d exceeds ContextSize %d", c.BatchSize, c.ContextSize)

@@ -19,7 +19,7 @@ func (s *Slot) generate(ctx context.Context, k *kvContext, m matcher) (gen []int
 		}
 		if m != nil && !s.cfg.NoFastForward {
 			if f := m.ForcedText(); f != "" {
-				ids, err := s.forcedTokens(k.model, m, f)
+				ids, err := forcedTokens(k.model, m, f)
 				if err != nil {
 					return gen, forced, "", err
 				}
@@ -47,7 +47,7 @@ func (s *Slot) generate(ctx context.Context, k *kvContext, m matcher) (gen []int
 			return gen, forced, loop.FinishStop, nil
 		}
 		t0 := time.Now()
-		tok, err := s.sample(k, m)
+		tok, err := s.sample(k.lastLogits(), m)
 		s.stats.sampleTime += time.Since(t0)
 		if err != nil {
 			return gen, forced, "", err
@@ -82,7 +82,7 @@ var minForcedBatch = 2
 // forcedTokens tokenizes the grammar's forced text (special tokens allowed:
 // the text comes from the grammar, never from a user) and feeds each token
 // to the matcher.
-func (s *Slot) forcedTokens(m *model, mt matcher, f string) ([]int, error) {
+func forcedTokens(m *model, mt matcher, f string) ([]int, error) {
 	ids, err := m.m.Tokenize(f, false, true)
 	if err != nil {
 		return nil, fmt.Errorf("llama: tokenize forced text: %w", err)

@@ -3,6 +3,7 @@ package llama
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"time"
 )
@@ -37,6 +38,26 @@ type slotStats struct {
 	sampleTime   time.Duration // in sample: sampler and grammar
 }
 
+// sampler picks tokens from logits: one per Slot (its generator is seeded
+// per slot, so a slot draws the same sequence whichever mode decodes it).
+// It is used by one goroutine at a time.
+type sampler struct {
+	cfg *Config
+	rng *rand.Rand
+	// scratch buffers
+	cands   []candidate
+	allowed []int
+	stats   slotStats
+	// benchFullScan makes strict sampling skip the top-candidate fast path
+	// (benchmarks measure the full-vocabulary cost with it).
+	benchFullScan bool
+}
+
+func newSampler(cfg *Config, i int) sampler {
+	seed := cfg.Sampling.Seed + uint64(i)
+	return sampler{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
 // SamplingTime is the time the slot has spent choosing generated tokens
 // from their logits (the sampler, and the grammar in strict mode), summed
 // over its life. A completion's CompletionDuration includes it; ollama's
@@ -55,9 +76,8 @@ var errNoAllowedToken = errors.New("llama: the grammar allows no token of the vo
 // in sampled order, and the first the grammar allows wins; only when none
 // is allowed is the whole vocabulary scanned. Stop tokens count as allowed
 // once the matcher can stop.
-func (s *Slot) sample(k *kvContext, m matcher) (int, error) {
+func (s *sampler) sample(logits []float32, m matcher) (int, error) {
 	s.stats.samples++
-	logits := k.lastLogits()
 	sp := s.cfg.Sampling
 	if m == nil {
 		if sp.Temperature == 0 {
@@ -123,7 +143,7 @@ func (s *Slot) sample(k *kvContext, m matcher) (int, error) {
 
 // draw samples from candidates sorted by descending logit: min-p, then
 // temperature, then top-p, then a draw from the slot's seeded generator.
-func (s *Slot) draw(c []candidate) int {
+func (s *sampler) draw(c []candidate) int {
 	sp := s.cfg.Sampling
 	if sp.Temperature == 0 || len(c) == 1 {
 		return c[0].id

@@ -40,8 +40,8 @@ func TestTopK(t *testing.T) {
 
 func TestDraw(t *testing.T) {
 	t.Parallel()
-	mk := func(sp Sampling) *Slot {
-		return &Slot{cfg: Config{Sampling: sp}, rng: rand.New(rand.NewPCG(7, 7))}
+	mk := func(sp Sampling) *sampler {
+		return &sampler{cfg: &Config{Sampling: sp}, rng: rand.New(rand.NewPCG(7, 7))}
 	}
 	cands := func() []candidate {
 		return []candidate{{id: 5, logit: 3}, {id: 9, logit: 2.5}, {id: 1, logit: -4}}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -31,23 +30,19 @@ type Slot struct {
 
 	mu     sync.Mutex
 	ctxs   []*kvContext // most recently used last
-	rng    *rand.Rand
 	closed bool
+	// lane is the slot's index: its sequence id in every batched engine.
+	lane int
 
-	// scratch buffers of the sampler
-	cands   []candidate
-	allowed []int
-	stats   slotStats
-	// benchFullScan makes strict sampling skip the top-candidate fast path
-	// (benchmarks measure the full-vocabulary cost with it).
-	benchFullScan bool
+	sampler
 }
 
 var _ loop.Model = (*Slot)(nil)
 
 func newSlot(b *Backend, i int) *Slot {
-	seed := b.cfg.Sampling.Seed + uint64(i)
-	return &Slot{b: b, cfg: b.cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	s := &Slot{b: b, cfg: b.cfg, lane: i}
+	s.sampler = newSampler(&s.cfg, i)
+	return s
 }
 
 // kvContext is one llama.cpp context and the exact token list in its KV
@@ -97,6 +92,13 @@ func (s *Slot) Load(ref ModelRef) error {
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
+	}
+	if s.cfg.Batched {
+		e, err := s.b.engineFor(ref, s.shard())
+		if err == nil {
+			s.b.release(e)
+		}
+		return err
 	}
 	_, err := s.contextFor(ref)
 	return err
@@ -172,23 +174,16 @@ func (s *Slot) complete(ctx context.Context, ref ModelRef, req *loop.Request) (*
 	if s.closed {
 		return nil, ErrClosed
 	}
+	if s.cfg.Batched {
+		return s.completeBatched(ctx, ref, req)
+	}
 	k, err := s.contextFor(ref)
 	if err != nil {
 		return nil, err
 	}
-	segs, err := functiongemma.RenderSegments(req)
+	prompt, m, err := s.prepare(ref, k.model, req)
 	if err != nil {
 		return nil, err
-	}
-	if s.cfg.OnPrompt != nil {
-		s.cfg.OnPrompt(ref, joinSegments(segs))
-	}
-	prompt, err := tokenizeSegments(k.model, segs)
-	if err != nil {
-		return nil, err
-	}
-	if len(prompt)+1 > k.nCtx {
-		return nil, fmt.Errorf("%w: %d prompt tokens, window %d", ErrContextFull, len(prompt), k.nCtx)
 	}
 	var usage loop.Usage
 	t0 := time.Now()
@@ -201,13 +196,6 @@ func (s *Slot) complete(ctx context.Context, ref ModelRef, req *loop.Request) (*
 	usage.PromptDuration = time.Since(t0)
 	s.stats.prefilled += usage.PromptTokens - usage.CachedTokens
 
-	var m matcher
-	if !s.cfg.Lenient && len(req.Tools) > 0 {
-		m, err = newMatcher(k.model, req.Tools, req.RequireTool, s.cfg.MaxStringTokens)
-		if err != nil {
-			return nil, err
-		}
-	}
 	t1 := time.Now()
 	gen, forced, finish, err := s.generate(ctx, k, m)
 	usage.CompletionDuration = time.Since(t1)
@@ -216,7 +204,39 @@ func (s *Slot) complete(ctx context.Context, ref ModelRef, req *loop.Request) (*
 	if err != nil {
 		return nil, err
 	}
-	out := k.model.text(gen)
+	return s.respond(k.model, gen, finish, usage)
+}
+
+// prepare renders and tokenizes req for the model and builds its strict
+// matcher (nil when the turn is not constrained).
+func (s *Slot) prepare(ref ModelRef, md *model, req *loop.Request) ([]int, matcher, error) {
+	segs, err := functiongemma.RenderSegments(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.cfg.OnPrompt != nil {
+		s.cfg.OnPrompt(ref, joinSegments(segs))
+	}
+	prompt, err := tokenizeSegments(md, segs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(prompt)+1 > s.cfg.ContextSize {
+		return nil, nil, fmt.Errorf("%w: %d prompt tokens, window %d", ErrContextFull, len(prompt), s.cfg.ContextSize)
+	}
+	var m matcher
+	if !s.cfg.Lenient && len(req.Tools) > 0 {
+		m, err = newMatcher(md, req.Tools, req.RequireTool, s.cfg.MaxStringTokens)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return prompt, m, nil
+}
+
+// respond parses a turn's generated tokens into the loop's response.
+func (s *Slot) respond(md *model, gen []int, finish loop.FinishReason, usage loop.Usage) (*loop.Response, error) {
+	out := md.text(gen)
 	calls, text, perr := functiongemma.ParseCalls(out)
 	if perr != nil {
 		if finish == loop.FinishLength {

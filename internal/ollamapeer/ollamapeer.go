@@ -51,8 +51,15 @@ type Server struct {
 }
 
 // Start runs `ollama serve` on a free loopback port with its model store,
-// home and log under dir, and waits until it answers. Stop ends it.
+// home and log under dir, and waits until it answers. Stop ends it. It
+// serves one request at a time (OLLAMA_NUM_PARALLEL=1).
 func Start(ctx context.Context, bin, dir string) (*Server, error) {
+	return StartParallel(ctx, bin, dir, 1)
+}
+
+// StartParallel is Start with OLLAMA_NUM_PARALLEL=parallel: ollama's runner
+// then decodes up to that many requests together in one batch.
+func StartParallel(ctx context.Context, bin, dir string, parallel int) (*Server, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -65,7 +72,7 @@ func Start(ctx context.Context, bin, dir string) (*Server, error) {
 	}
 	s := &Server{URL: "http://" + addr, bin: bin, log: logf, done: make(chan error, 1)}
 	s.env = append(os.Environ(), "OLLAMA_HOST="+addr, "OLLAMA_MODELS="+filepath.Join(dir, "models"),
-		"HOME="+dir, "OLLAMA_LIBRARY_PATH=", "OLLAMA_NUM_PARALLEL=1", "OLLAMA_MAX_LOADED_MODELS=1",
+		"HOME="+dir, "OLLAMA_LIBRARY_PATH=", fmt.Sprintf("OLLAMA_NUM_PARALLEL=%d", max(parallel, 1)), "OLLAMA_MAX_LOADED_MODELS=1",
 		"OLLAMA_KEEP_ALIVE=1h", "OLLAMA_NOPRUNE=1",
 		// Debug level logs, once per request, how much of the prompt came
 		// from the cache (PromptLoads); nothing per token or per batch.
