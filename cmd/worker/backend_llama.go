@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -57,7 +58,7 @@ func newLlamaBackend(cfg *config.Config, log *slog.Logger) (backend, error) {
 		Batched:       m.Batching == config.BatchingBatched,
 		Sequences:     cfg.Worker.Slots,
 		Threads:       m.BatchThreads,
-		Shards:        min(m.BatchShards, cfg.Worker.Slots),
+		Shards:        min(cmp.Or(m.BatchShards, runtime.NumCPU()), cfg.Worker.Slots),
 		KVCacheTokens: m.KVCacheTokens,
 		StepTokens:    m.StepTokens,
 		Lenient:       !m.Strict,
