@@ -245,9 +245,12 @@ func BenchmarkBatchedJobs(b *testing.B) {
 	fleetSide := func(shards, seqs, clients, njobs int) sideRun {
 		get := perSlotModel
 		if shards > 0 {
+			// One thread per shard when sharded (as the worker's
+			// default), even when fewer sequences than shards.
+			threads := max(cores/shards, 1)
 			shards = min(shards, seqs)
 			be, err := llama.New(llama.Config{Model: llama.ModelRef{Path: model}, ContextSize: 4096, MaxTokens: gen, Lenient: true,
-				Sampling: sampling, Batched: true, Sequences: seqs, Shards: shards, Threads: max(cores/shards, 1)})
+				Sampling: sampling, Batched: true, Sequences: seqs, Shards: shards, Threads: threads})
 			if err != nil {
 				b.Fatal(err)
 			}
