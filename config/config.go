@@ -236,7 +236,10 @@ type Model struct {
 	BatchThreads int `yaml:"batch_threads"`
 	// BatchShards splits the slots over this many batched contexts per
 	// model (slot i on shard i mod shards), which decode at the same time;
-	// with batch_threads 0 each then has one thread. Default 1.
+	// with batch_threads 0 each has one thread when there are several.
+	// Default 0 = the CPU count (at most worker.slots): one single-thread
+	// batched context per core, which measured best on a shared host
+	// (docs/PERFORMANCE.md); 1 = one context with batch_threads threads.
 	BatchShards int `yaml:"batch_shards"`
 	// KVCacheTokens is a batched context's KV cache in tokens, shared by
 	// all slots (18 KiB per token for the 270M shape). Default 0 =
@@ -481,7 +484,6 @@ func Default() *Config {
 			MaxTokens:    DefaultMaxTokens,
 			MaxContexts:  DefaultMaxContexts,
 			Batching:     BatchingBatched,
-			BatchShards:  1,
 			StepTokens:   DefaultStepTokens,
 			TopK:         DefaultTopK,
 			CacheDir:     DefaultModelCacheDir,

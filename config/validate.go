@@ -315,7 +315,7 @@ func (m *Model) validate(k *checker) {
 		k.add("model.batching", "must be %s or %s, got %q", BatchingBatched, BatchingPerSlot, m.Batching)
 	}
 	k.minInt("model.batch_threads", m.BatchThreads, 0)
-	k.minInt("model.batch_shards", m.BatchShards, 1)
+	k.minInt("model.batch_shards", m.BatchShards, 0)
 	k.minInt("model.step_tokens", m.StepTokens, 1)
 	k.minInt("model.kv_cache_tokens", m.KVCacheTokens, 0)
 	if m.KVCacheTokens > 0 && m.KVCacheTokens < m.ContextSize {

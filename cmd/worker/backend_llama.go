@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -56,8 +57,8 @@ func newLlamaBackend(cfg *config.Config, log *slog.Logger) (backend, error) {
 		MaxContexts:   m.MaxContexts,
 		Batched:       m.Batching == config.BatchingBatched,
 		Sequences:     cfg.Worker.Slots,
-		Threads:       m.BatchThreads,
-		Shards:        min(m.BatchShards, cfg.Worker.Slots),
+		Threads:       batchThreads(m),
+		Shards:        min(cmp.Or(m.BatchShards, runtime.NumCPU()), cfg.Worker.Slots),
 		KVCacheTokens: m.KVCacheTokens,
 		StepTokens:    m.StepTokens,
 		Lenient:       !m.Strict,
@@ -197,4 +198,16 @@ func describeRef(mi wire.ModelInfo) string {
 		s += " with adapter " + mi.Adapter
 	}
 	return s
+}
+
+// batchThreads is the thread count of a batched context: model.batch_threads,
+// or one when the shards are left to the default (one single-thread shard
+// per core, even when fewer slots than cores make fewer shards: two
+// spinning threads measured far slower than one on a shared host,
+// docs/PERFORMANCE.md).
+func batchThreads(m config.Model) int {
+	if m.BatchThreads == 0 && m.BatchShards == 0 {
+		return 1
+	}
+	return m.BatchThreads
 }

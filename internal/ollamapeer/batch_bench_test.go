@@ -245,9 +245,12 @@ func BenchmarkBatchedJobs(b *testing.B) {
 	fleetSide := func(shards, seqs, clients, njobs int) sideRun {
 		get := perSlotModel
 		if shards > 0 {
+			// One thread per shard when sharded (as the worker's
+			// default), even when fewer sequences than shards.
+			threads := max(cores/shards, 1)
 			shards = min(shards, seqs)
 			be, err := llama.New(llama.Config{Model: llama.ModelRef{Path: model}, ContextSize: 4096, MaxTokens: gen, Lenient: true,
-				Sampling: sampling, Batched: true, Sequences: seqs, Shards: shards, Threads: max(cores/shards, 1)})
+				Sampling: sampling, Batched: true, Sequences: seqs, Shards: shards, Threads: threads})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -294,30 +297,34 @@ func BenchmarkBatchedJobs(b *testing.B) {
 		pf("  %-14s %4s  %4s  %9s  %8s  %8s  %9s  %9s  %s\n", "side", "conc", "jobs", "wall", "jobs/min", "dec tok/s", "p50", "p99", "load (1 5 15 min)")
 	}
 
-	// 1. Saturated: 4 × seqs jobs queued at once.
+	// 1. Saturated: 4 × seqs jobs queued at once (FLEET_BENCH_SATURATED=0
+	// skips it).
 	sat := 4 * seqs
-	pf("\nsaturated: %d jobs queued at once; fleet per slot has %d slots (one per core), batched %d sequences, ollama OLLAMA_NUM_PARALLEL=%d\n", sat, cores, seqs, seqs)
-	header()
-	ps := fleetSide(0, 0, sat, sat)
-	row("fleet per-slot", cores, ps)
-	bt := fleetSide(1, seqs, sat, sat)
-	row(fmt.Sprintf("batched 1x%dt", cores), seqs, bt)
-	bs := fleetSide(cores, seqs, sat, sat)
-	row(fmt.Sprintf("batched %dx1t", cores), seqs, bs)
-	ol := ollamaSide(seqs, sat, sat)
-	row("ollama", seqs, ol)
-	for _, v := range []struct {
-		name string
-		r    sideRun
-	}{{fmt.Sprintf("batched 1x%dt", cores), bt}, {fmt.Sprintf("batched %dx1t", cores), bs}} {
-		pf("  %s: / per-slot %.2fx, / ollama %.2fx jobs/min (targets >= 2x and >= 1.5x); RSS after it %.0f MiB\n",
-			v.name, v.r.jobsPerMin()/ps.jobsPerMin(), v.r.jobsPerMin()/ol.jobsPerMin(), v.r.rssMiB)
+	if os.Getenv("FLEET_BENCH_SATURATED") != "0" {
+		pf("\nsaturated: %d jobs queued at once; fleet per slot has %d slots (one per core), batched %d sequences, ollama OLLAMA_NUM_PARALLEL=%d\n", sat, cores, seqs, seqs)
+		header()
+		ps := fleetSide(0, 0, sat, sat)
+		row("fleet per-slot", cores, ps)
+		bt := fleetSide(1, seqs, sat, sat)
+		row(fmt.Sprintf("batched 1x%dt", cores), seqs, bt)
+		bs := fleetSide(cores, seqs, sat, sat)
+		row(fmt.Sprintf("batched %dx1t", cores), seqs, bs)
+		ol := ollamaSide(seqs, sat, sat)
+		row("ollama", seqs, ol)
+		for _, v := range []struct {
+			name string
+			r    sideRun
+		}{{fmt.Sprintf("batched 1x%dt", cores), bt}, {fmt.Sprintf("batched %dx1t", cores), bs}} {
+			pf("  %s: / per-slot %.2fx, / ollama %.2fx jobs/min (targets >= 2x and >= 1.5x); RSS after it %.0f MiB\n",
+				v.name, v.r.jobsPerMin()/ps.jobsPerMin(), v.r.jobsPerMin()/ol.jobsPerMin(), v.r.rssMiB)
+		}
+		pf("  RSS after per-slot %.0f MiB (this process: model mapped once, per-slot contexts kept)\n", ps.rssMiB)
+		b.ReportMetric(bt.jobsPerMin()/ps.jobsPerMin(), "batched/per-slot")
+		b.ReportMetric(bt.jobsPerMin()/ol.jobsPerMin(), "batched/ollama")
+		b.ReportMetric(bs.jobsPerMin()/ps.jobsPerMin(), "sharded/per-slot")
+		b.ReportMetric(bs.jobsPerMin()/ol.jobsPerMin(), "sharded/ollama")
+
 	}
-	pf("  RSS after per-slot %.0f MiB (this process: model mapped once, per-slot contexts kept)\n", ps.rssMiB)
-	b.ReportMetric(bt.jobsPerMin()/ps.jobsPerMin(), "batched/per-slot")
-	b.ReportMetric(bt.jobsPerMin()/ol.jobsPerMin(), "batched/ollama")
-	b.ReportMetric(bs.jobsPerMin()/ps.jobsPerMin(), "sharded/per-slot")
-	b.ReportMetric(bs.jobsPerMin()/ol.jobsPerMin(), "sharded/ollama")
 
 	// 2. Each concurrency, closed loop.
 	shards := envInts("FLEET_BENCH_LEVEL_SHARDS", []int{cores})[0]
