@@ -12,7 +12,10 @@ tools. Commands (argv[1]):
 A grader tool that is not installed: exit status 3 and {"missing": "<debian package>"}.
 """
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import Missing, _need, report
 
