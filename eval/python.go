@@ -145,3 +145,25 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// LintItem is one text for Reports.
+type LintItem struct {
+	Path string `json:"path"`
+	Text string `json:"text"`
+}
+
+// Reports runs pycodestyle (its default checks plus E704) and pyflakes on
+// each item, with lineLength as the E501 limit, and returns each item's
+// reports in order.
+func (p *Python) Reports(ctx context.Context, items []LintItem, lineLength int) ([][]Report, error) {
+	var resp struct {
+		Reports [][]Report `json:"reports"`
+	}
+	if err := p.run(ctx, "check", map[string]any{"items": items, "line_length": lineLength}, &resp); err != nil {
+		return nil, err
+	}
+	if len(resp.Reports) != len(items) {
+		return nil, fmt.Errorf("eval: evaltool check answered %d texts for %d", len(resp.Reports), len(items))
+	}
+	return resp.Reports, nil
+}
