@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,11 +37,6 @@ func isEvalSub(s string) bool {
 		return true
 	}
 	return false
-}
-
-// interruptible is ctx cancelled on Ctrl-C.
-func interruptible() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt)
 }
 
 func (c *cli) bar(total int, what string, quiet bool) *progressbar.ProgressBar {
@@ -79,7 +72,7 @@ func (c *cli) evalBuild(args []string) error {
 	if path == "" {
 		path = fmt.Sprintf("%s-v%d-seed%d.jsonl", *name, eval.SuiteVersion, *seed)
 	}
-	ctx, cancel := interruptible()
+	ctx, cancel := interruptible(context.Background())
 	defer cancel()
 	py := &eval.Python{Path: *python}
 	defer py.Close()

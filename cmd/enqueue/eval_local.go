@@ -80,7 +80,7 @@ func (c *cli) evalLocal(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := interruptible()
+	ctx, cancel := interruptible(context.Background())
 	defer cancel()
 	py := &eval.Python{}
 	defer py.Close()
@@ -157,7 +157,7 @@ func (c *cli) evalAgreement(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := interruptible()
+	ctx, cancel := interruptible(context.Background())
 	defer cancel()
 	py := &eval.Python{}
 	defer py.Close()

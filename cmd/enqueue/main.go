@@ -120,6 +120,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdStats(cargs)
 	case "dataset":
 		err = c.cmdDataset(cargs)
+	case "eval":
+		err = c.cmdEval(cargs)
 	case "help":
 		fmt.Fprint(stdout, helpText)
 		return exitOK
