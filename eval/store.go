@@ -20,11 +20,11 @@ var ErrRunNotFound = errors.New("eval: run not found")
 
 // Run is one eval run: a suite's tasks run as a batch and graded.
 type Run struct {
-	ID      string `json:"id"`
-	Suite   string `json:"suite"`
-	Seed    uint64 `json:"seed"`
-	Split   string `json:"split"`
-	Ops     []string `json:"ops"`
+	ID    string   `json:"id"`
+	Suite string   `json:"suite"`
+	Seed  uint64   `json:"seed"`
+	Split string   `json:"split"`
+	Ops   []string `json:"ops"`
 	// Model and AgentVersion are what the run was meant to measure (a job
 	// that ran on another is graded a failure: other_model, other_agent);
 	// Models counts the models the jobs actually ran on.
