@@ -13,6 +13,7 @@ package expert
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 
@@ -28,6 +29,32 @@ func For(op string) (loop.Model, bool) {
 		return Docstring{}, true
 	}
 	return nil, false
+}
+
+// Auto is the expert of whichever agent the request's tools belong to
+// (run_linter: lint, write_docstring: docstring): one model for a worker
+// serving every agent. A request of another agent is an error.
+type Auto struct{}
+
+// Complete implements loop.Model.
+func (Auto) Complete(ctx context.Context, req *loop.Request) (*loop.Response, error) {
+	switch {
+	case offered(req, "run_linter") || offered(req, "apply_fix"):
+		return Lint{}.Complete(ctx, req)
+	case offered(req, "write_docstring") || offered(req, "read_type_hints"):
+		return Docstring{}.Complete(ctx, req)
+	}
+	// The last-chance turn offers only submit_result: find the agent from
+	// the tools it called.
+	for _, c := range calls(req.Messages) {
+		switch c.Name {
+		case "run_linter", "apply_fix":
+			return Lint{}.Complete(ctx, req)
+		case "read_current_docstring", "read_type_hints", "write_docstring":
+			return Docstring{}.Complete(ctx, req)
+		}
+	}
+	return nil, errors.New("expert: no expert for an agent with these tools (experts: lint, docstring)")
 }
 
 // Ops are the operations with an expert.
