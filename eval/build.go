@@ -28,7 +28,7 @@ func DefaultSources() []Source {
 		{Name: "stdlib", Root: "/usr/lib/python3.11", Package: "libpython3.11-stdlib",
 			Skip: []string{"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__", "lib2to3"}},
 		{Name: "toolz", Root: "/usr/lib/python3/dist-packages/toolz", Package: "python3-toolz", Prefix: "toolz/",
-			Skip: []string{"tests", "__pycache__"}},
+			Skip: []string{"tests", "__pycache__"}, Tests: "tests"},
 		{Name: "boltons", Root: "/usr/lib/python3/dist-packages/boltons", Package: "python3-boltons", Prefix: "boltons/",
 			Skip: []string{"__pycache__"}},
 	}
@@ -42,7 +42,7 @@ type BuildConfig struct {
 	Seed uint64
 	// Sources default to DefaultSources.
 	Sources []Source
-	// Ops are the operations to make tasks for; default lint and docstring.
+	// Ops are the operations to make tasks for; default all four.
 	Ops []string
 	// PerSplit is the number of tasks per operation and split; default
 	// train 200, dev 45, test 45. Lint tasks are spread evenly over
@@ -70,11 +70,11 @@ func (c *BuildConfig) validate() error {
 		c.Sources = DefaultSources()
 	}
 	if len(c.Ops) == 0 {
-		c.Ops = []string{OpLint, OpDocstring}
+		c.Ops = slices.Clone(Ops)
 	}
 	for _, op := range c.Ops {
-		if op != OpLint && op != OpDocstring {
-			return fmt.Errorf("eval: build: no task generator for operation %q yet (lint, docstring)", op)
+		if !slices.Contains(Ops, op) {
+			return fmt.Errorf("eval: build: unknown operation %q (%s)", op, strings.Join(Ops, ", "))
 		}
 	}
 	if c.PerSplit == nil {

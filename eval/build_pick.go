@@ -68,10 +68,11 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 }
 
 type builder struct {
-	cfg   BuildConfig
-	rng   *rand.Rand
-	have  map[string]int
-	tasks []Task
+	cfg    BuildConfig
+	rng    *rand.Rand
+	have   map[string]int
+	tasks  []Task
+	tested map[string]map[string]bool
 }
 
 func (b *builder) quota(op, split, code string) (string, int) {
@@ -123,7 +124,8 @@ func (b *builder) visit(ctx context.Context, files []srcFile) error {
 	for _, f := range files {
 		wantLint := slices.Contains(b.cfg.Ops, OpLint) && b.opOpen(OpLint, f.split)
 		wantDoc := slices.Contains(b.cfg.Ops, OpDocstring) && b.opOpen(OpDocstring, f.split)
-		if !wantLint && !wantDoc {
+		wantRun := f.src.Tests != "" && (b.wants(OpTest, f.split) || b.wants(OpSampleData, f.split))
+		if !wantLint && !wantDoc && !wantRun {
 			continue
 		}
 		raw, err := os.ReadFile(filepath.Join(f.src.Root, filepath.FromSlash(f.path)))
@@ -160,6 +162,7 @@ func (b *builder) visit(ctx context.Context, files []srcFile) error {
 		text := texts[f.path+"\x00"+f.src.Name]
 		cands = append(cands, b.lintCandidates(f, sf, text)...)
 		cands = append(cands, b.docCandidates(f, sf, text)...)
+		cands = append(cands, b.runCandidates(f, sf, text)...)
 	}
 	return b.verify(ctx, cands)
 }

@@ -60,29 +60,55 @@ func (g *Grader) GradeDiff(ctx context.Context, inst *Instance, diff string) (Gr
 	if len(files) == 0 {
 		return fail(ReasonBadDiff, "the diff holds no file"), nil
 	}
-	var text string
-	found := false
+	multi := inst.Task.Op == OpTest || inst.Task.Op == OpSampleData
+	results := map[string]string{}
 	for _, f := range files {
 		name := f.NewName
 		if f.IsDelete {
 			name = f.OldName
 		}
-		if name != inst.Task.File {
+		if !multi && name != inst.Task.File {
 			return fail(ReasonOtherFile, "the diff changes "+name+"; the task allows only "+inst.Task.File), nil
 		}
 		if f.IsDelete || f.IsRename || f.IsCopy || f.IsBinary {
 			return fail(ReasonOtherFile, "the diff deletes, renames or copies "+name), nil
 		}
+		base, known := inst.Files[name]
+		switch {
+		case f.IsNew && known:
+			return fail(ReasonBadDiff, "the diff creates "+name+", which exists"), nil
+		case !f.IsNew && !known:
+			return fail(ReasonBadDiff, "the diff changes "+name+", which the workspace does not have"), nil
+		}
 		var out bytes.Buffer
-		if err := gitdiff.Apply(&out, strings.NewReader(inst.Input), f); err != nil {
+		if err := gitdiff.Apply(&out, strings.NewReader(base), f); err != nil {
 			return fail(ReasonBadDiff, "the diff does not apply to "+name+": "+err.Error()), nil
 		}
-		text, found = out.String(), true
+		results[name] = out.String()
 	}
+	if multi {
+		return g.gradeRun(ctx, inst, results)
+	}
+	text, found := results[inst.Task.File]
 	if !found {
 		return fail(ReasonNoChange, "the job did not change "+inst.Task.File), nil
 	}
 	return g.GradeText(ctx, inst, text)
+}
+
+// gradeRun grades a test or sample_data job by its new files (changed
+// holds every file the diff touched, as it left them).
+func (g *Grader) gradeRun(ctx context.Context, inst *Instance, changed map[string]string) (Grade, error) {
+	req := map[string]any{"op": inst.Task.Op, "path": inst.Task.File, "node": inst.Task.Node.Name,
+		"files": inst.Files, "result_files": changed}
+	var gr Grade
+	if err := g.py().run(ctx, "grade", req, &gr); err != nil {
+		return Grade{}, err
+	}
+	if !gr.Pass && gr.Reason == "" {
+		gr.Reason = "unknown"
+	}
+	return gr, nil
 }
 
 // GradeText grades the task's file as the job left it.

@@ -77,6 +77,10 @@ type Source struct {
 	// Skip lists folder names not descended into (test suites, vendored
 	// code).
 	Skip []string `json:"skip,omitempty"`
+	// Tests is the folder under Root with the project's own tests: test
+	// and sample_data tasks are functions these tests name, and the tests
+	// are never in the job's workspace.
+	Tests string `json:"tests,omitempty"`
 }
 
 // Header is the first line of a suite file.

@@ -53,6 +53,14 @@ func (s *Suite) Instance(t *Task) (*Instance, error) {
 	}
 	inst := &Instance{Task: t, Upstream: up, Input: in, LineLength: s.Header.LineLength,
 		Files: map[string]string{t.File: in}}
+	if t.Op == OpTest || t.Op == OpSampleData {
+		files, err := packageFiles(src)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrSource, t.ID, err)
+		}
+		files[t.File] = in
+		inst.Files = files
+	}
 	inst.Node = inst.node()
 	return inst, nil
 }

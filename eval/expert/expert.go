@@ -27,12 +27,17 @@ func For(op string) (loop.Model, bool) {
 		return Lint{}, true
 	case "docstring":
 		return Docstring{}, true
+	case "test":
+		return Test{}, true
+	case "sample_data":
+		return SampleData{}, true
 	}
 	return nil, false
 }
 
 // Auto is the expert of whichever agent the request's tools belong to
-// (run_linter: lint, write_docstring: docstring): one model for a worker
+// (run_linter: lint, write_docstring: docstring, write_test_file: test,
+// write_fixture_file: sample_data): one model for a worker
 // serving every agent. A request of another agent is an error.
 type Auto struct{}
 
@@ -43,6 +48,10 @@ func (Auto) Complete(ctx context.Context, req *loop.Request) (*loop.Response, er
 		return Lint{}.Complete(ctx, req)
 	case offered(req, "write_docstring") || offered(req, "read_type_hints"):
 		return Docstring{}.Complete(ctx, req)
+	case offered(req, "write_test_file"):
+		return Test{}.Complete(ctx, req)
+	case offered(req, "write_fixture_file"):
+		return SampleData{}.Complete(ctx, req)
 	}
 	// The last-chance turn offers only submit_result: find the agent from
 	// the tools it called.
@@ -52,13 +61,17 @@ func (Auto) Complete(ctx context.Context, req *loop.Request) (*loop.Response, er
 			return Lint{}.Complete(ctx, req)
 		case "read_current_docstring", "read_type_hints", "write_docstring":
 			return Docstring{}.Complete(ctx, req)
+		case "read_existing_tests", "write_test_file":
+			return Test{}.Complete(ctx, req)
+		case "write_fixture_file":
+			return SampleData{}.Complete(ctx, req)
 		}
 	}
-	return nil, errors.New("expert: no expert for an agent with these tools (experts: lint, docstring)")
+	return nil, errors.New("expert: no expert for an agent with these tools (experts: lint, docstring, test, sample_data)")
 }
 
 // Ops are the operations with an expert.
-var Ops = []string{"lint", "docstring"}
+var Ops = []string{"lint", "docstring", "test", "sample_data"}
 
 // toolResult is one tool message of the conversation, decoded.
 type toolResult struct {
