@@ -48,11 +48,11 @@ func (c *cli) bar(total int, what string, quiet bool) *progressbar.ProgressBar {
 }
 
 func (c *cli) evalBuild(args []string) error {
-	fs := c.subFlags("eval build", "eval build [-o FILE] [--seed N] [--per-split train=N,dev=N,test=N] [--ops lint,docstring] [--name NAME]")
+	fs := c.subFlags("eval build", "eval build [-o FILE] [--seed N] [--per-split train=N,dev=N,test=N] [--ops OP,...] [--name NAME]")
 	out := fs.String("o", "", "write the suite to `FILE` (default <name>-v<version>-seed<N>.jsonl)")
 	seed := fs.Uint64("seed", 1, "seed of the defects and the choice of tasks")
 	per := fs.String("per-split", "train=200,dev=45,test=45", "tasks per operation and split (`SPLIT=N,...`)")
-	ops := fs.String("ops", "lint,docstring", "operations to make tasks for")
+	ops := fs.String("ops", "lint,docstring,test,sample_data", "operations to make tasks for")
 	name := fs.String("name", "debian-py", "the suite's `NAME`")
 	python := fs.String("python", eval.DefaultPython, "the python3 with Debian's linters")
 	noProgress := fs.Bool("no-progress", false, "no progress bar even on a terminal")

@@ -190,6 +190,8 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /jobs/{id}/cancel", s.action(s.cancelJob))
 	m.HandleFunc("POST /jobs/{id}/accept", s.action(s.acceptJob))
 	m.HandleFunc("POST /jobs/{id}/reject", s.action(s.rejectJob))
+	m.HandleFunc("GET /evals", s.evalsPage)
+	m.HandleFunc("GET /evals/{id}", s.evalPage)
 	m.HandleFunc("GET /dlq", s.dlqPage)
 	m.HandleFunc("GET /dlq/{seq}", s.deadLetterPage)
 	m.HandleFunc("POST /dlq/{seq}/replay", s.action(s.replay))
