@@ -236,8 +236,13 @@ func (b *builder) docCandidates(f srcFile, sf surveyFile, text string) []candida
 		return nil
 	}
 	var docs []funcInfo
+	seen := map[string]int{}
 	for _, fn := range sf.Funcs {
-		if len(fn.Doc) == 2 && !strings.HasPrefix(fn.Name[strings.LastIndex(fn.Name, ".")+1:], "__") {
+		seen[fn.Name]++
+	}
+	for _, fn := range sf.Funcs {
+		// A name defined twice (a property and its setter) is not one node.
+		if len(fn.Doc) == 2 && seen[fn.Name] == 1 && !strings.HasPrefix(fn.Name[strings.LastIndex(fn.Name, ".")+1:], "__") {
 			docs = append(docs, fn)
 		}
 	}

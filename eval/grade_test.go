@@ -172,6 +172,12 @@ func TestGradeDocstringHandMade(t *testing.T) {
 	sphinx := []string{`    """Wrap a paragraph into lines.`, "", "    :param text: The text.", "    :param width: The width.",
 		"    :param kwargs: Options.", "    :returns: The lines.", `    """`}
 	expectGrade(t, g, inst, withDoc(inst.Input, sphinx...), true, "")
+	// So is numpy style, its entries indented like the docstring.
+	numpy := []string{`    """Wrap a paragraph into lines.`, "", "    Parameters", "    ----------", "    text : str",
+		"        The text.", "    width : int, optional", "        The width.", "    **kwargs", "        Options.", "",
+		"    Returns", "    -------", "    list", "        The lines.", `    """`}
+	expectGrade(t, g, inst, withDoc(inst.Input, numpy...), true, "")
+	expectGrade(t, g, inst, withDoc(inst.Input, append(numpy[:8:8], numpy[10:]...)...), false, "param_missing")
 }
 
 func TestGradeDiff(t *testing.T) {

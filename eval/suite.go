@@ -157,9 +157,11 @@ func (s *Suite) Source(name string) (Source, bool) {
 }
 
 // Select returns the tasks of split (all when "") and of the given ops (all
-// when none), at most limit of them (all when limit <= 0), in suite order.
+// when none), at most limit of each operation (all when limit <= 0), in
+// suite order.
 func (s *Suite) Select(split string, ops []string, limit int) []Task {
 	var out []Task
+	per := map[string]int{}
 	for _, t := range s.Tasks {
 		if split != "" && t.Split != split {
 			continue
@@ -167,10 +169,11 @@ func (s *Suite) Select(split string, ops []string, limit int) []Task {
 		if len(ops) > 0 && !slices.Contains(ops, t.Op) {
 			continue
 		}
+		if limit > 0 && per[t.Op] >= limit {
+			continue
+		}
+		per[t.Op]++
 		out = append(out, t)
-	}
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
 	}
 	return out
 }

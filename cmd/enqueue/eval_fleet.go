@@ -22,7 +22,7 @@ func (c *cli) evalFleet(args []string) error {
 	model := fs.String("model", "", "the model the run measures (`REF`: a digest prefix or part of its name); jobs on another model fail")
 	agentVersion := fs.String("agent-version", "", "the agent digest prefix (`V`) every job must have run")
 	teacher := fs.Bool("teacher", false, "run every job on the workers' teacher model")
-	limit := fs.Int("limit", 0, "at most `N` tasks")
+	limit := fs.Int("limit", 0, "at most `N` tasks of each operation")
 	timeout := fs.Duration("timeout", 30*time.Minute, "jobs without a result after this are canceled and graded failures (timeout)")
 	noReview := fs.Bool("no-review", false, "do not publish the grades as reviews")
 	asJSON := fs.Bool("json", false, "print the run as JSON")

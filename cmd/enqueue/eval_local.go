@@ -50,7 +50,7 @@ func (c *cli) evalLocal(args []string) error {
 	fs := c.subFlags("eval local", "eval local <SUITE> [--split dev|test|train] [--op OP,...] [--limit N] [--parallel N] [--json]")
 	split := fs.String("split", "dev", "the split to run (`dev`, test or train)")
 	ops := fs.String("op", "", "only these operations (`OP,...`)")
-	limit := fs.Int("limit", 0, "at most `N` tasks")
+	limit := fs.Int("limit", 0, "at most `N` tasks of each operation")
 	parallel := fs.Int("parallel", 2, "tasks at once")
 	agentsDir := fs.String("agents", "agents", "the agents' `DIR`")
 	asJSON := fs.Bool("json", false, "print the results and the summary as JSON")

@@ -63,10 +63,11 @@ def _google(doc):
 def _numpy(doc):
     lines = doc.split("\n")
     params, ret = [], False
-    cur = None
+    cur, base = None, 0
     for i, ln in enumerate(lines):
         if i + 1 < len(lines) and re.match(r"^\s*-{3,}\s*$", lines[i + 1]) and ln.strip():
             cur = ln.strip()
+            base = len(ln) - len(ln.lstrip())  # entries sit at the header's indentation
             if cur in ("Returns", "Yields"):
                 ret = True
             continue
@@ -74,7 +75,6 @@ def _numpy(doc):
             continue
         if cur in ("Parameters", "Other Parameters") and ln.strip():
             m = re.match(r"^(\s*)\**([A-Za-z_][A-Za-z0-9_]*)\s*(:.*)?$", ln)
-            base = min([len(x) - len(x.lstrip()) for x in lines if x.strip()] or [0])
             if m and len(m.group(1)) <= base:
                 params.append(m.group(2))
     return params, ret
