@@ -12,10 +12,12 @@ import (
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/pym"
+	"github.com/agentfleet/fleet/cairn/toolexec"
 	"github.com/agentfleet/fleet/eval"
 	"github.com/agentfleet/fleet/eval/agreement"
 	"github.com/agentfleet/fleet/eval/expert"
 	"github.com/agentfleet/fleet/eval/runner"
+	"github.com/agentfleet/fleet/internal/pytestbox"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -97,8 +99,14 @@ func (c *cli) evalLocal(args []string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	var tests toolexec.TestRunner
+	if box, err := pytestbox.New(pytestbox.Config{}); err != nil {
+		fmt.Fprintln(c.stderr, "warning: run_tests unavailable:", err)
+	} else {
+		tests = box
+	}
 	bar := c.bar(len(tasks), "tasks", *noProgress || *asJSON)
-	results, err := runner.Run(ctx, runner.Config{Suite: s, Tasks: tasks, Agents: defs, Sandbox: pool,
+	results, err := runner.Run(ctx, runner.Config{Suite: s, Tasks: tasks, Agents: defs, Sandbox: pool, Tests: tests,
 		WorkspaceDir: filepath.Join(dir, "ws"), Parallel: *parallel, Grader: &eval.Grader{Python: py},
 		Model: func(op string) (loop.Model, error) {
 			m, _ := expert.For(op)

@@ -8,15 +8,18 @@ import (
 )
 
 // Test is the test agent's expert: analyze_signature, read_existing_tests,
-// one write_test_file with the generated tests (no cases: an expert that
-// cannot run the code does not guess expected values), then submit_result
-// with the test file.
+// one write_test_file with the generated tests (no cases: an expert does
+// not guess expected values), run_tests on it when the agent has it, then
+// submit_result with the test file.
 type Test struct{}
 
 // Complete implements loop.Model.
 func (Test) Complete(ctx context.Context, req *loop.Request) (*loop.Response, error) {
-	return sequence(ctx, req, []string{"analyze_signature", "read_existing_tests", "write_test_file"},
-		map[string]any{"write_test_file": map[string]any{}})
+	steps := []string{"analyze_signature", "read_existing_tests", "write_test_file"}
+	if offered(req, "run_tests") {
+		steps = append(steps, "run_tests")
+	}
+	return sequence(ctx, req, steps, "write_test_file", map[string]any{"write_test_file": map[string]any{}})
 }
 
 // SampleData is the sample_data agent's expert: analyze_signature, one
@@ -25,14 +28,14 @@ type SampleData struct{}
 
 // Complete implements loop.Model.
 func (SampleData) Complete(ctx context.Context, req *loop.Request) (*loop.Response, error) {
-	return sequence(ctx, req, []string{"analyze_signature", "write_fixture_file"},
+	return sequence(ctx, req, []string{"analyze_signature", "write_fixture_file"}, "write_fixture_file",
 		map[string]any{"write_fixture_file": map[string]any{"format": "json"}})
 }
 
 // sequence calls each tool of steps once, in order, with args[tool] (or
-// {}), then submits the file the last one wrote. A failed step ends the run
-// with a failed submit.
-func sequence(ctx context.Context, req *loop.Request, steps []string, args map[string]any) (*loop.Response, error) {
+// {}), then submits the file the writer step wrote. A failed step ends the
+// run with a failed submit.
+func sequence(ctx context.Context, req *loop.Request, steps []string, writer string, args map[string]any) (*loop.Response, error) {
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
@@ -57,7 +60,7 @@ func sequence(ctx context.Context, req *loop.Request, steps []string, args map[s
 	var w struct {
 		Path string `json:"path"`
 	}
-	_ = json.Unmarshal(done[steps[len(steps)-1]].Result, &w)
+	_ = json.Unmarshal(done[writer].Result, &w)
 	changed := []string{}
 	if w.Path != "" {
 		changed = []string{w.Path}

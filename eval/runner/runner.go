@@ -54,6 +54,9 @@ type Config struct {
 	// Outcomes, when set, receives every job's outcome (its transcript) with
 	// its result.
 	Outcomes func(r eval.Result, out *queue.Outcome)
+	// Tests serves the test agent's run_tests (a pytestbox.Box); nil =
+	// run_tests raises RuntimeError.
+	Tests toolexec.TestRunner
 	// Logger; nil = discard.
 	Logger *slog.Logger
 }
@@ -158,7 +161,7 @@ func runOne(ctx context.Context, cfg *Config, i int) (eval.Result, error) {
 		return r, fmt.Errorf("runner: model for %s: %w", t.Op, err)
 	}
 	p, err := jobrun.New(jobrun.Config{Agents: cfg.Agents, Sandbox: cfg.Sandbox, Model: model, Loop: cfg.Loop,
-		WorkspaceDir: cfg.WorkspaceDir, Logger: cfg.Logger})
+		WorkspaceDir: cfg.WorkspaceDir, Logger: cfg.Logger, Tests: cfg.Tests})
 	if err != nil {
 		return r, err
 	}
