@@ -110,3 +110,37 @@ func itoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
+
+// A job that never finishes is graded a failure with reason timeout, the
+// batch's jobs are canceled, and the run (every task counted) is stored.
+func TestEvalTimeout(t *testing.T) {
+	suite, s := evalSuite(t)
+	dev := s.Select(eval.SplitDev, []string{eval.OpLint}, 2)
+	dir := t.TempDir()
+	slow := filepath.Join(dir, "slow.yaml")
+	if err := os.WriteFile(slow, []byte("steps:\n  - delay: 10m\n    call: run_linter\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := startWorkerIn(t, dir, scriptedWorker, "model:\n  backend: scripted\n  scripted:\n    script: "+slow+"\n")
+	out, errOut, code := enqueue(t, w.url, "eval", suite, "--split", "dev", "--op", "lint", "--limit", "2",
+		"--timeout", "3s", "--json")
+	if code != 0 {
+		t.Fatalf("eval: exit %d\n%s", code, errOut)
+	}
+	var r eval.Run
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Tasks != len(dev) || len(r.Results) != len(dev) || r.Summary[0].Tasks != len(dev) {
+		t.Fatalf("run: %d tasks, %d results, summary %+v; want %d", r.Tasks, len(r.Results), r.Summary, len(dev))
+	}
+	for _, res := range r.Results {
+		if res.Grade.Pass || res.Grade.Reason != eval.ReasonTimeout {
+			t.Errorf("%+v", res)
+		}
+	}
+	st, _, code := enqueue(t, w.url, "batch", "status", r.BatchID)
+	if code != 0 || !strings.Contains(st, "canceled") {
+		t.Errorf("batch status after the timeout (%d):\n%s", code, st)
+	}
+}
