@@ -50,6 +50,10 @@ const (
 	// DetailArgErrors (map[string]int): tool-argument errors per tool name
 	// (names the model invented included), on an AGENT_009 result.
 	DetailArgErrors = "arg_errors"
+	// DetailAgentError (string): the error text the model submitted with
+	// submit_result. It is the agent's own account and never becomes
+	// Result.Error, which only the loop's coded failures set.
+	DetailAgentError = "agent_error"
 	// DetailTrimmedTurns ([]int): the turns trimmed from the conversation to
 	// fit the context window ("Context window" in the package doc); set, on
 	// any result, only

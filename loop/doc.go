@@ -35,9 +35,10 @@
 //	AGENT_011  a parked run cannot be resumed (its tool state is corrupt,
 //	           another tool version's or another interpreter build's)
 //
-// A run that ends with submit_result has the status, summary, details and
-// error the model submitted and no ErrorCode, even when its status is
-// failed.
+// A run that ends with submit_result has the status, summary and details
+// the model submitted, the error text it submitted in
+// Details["agent_error"], and no Error or ErrorCode, even when its status
+// is failed: Error is set only with ErrorCode.
 //
 // # What the model sees
 //

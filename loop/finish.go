@@ -45,8 +45,9 @@ func parseSubmit(obj map[string]any, canon []byte) (*Result, []string) {
 			problems = append(problems, "/summary: must be a string")
 		}
 	}
+	var agentErr string
 	if v, ok := obj["error"]; ok && v != nil {
-		if res.Error, ok = v.(string); !ok {
+		if agentErr, ok = v.(string); !ok {
 			problems = append(problems, "/error: must be a string")
 		}
 	}
@@ -63,6 +64,12 @@ func parseSubmit(obj map[string]any, canon []byte) (*Result, []string) {
 				res.Details = d.Details
 			}
 		}
+	}
+	// What the model wrote as its error is the agent's own account, kept
+	// in the details: Result.Error is the loop's "<code>: <message>" only
+	// (docs/PROTOCOL.md §6: present only with error_code).
+	if agentErr != "" {
+		res.Details[DetailAgentError] = agentErr
 	}
 	return res, problems
 }

@@ -55,8 +55,10 @@ type Result struct {
 	ChangedFiles []string       `json:"changed_files" msgpack:"changed_files"`
 	Summary      string         `json:"summary" msgpack:"summary"`
 	Details      map[string]any `json:"details" msgpack:"details"`
-	// Error is "" on success, else "<code>: <message>" (for example
-	// "AGENT_003: Turn limit (6) exceeded"), or what the model submitted.
+	// Error is "<code>: <message>" of a failed run (for example
+	// "AGENT_003: Turn limit (6) exceeded"), always with ErrorCode, and ""
+	// otherwise. The error text a model submits is kept in
+	// Details[DetailAgentError], never here.
 	Error string `json:"error,omitempty" msgpack:"error,omitempty"`
 	// ErrorCode is the code part of Error, for matching.
 	ErrorCode ErrorCode `json:"error_code,omitempty" msgpack:"error_code,omitempty"`

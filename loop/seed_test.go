@@ -456,8 +456,10 @@ func TestSeed002ToolErrorReturnedLoopContinues(t *testing.T) {
 				return json.RawMessage(`{}`), nil
 			}
 			res := b.run(t)
-			if res.Status != loop.StatusFailed || res.Error != "tool failed" || res.ErrorCode != "" || res.Turns != 2 {
-				t.Fatalf("got %s %q code %q turns %d, want the model's failed submit", res.Status, res.Error, res.ErrorCode, res.Turns)
+			if res.Status != loop.StatusFailed || res.Error != "" || res.ErrorCode != "" || res.Turns != 2 ||
+				res.Details[loop.DetailAgentError] != "tool failed" {
+				t.Fatalf("got %s %q code %q turns %d details %v, want the model's failed submit (its error in the details)",
+					res.Status, res.Error, res.ErrorCode, res.Turns, res.Details)
 			}
 			env := envelope(t, toolMessages(b.lastRequest(t).Messages)[0])
 			if env.OK || env.Error.Code != tc.code || env.Error.Message != tc.message {

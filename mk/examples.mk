@@ -1,5 +1,7 @@
 # Any-language examples (issue 6): examples/node runs a job with the `nats`
-# npm package; internal/examples_test drives it against a real worker.
+# npm package; internal/examples_test drives it against a real worker, and
+# the batch examples (examples/node/batch.mjs, examples/python/batch.py, the
+# latter with Python's standard library only) against the worker binary.
 EXAMPLES_NODE_DIR := examples/node
 
 TEST_DEPS += examples-deps

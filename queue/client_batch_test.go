@@ -3,11 +3,13 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -110,6 +112,33 @@ func TestBatchPublishStatusJobs(t *testing.T) {
 	if info, _ := s.Info(ctx); info.State.Msgs != 0 {
 		t.Fatalf("%d requests left in FLEET_RUNS", info.State.Msgs)
 	}
+
+	// A batch job the worker refuses as poison (its Nats-Msg-Id differs
+	// from its job id) is tallied dead with its code, like any result.
+	m, err := wire.NewRequestMsg(request("b-raw-1", "f"), wire.JSON, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Header.Set(wire.HeaderMsgID, "b-raw-1x")
+	m.Header.Set(wire.HeaderBatch, "b-raw")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := env.client.Wait(ctx, "b-raw-1"); err != nil || r.State != wire.StateDead {
+		t.Fatalf("poison batch job: %+v %v", r, err)
+	}
+	// The tally follows the stored result.
+	bs, _ := js.Stream(ctx, wire.StreamBatches)
+	testutil.Eventually(t, 10*time.Second, "the dead job's tally", func() error {
+		info, err := bs.Info(ctx, jetstream.WithSubjectFilter(wire.SubjectBatchPrefix+"b-raw.>"))
+		if err != nil {
+			return err
+		}
+		if n := info.State.Subjects[wire.BatchDoneSubject("b-raw", "lint", wire.StateDead, wire.CodeInvalidRequest)]; n != 1 {
+			return fmt.Errorf("tallies %v", info.State.Subjects)
+		}
+		return nil
+	})
 }
 
 // Canceling a batch cancels its running and queued jobs: every job ends
@@ -128,6 +157,14 @@ func TestBatchCancel(t *testing.T) {
 	}
 	<-env.proc.started
 	<-env.proc.started
+	// A queued batch job has no record of its own: its status comes from
+	// the batch record.
+	if rec, err := env.client.Status(ctx, "b-cancel-12"); err != nil || rec.State != wire.StateQueued {
+		t.Fatalf("queued batch job's status %+v %v", rec, err)
+	}
+	if _, err := env.client.Status(ctx, "b-cancel-13"); !errors.Is(err, client.ErrJobNotFound) {
+		t.Fatalf("a job past the batch: %v", err)
+	}
 	st, err := env.client.BatchStatus(ctx, "b-cancel")
 	if err != nil || st.Total.Running != 2 || st.Total.Queued != 10 || st.Finished {
 		t.Fatalf("status before cancel %+v %v", st.Total, err)
@@ -178,5 +215,14 @@ func TestBatchInterrupted(t *testing.T) {
 	if err != nil || len(jobs) != wire.BatchIndexChunk {
 		// The second chunk's index was never written.
 		t.Fatalf("jobs %d %v", len(jobs), err)
+	}
+	// Canceling it gives the jobs never published a canceled record: a
+	// late publish of one would run nothing.
+	out, err := env.client.CancelBatch(ctx, "b-int", "")
+	if err != nil || out.Finished != wire.BatchIndexChunk || out.Unpublished != 100 || out.Canceled != 0 {
+		t.Fatalf("cancel %+v %v", out, err)
+	}
+	if rec, err := env.client.Status(ctx, wire.BatchJobID("b-int", n)); err != nil || rec.State != wire.StateCanceled {
+		t.Fatalf("the last, unpublished job: %+v %v", rec, err)
 	}
 }

@@ -189,7 +189,8 @@ func (b *testBundle) status(jobID string, state wire.JobState) wire.StatusRecord
 	return last
 }
 
-// countSubject counts the messages stored on subject in stream.
+// countSubject counts the messages stored on subject (a subject filter,
+// wildcards allowed) in stream.
 func (b *testBundle) countSubject(stream, subject string) uint64 {
 	b.t.Helper()
 	s, err := b.js.Stream(context.Background(), stream)
@@ -200,7 +201,11 @@ func (b *testBundle) countSubject(stream, subject string) uint64 {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	return info.State.Subjects[subject]
+	var n uint64 // subject may be a filter with wildcards
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
 }
 
 // consumerInfo returns the operation consumer's state.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -71,12 +72,14 @@ func (w *Worker) moveOne(ctx context.Context, data []byte) error {
 	if err := json.Unmarshal(data, &adv); err != nil || adv.Stream != wire.StreamRuns || adv.StreamSeq == 0 {
 		return nil // not ours or unreadable: drop it
 	}
-	raw, err := w.streams.Runs.GetMsg(ctx, adv.StreamSeq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil // already handled (terminated on the last attempt, or moved)
-	}
+	// Read from the leader by sequence (not a direct get: its sequence
+	// would come from a header the request itself may carry).
+	raw, err := ledger.ReadSeq(ctx, w.cfg.Conn, wire.StreamRuns, adv.StreamSeq)
 	if err != nil {
 		return err
+	}
+	if raw == nil {
+		return nil // already handled (terminated on the last attempt, or moved)
 	}
 	d := storedDelivery(raw, adv.Deliveries)
 	reason := fmt.Sprintf("%s: max deliveries (%d) reached without an acknowledgement (consumer %s)", wire.CodeMaxDeliveries, adv.Deliveries, adv.Consumer)
@@ -90,14 +93,21 @@ func (w *Worker) moveOne(ctx context.Context, data []byte) error {
 
 // storedDelivery describes a request read back from FLEET_RUNS (no live
 // delivery: the ledger deletes it from the stream when it is done with it).
-func storedDelivery(raw *jetstream.RawStreamMsg, deliveries int) *ledger.Delivery {
+// Its sequence, subject and time are the server's; its Header keeps the
+// stored headers (the dead letter's writer drops the server's own Nats-*
+// ones, wire.CopyHeader).
+func storedDelivery(raw *ledger.StoredMsg, deliveries int) *ledger.Delivery {
 	op, prio, _ := wire.ParseRunSubject(raw.Subject)
-	d := &ledger.Delivery{JobID: raw.Header.Get(wire.HeaderMsgID), Operation: op, Priority: prio,
-		Seq: raw.Sequence, Attempt: deliveries, Enqueued: raw.Time, Subject: raw.Subject, Header: raw.Header, Data: raw.Data}
-	d.Encoding, _ = wire.EncodingFor(raw.Header.Get(wire.HeaderContentType))
-	if id, ok := wire.FiredJobIDOf(raw.Header); ok {
+	h := raw.Header
+	if h == nil {
+		h = nats.Header{}
+	}
+	d := &ledger.Delivery{JobID: h.Get(wire.HeaderMsgID), Operation: op, Priority: prio,
+		Seq: raw.Seq, Attempt: deliveries, Enqueued: raw.Time, Subject: raw.Subject, Header: h, Data: raw.Data}
+	d.Encoding, _ = wire.EncodingFor(h.Get(wire.HeaderContentType))
+	if id, ok := wire.FiredJobIDOf(h); ok {
 		d.JobID = id // a recurring schedule's firing (docs/PROTOCOL.md §12.2)
-	} else if req, err := wire.DecodeRunRequest(raw.Data, raw.Header.Get(wire.HeaderContentType)); err == nil && !wire.ValidJobID(d.JobID) {
+	} else if req, err := wire.DecodeRunRequest(raw.Data, h.Get(wire.HeaderContentType)); err == nil && !wire.ValidJobID(d.JobID) {
 		d.JobID = req.JobID
 	}
 	if !wire.ValidJobID(d.JobID) {

@@ -2,13 +2,13 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -80,17 +80,19 @@ func (w *Worker) sweepOnce(ctx context.Context) error {
 }
 
 // sweepSubject dead-letters subj's requests stored before cutoff, oldest
-// first, with code and reason.
+// first, with code and reason. It walks the subject with the leader's
+// "next message on subject at or after" reads (ledger.NextBySubject), whose
+// sequence is the server's own: a request published with a Nats-Sequence
+// header of its own cannot make the walk skip or repeat requests. (FLEET_RUNS
+// is a work queue: an ordered consumer on it would count as a second
+// consumer of the subject.)
 func (w *Worker) sweepSubject(ctx context.Context, subj string, cutoff time.Time, code wire.ErrorCode, reason string) error {
 	for seq := uint64(1); ; {
-		raw, err := w.streams.Runs.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil
-		}
+		raw, err := ledger.NextBySubject(ctx, w.cfg.Conn, wire.StreamRuns, subj, seq)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", subj, err)
 		}
-		if !raw.Time.Before(cutoff) {
+		if raw == nil || !raw.Time.Before(cutoff) {
 			return nil
 		}
 		d := storedDelivery(raw, 0)
@@ -98,8 +100,8 @@ func (w *Worker) sweepSubject(ctx context.Context, subj string, cutoff time.Time
 			return err
 		}
 		w.st.dead.Add(1)
-		w.log.Warn("request nobody can serve dead-lettered", "job", d.JobID, "subject", subj, "code", code, "seq", raw.Sequence)
-		seq = raw.Sequence + 1
+		w.log.Warn("request nobody can serve dead-lettered", "job", d.JobID, "subject", subj, "code", code, "seq", raw.Seq)
+		seq = raw.Seq + 1
 	}
 }
 

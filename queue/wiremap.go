@@ -34,8 +34,24 @@ func setLoopResult(r *wire.AgentResult, lr *loop.Result) {
 	r.ChangedFiles = lr.ChangedFiles
 	r.Summary = lr.Summary
 	r.Details = lr.Details
-	r.Error = lr.Error
+	// docs/PROTOCOL.md §6: error only with error_code. The loop keeps a
+	// model's own error text in the details; this holds whatever a
+	// Processor put in Result.
 	r.ErrorCode = wire.ErrorCode(lr.ErrorCode)
+	r.Error = ""
+	if r.ErrorCode != "" {
+		r.Error = lr.Error
+		if r.Error == "" {
+			r.Error = string(r.ErrorCode)
+		}
+	} else if lr.Error != "" {
+		if r.Details == nil {
+			r.Details = map[string]any{}
+		}
+		if _, ok := r.Details[loop.DetailAgentError]; !ok {
+			r.Details[loop.DetailAgentError] = lr.Error
+		}
+	}
 	r.Turns = lr.Turns
 	r.ToolCalls = lr.ToolCalls
 	r.Usage = wireUsage(lr.Usage)

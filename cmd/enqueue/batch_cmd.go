@@ -238,10 +238,15 @@ func writeBatchStatus(w io.Writer, st *client.BatchStatus) {
 	default:
 		fmt.Fprintf(w, "running for %s, no job finished yet\n", st.Elapsed.Round(time.Second))
 	}
+	// Numbers align right; the operation names, padded here, read left.
+	width := len("OPERATION")
+	for _, op := range st.Operations {
+		width = max(width, len(op))
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "OPERATION\tPLANNED\tQUEUED\tRUNNING\tSUCCEEDED\tFAILED\tDEAD\tCANCELED\t")
+	fmt.Fprintf(tw, "%-*s\tPLANNED\tQUEUED\tRUNNING\tSUCCEEDED\tFAILED\tDEAD\tCANCELED\t\n", width, "OPERATION")
 	row := func(name string, b *client.BatchCounts) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, itoa(b.Planned), itoa(b.Queued), itoa(b.Running),
+		fmt.Fprintf(tw, "%-*s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", width, name, itoa(b.Planned), itoa(b.Queued), itoa(b.Running),
 			itoa(b.Succeeded), itoa(b.Failed), itoa(b.Dead), itoa(b.Canceled))
 	}
 	for _, op := range st.Operations {

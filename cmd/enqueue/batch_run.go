@@ -181,7 +181,9 @@ func (c *cli) runBatch(pos []string, f *fanOutFlags, a runArgs) error {
 	}
 	defer nc.Close()
 	recorded := false
-	if !a.noRecord {
+	if _, err := loadBatchRecord(p.root, id); !a.noRecord && notExist(err) {
+		// Written before the publish (a job is never out without it), and
+		// never over another batch's record (a reused id is refused).
 		if err := newBatchRecord(id, p).save(p.root); err != nil {
 			fmt.Fprintf(c.stderr, "note: cannot record the batch in %s (accept will need --force): %v\n", p.root, err)
 		} else {

@@ -262,6 +262,9 @@ func TestBatchCLI(t *testing.T) {
 			}
 		})
 	}
+	if br, err := loadBatchRecord(dir, "b1"); err != nil || len(br.Jobs) != 12 {
+		t.Fatalf("a refused reuse of b1 touched its local record: %v", err)
+	}
 	out, _, code = enqueueCLI(t, "--nats-url", url, "batch", "list", "--json")
 	var all []wire.BatchRecord
 	if code != 0 || json.Unmarshal([]byte(out), &all) != nil || len(all) != 1 {

@@ -35,6 +35,18 @@ Jobs:
         --priority high|normal|low: a free worker slot takes the most urgent
         waiting job first (default normal; low jobs still get a turn after
         queue.priority_streak more urgent ones per slot).
+  run <op>[,<op>...] <path>... [--nodes all|functions|top] [--changed[=REV]]
+        [--exclude GLOB] [--max-jobs N] [--label k=v] [--batch-id ID] [--no-wait]
+        A batch: one job per node and operation over files, folders and globs
+        (several operations or paths, a folder, a glob or one of these flags
+        make a batch). --nodes picks functions, methods and classes (all),
+        functions and methods, or module-level ones (top); --changed only
+        the nodes whose text differs from git revision REV (HEAD); --exclude
+        leaves out matching files; more jobs than --max-jobs (1000) is
+        refused with the count. Everything is checked before anything is
+        published; the batch's state lives in NATS (see batch). Then it
+        follows the batch like batch attach (--no-wait: print the id, exit).
+        --events KINDS (default finished): the events each job publishes.
   attach <job-id> [--json] [--no-progress]
         Show a job's events (stored ones first, then live) and its result,
         also long after it finished.
@@ -50,6 +62,16 @@ Jobs:
         - reads the answer from stdin). Any worker serving the operation
         resumes the run where it stopped. Refused (exit 5, nothing sent)
         when the job is not waiting.
+
+Batches (state in NATS: fleet_batches, FLEET_BATCHES; readable from anywhere):
+  batch list [--json]               every batch: operations, jobs, state, labels
+  batch status <batch-id> [--json]  counts per state and operation, failures
+        by error code, jobs/s, time left
+  batch attach <batch-id> [--json] [--no-progress] [--timeout D]
+        One live bar per operation until every job has its result, then
+        the status table (exit 0 when every job succeeded, 1 otherwise).
+  batch cancel <batch-id> [--reason TEXT]
+        Cancel every job of the batch that has not ended.
 
 Schedules (server-side, FLEET_RUNS):
   schedule add <name> <operation> <file.py> --every D | --cron EXPR [--node NAME | --line N]
@@ -133,8 +155,10 @@ Dead letters (FLEET_DLQ):
   dlq replay <job-id|seq> [--job-id ID] [--keep] [--wait [--json]]
         Publish the request again as a new job (<job-id>-r<n>) after the
         cause is fixed; the dead letter is removed unless --keep.
-  dlq purge [--operation OP] [--yes]
-        Delete the dead letters (asks on a terminal unless --yes).
+  dlq purge [<job-id|seq>] [--operation OP] [--yes]
+        Delete exactly the named dead letter (refused when the message at
+        its sequence changed since it was read), or every dead letter (of
+        OP) (asks on a terminal unless --yes).
 
 Models (the fleet_models Object Store bucket; agents name them in model:/adapter:):
   model push <name> <file.gguf> [--version N] [--json]

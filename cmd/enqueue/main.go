@@ -296,7 +296,7 @@ func connErr(err error) error {
 		return &exitError{code: exitInterrupt, err: err}
 	case errors.Is(err, client.ErrScheduleInPast), errors.Is(err, client.ErrInvalidSchedule), errors.Is(err, client.ErrInvalidUniqueKey):
 		return &exitError{code: exitUsage, err: err}
-	case errors.Is(err, client.ErrDuplicateJob), errors.Is(err, client.ErrScheduleExists):
+	case errors.Is(err, client.ErrDuplicateJob), errors.Is(err, client.ErrScheduleExists), errors.Is(err, client.ErrDeadLetterChanged):
 		return &exitError{code: exitConflict, err: err}
 	case errors.Is(err, client.ErrScheduleNotFound):
 		return &exitError{code: exitNotFound, err: err}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"slices"
@@ -243,11 +245,24 @@ func (c *cli) dlqReplay(args []string) error {
 }
 
 func (c *cli) dlqPurge(args []string) error {
-	fs := c.subFlags("dlq purge", "dlq purge [--operation OP] [--yes]")
+	fs := c.subFlags("dlq purge", "dlq purge [<job-id|seq>] [--operation OP] [--yes]")
 	op := fs.String("operation", "", "only the dead letters of operation `OP`")
 	yes := fs.Bool("yes", false, "do not ask")
-	if _, err := c.parse(fs, args, 0, "no arguments"); err != nil {
-		return err
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return &exitError{code: exitOK, err: errors.New("")}
+		}
+		return &exitError{code: exitUsage, err: errors.New("")}
+	}
+	switch {
+	case len(pos) > 1:
+		fs.Usage()
+		return fail(exitUsage, "want at most one dead letter (<job-id|seq>), got %d arguments", len(pos))
+	case len(pos) == 1 && *op != "":
+		return fail(exitUsage, "name one dead letter or --operation, not both")
+	case len(pos) == 1:
+		return c.dlqPurgeOne(pos[0])
 	}
 	if *op != "" && !wire.ValidOperation(*op) {
 		return fail(exitUsage, "--operation %q is not a valid operation", *op)
@@ -283,6 +298,23 @@ func (c *cli) dlqPurge(args []string) error {
 			return connErr(err)
 		}
 		fmt.Fprintf(c.stdout, "purged %d dead letter(s)\n", n)
+		return nil
+	})
+}
+
+// dlqPurgeOne deletes exactly the dead letter ref names (the newest of a
+// job id, or the one at a FLEET_DLQ sequence); it refuses when the stored
+// message changed since it was read.
+func (c *cli) dlqPurgeOne(ref string) error {
+	return c.session(func(ctx context.Context, cl *client.Client) error {
+		d, err := cl.DeadLetter(ctx, ref)
+		if err != nil {
+			return connErr(err)
+		}
+		if err := cl.DeleteDeadLetter(ctx, d); err != nil {
+			return connErr(err)
+		}
+		fmt.Fprintf(c.stdout, "purged dead letter %d (%s, job %s)\n", d.Seq, d.Subject, cmp.Or(d.JobID, "unreadable"))
 		return nil
 	})
 }

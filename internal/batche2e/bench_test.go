@@ -39,7 +39,7 @@ func benchJobs(b *testing.B) int {
 
 // benchProject writes a project of n functions, 100 per module, and
 // returns its folder.
-func benchProject(b *testing.B, n int) string {
+func benchProject(b testing.TB, n int) string {
 	dir := b.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "pyproject.toml"), []byte("[tool.ruff]\nline-length = 100\n"), 0o644); err != nil {
 		b.Fatal(err)
@@ -60,7 +60,7 @@ func benchProject(b *testing.B, n int) string {
 // benchServer starts a NATS server with the fleet's streams and a lint
 // consumer, and no worker: the requests stay queued, so the figures are the
 // publisher's alone.
-func benchServer(b *testing.B) (string, *nats.Conn, jetstream.JetStream) {
+func benchServer(b testing.TB) (string, *nats.Conn, jetstream.JetStream) {
 	port := natstest.FreePort(b)
 	natstest.Start(b, port, b.TempDir(), embedded.EmbeddedConfig{})
 	url := natstest.URL(port)

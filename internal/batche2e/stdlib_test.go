@@ -3,6 +3,7 @@ package batche2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,9 +100,11 @@ func TestStdlibBatch(t *testing.T) {
 func runStdlib(t *testing.T, c stdlibCase) {
 	want := expectedNodes(t, c)
 	t.Logf("%d nodes under %s %v", len(want), stdlib, c.paths)
-	const script = "steps:\n  - submit: {status: success, summary: checked, changed_files: []}\n    delay: 5ms\n"
-	a := startWorker(t, workerSpec{name: "worker-a", slots: 1, script: script})
-	b := startWorker(t, workerSpec{name: "worker-b", natsURL: a.URL, slots: 2, script: script})
+	const script = "steps:\n  - submit: {status: success, summary: checked, changed_files: []}\n    delay: %s\n"
+	a := startWorker(t, workerSpec{name: "worker-a", slots: 1, script: fmt.Sprintf(script, "5ms")})
+	// worker-b's jobs take seconds: the jobs it holds when it is killed
+	// are surely still running.
+	b := startWorker(t, workerSpec{name: "worker-b", natsURL: a.URL, slots: 2, script: fmt.Sprintf(script, "3s")})
 	nc, cl := connect(t, a.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
@@ -210,5 +213,26 @@ func runStdlib(t *testing.T, c stdlibCase) {
 	if states[wire.StateSucceeded] != len(want) || st.Total.Succeeded != states[wire.StateSucceeded] ||
 		st.Total.Done != len(want) || st.Total.Failed+st.Total.Dead+st.Total.Canceled != 0 || st.ByOp["lint"].Succeeded != len(want) {
 		t.Fatalf("stored results %v, batch status %+v", states, st.Total)
+	}
+	// And so do the commands, from another process.
+	out, stderr, code = enqueue(t, ctx, a.URL, stdlib, "batch", "attach", "stdlib", "--json")
+	var attached client.BatchStatus
+	if code != 0 || json.Unmarshal([]byte(out), &attached) != nil || attached.Total.Succeeded != len(want) || !attached.Finished {
+		t.Fatalf("batch attach: exit %d\n%s\n%s", code, out, stderr)
+	}
+	out, _, code = enqueue(t, ctx, a.URL, stdlib, "batch", "status", "stdlib")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d of %d jobs published", len(want), len(want))) || !strings.Contains(out, "finished in") {
+		t.Fatalf("batch status: exit %d\n%s", code, out)
+	}
+	if c.paths[0] != "json" {
+		return
+	}
+	// run without --no-wait follows its batch to the end (--json: the
+	// final status).
+	out, stderr, code = enqueue(t, ctx, a.URL, stdlib, "run", "lint", "json", "--no-record", "--json", "--batch-id", "again")
+	var followed client.BatchStatus
+	if code != 0 || json.Unmarshal([]byte(out), &followed) != nil || !followed.Finished || followed.Total.Succeeded == 0 ||
+		followed.Total.Succeeded != followed.Total.Planned {
+		t.Fatalf("run following its batch: exit %d\n%s\n%s", code, out, stderr)
 	}
 }

@@ -246,6 +246,11 @@ func (p *batchPublisher) chunk(ctx context.Context, reqs []*wire.RunRequest) err
 	var inflight []pending
 	var first error
 	settle := func(n int) {
+		// One bound for the whole wait: a connection that dies with
+		// hundreds of publishes in flight must not cost a timeout each.
+		timeout := time.NewTimer(30 * time.Second)
+		defer timeout.Stop()
+		expired := false
 		for len(inflight) > n {
 			pa := inflight[0]
 			inflight = inflight[1:]
@@ -260,10 +265,15 @@ func (p *batchPublisher) chunk(ctx context.Context, reqs []*wire.RunRequest) err
 				if first == nil {
 					first = fmt.Errorf("publish %s: %w", pa.f.Msg().Header.Get(wire.HeaderMsgID), batchStreamErr(err))
 				}
-			case <-time.After(30 * time.Second):
+			case <-timeout.C:
+				expired = true
+			}
+			if expired {
 				if first == nil {
 					first = fmt.Errorf("publish %s: no acknowledgement in 30s", pa.f.Msg().Header.Get(wire.HeaderMsgID))
 				}
+				// The rest count as not published.
+				inflight = inflight[:0]
 			}
 		}
 	}

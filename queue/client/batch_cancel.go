@@ -31,9 +31,10 @@ type BatchCanceled struct {
 // marks the batch record canceled (a fan-out still publishing stops at its
 // next chunk), then cancels each job as Cancel does — a canceled record for
 // a queued job (the worker that picks it up ends it without running it),
-// the cancel subject for a running one — 32 at a time. Jobs the index lists
-// but the fan-out did not publish get a canceled record too, so a late
-// publish of theirs runs nothing.
+// the cancel subject for a running one — 32 at a time. Jobs the fan-out
+// did not publish (or not yet: every "<batch>-<n>" up to the planned
+// count) get a canceled record too, so a late publish of theirs runs
+// nothing.
 func (c *Client) CancelBatch(ctx context.Context, batchID, reason string) (*BatchCanceled, error) {
 	kv, err := c.batchBucket(ctx)
 	if err != nil {
@@ -62,6 +63,14 @@ func (c *Client) CancelBatch(ctx context.Context, batchID, reason string) (*Batc
 	jobs, err := c.BatchJobs(ctx, batchID)
 	if err != nil {
 		return nil, err
+	}
+	// Job ids are "<batch>-<n>": the jobs a publisher still running has
+	// not indexed yet get their canceled record too, so whatever it
+	// publishes before it sees the cancel runs nothing.
+	if rec, err := c.Batch(ctx, batchID); err == nil {
+		for n := len(jobs) + 1; n <= rec.Planned; n++ {
+			jobs = append(jobs, BatchJobState{BatchJob: wire.BatchJob{N: n, JobID: wire.BatchJobID(batchID, n)}})
+		}
 	}
 	out := &BatchCanceled{}
 	var todo []BatchJobState

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,7 +60,8 @@ type BatchStatus struct {
 	Operations []string                `json:"operations"`
 	// Codes counts the jobs that ended with an error code, by code.
 	Codes map[wire.ErrorCode]int `json:"codes,omitempty"`
-	// Finished: every published job has its result and the fan-out ended.
+	// Finished: every published job has its result and the fan-out ended
+	// (or its publisher has been silent for 30 s).
 	Finished bool `json:"finished"`
 	// Elapsed is from the batch's creation to now, or to its last result
 	// when it is finished; Rate is results per second over it.
@@ -209,7 +212,9 @@ func (c *Client) BatchStatus(ctx context.Context, batchID string) (*BatchStatus,
 	if rec.State == wire.BatchPublishing && now.Sub(rec.UpdatedAt) > publisherSilentAfter {
 		st.PublisherSilent = true
 	}
-	fanoutOver := rec.State != wire.BatchPublishing
+	// A publisher silent for long is taken as gone: what it published is
+	// all the batch will get.
+	fanoutOver := rec.State != wire.BatchPublishing || st.PublisherSilent
 	st.Finished = fanoutOver && st.Total.Done >= st.Total.Published
 	end := now
 	if st.Total.Done > 0 {
@@ -354,4 +359,24 @@ func (c *Client) readBatch(ctx context.Context, batchID string, fn func(subject 
 		}
 	}
 	return nil
+}
+
+// batchQueued is the status of a batch job that has no record of its own
+// yet (a batch writes no per-job queued record): queued when its batch's
+// record says it was published (job n of "<batch>-<n>" within Published),
+// else nil.
+func (c *Client) batchQueued(ctx context.Context, jobID string) *wire.StatusRecord {
+	cut := strings.LastIndexByte(jobID, '-')
+	if cut <= 0 {
+		return nil
+	}
+	n, err := strconv.Atoi(jobID[cut+1:])
+	if err != nil || n < 1 || !wire.ValidBatchID(jobID[:cut]) {
+		return nil
+	}
+	rec, err := c.Batch(ctx, jobID[:cut])
+	if err != nil || n > rec.Published {
+		return nil
+	}
+	return &wire.StatusRecord{JobID: jobID, State: wire.StateQueued, UpdatedAt: rec.UpdatedAt}
 }

@@ -303,6 +303,9 @@ func (c *Client) Status(ctx context.Context, jobID string) (*wire.StatusRecord, 
 	}
 	rec, err := ledger.ReadStatus(ctx, c.nc, kv, jobID)
 	if errors.Is(err, ledger.ErrNotFound) {
+		if rec := c.batchQueued(ctx, jobID); rec != nil {
+			return rec, nil
+		}
 		return nil, fmt.Errorf("%w: %s", ErrJobNotFound, jobID)
 	}
 	if err != nil {

@@ -1,11 +1,13 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -89,12 +91,16 @@ func (d *DeadLetter) Request() (*wire.RunRequest, error) {
 	return wire.DecodeRunRequest(d.Data, d.Header.Get(wire.HeaderContentType))
 }
 
-func newDeadLetter(m *jetstream.RawStreamMsg) *DeadLetter {
-	h := m.Header
-	if h == nil {
-		h = nats.Header{}
+// newDeadLetter describes the FLEET_DLQ message m. Its sequence, subject
+// and time are the server's (ledger.StoredMsg); the server's own Nats-*
+// headers a dead letter stored before 1.11 may carry as copies of its
+// request's read are left out of Header.
+func newDeadLetter(m *ledger.StoredMsg) *DeadLetter {
+	h := wire.CopyHeader(m.Header)
+	if id := m.Header.Get(wire.HeaderMsgID); id != "" {
+		h.Set(wire.HeaderMsgID, id) // the dead letter's own (set by its writer)
 	}
-	d := &DeadLetter{Seq: m.Sequence, Subject: m.Subject, Operation: trimPrefix(m.Subject, wire.SubjectDLQPrefix),
+	d := &DeadLetter{Seq: m.Seq, Subject: m.Subject, Operation: trimPrefix(m.Subject, wire.SubjectDLQPrefix),
 		JobID: h.Get(wire.HeaderJobID), Code: wire.ErrorCode(h.Get(wire.HeaderDLQCode)), Reason: h.Get(wire.HeaderDLQReason),
 		OriginalSubject: h.Get(wire.HeaderOrigSubject), Time: m.Time, Header: h, Data: m.Data}
 	d.OriginalSeq, _ = strconv.ParseUint(h.Get(wire.HeaderOrigSeq), 10, 64)
@@ -125,31 +131,30 @@ func (c *Client) dlqStream(ctx context.Context) (jetstream.Stream, error) {
 	return s, nil
 }
 
-// DeadLetters returns every message of FLEET_DLQ, oldest first. It reads
-// them one by one with direct gets (a dead-letter queue is meant to be
-// short); use it for operating the fleet, not on a hot path.
+// DeadLetters returns every message of FLEET_DLQ, oldest first, each with
+// the sequence, subject and bytes the stream holds. It reads them with one
+// ordered consumer (ledger.Walk), not one get per letter; use it for
+// operating the fleet, not on a hot path.
 func (c *Client) DeadLetters(ctx context.Context) ([]*DeadLetter, error) {
-	s, err := c.dlqStream(ctx)
-	if err != nil {
+	if _, err := c.dlqStream(ctx); err != nil {
 		return nil, err
 	}
 	var out []*DeadLetter
-	for seq := uint64(1); ; {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(wire.SubjectDLQPrefix+">"))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("queue: dead letters: %w", err)
-		}
+	err := ledger.Walk(ctx, c.js, c.nc, wire.StreamDLQ, wire.SubjectDLQPrefix+">", func(m *ledger.StoredMsg) (bool, error) {
 		out = append(out, newDeadLetter(m))
-		seq = m.Sequence + 1
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: dead letters: %w", err)
 	}
+	return out, nil
 }
 
 // DeadLetter returns the newest dead letter of job ref, or, when no dead
-// letter has that job id and ref is a number, the one at that FLEET_DLQ
-// sequence (dead letters whose job id was unreadable are reached that way).
+// letter has that job id and ref is a number, the one stored at that
+// FLEET_DLQ sequence (dead letters whose job id was unreadable are reached
+// that way), read by its sequence. ErrDeadLetterNotFound when neither
+// exists.
 func (c *Client) DeadLetter(ctx context.Context, ref string) (*DeadLetter, error) {
 	all, err := c.DeadLetters(ctx)
 	if err != nil {
@@ -160,14 +165,49 @@ func (c *Client) DeadLetter(ctx context.Context, ref string) (*DeadLetter, error
 			return all[i], nil
 		}
 	}
-	if seq, err := strconv.ParseUint(ref, 10, 64); err == nil {
-		for _, d := range all {
-			if d.Seq == seq {
-				return d, nil
-			}
+	if seq, err := strconv.ParseUint(ref, 10, 64); err == nil && seq > 0 {
+		m, err := ledger.ReadSeq(ctx, c.nc, wire.StreamDLQ, seq)
+		if err != nil {
+			return nil, fmt.Errorf("queue: dead letter %d: %w", seq, err)
+		}
+		if m != nil && strings.HasPrefix(m.Subject, wire.SubjectDLQPrefix) {
+			return newDeadLetter(m), nil
 		}
 	}
 	return nil, fmt.Errorf("%w: %s", ErrDeadLetterNotFound, wire.Clip(ref))
+}
+
+// ErrDeadLetterChanged: the message at a dead letter's sequence is no longer
+// the one the caller read (deleted, or the sequence names another message);
+// nothing was deleted.
+var ErrDeadLetterChanged = errors.New("queue: dead letter changed since it was read")
+
+// DeleteDeadLetter deletes exactly dead letter d from FLEET_DLQ: the message
+// stored at d.Seq, after checking that it still has d's subject and bytes.
+// It refuses with ErrDeadLetterChanged (deleting nothing) when it does not,
+// and ErrDeadLetterNotFound when the sequence holds no message.
+func (c *Client) DeleteDeadLetter(ctx context.Context, d *DeadLetter) error {
+	s, err := c.dlqStream(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := ledger.ReadSeq(ctx, c.nc, wire.StreamDLQ, d.Seq)
+	if err != nil {
+		return fmt.Errorf("queue: dead letter %d: %w", d.Seq, err)
+	}
+	if m == nil {
+		return fmt.Errorf("%w: %d", ErrDeadLetterNotFound, d.Seq)
+	}
+	if m.Subject != d.Subject || !bytes.Equal(m.Data, d.Data) {
+		return fmt.Errorf("%w: sequence %d now holds another message (%s)", ErrDeadLetterChanged, d.Seq, wire.Clip(m.Subject))
+	}
+	if err := s.DeleteMsg(ctx, d.Seq); err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("%w: %d", ErrDeadLetterNotFound, d.Seq)
+		}
+		return fmt.Errorf("queue: delete dead letter %d: %w", d.Seq, err)
+	}
+	return nil
 }
 
 // ReplayOptions tunes Replay.
@@ -241,11 +281,7 @@ func (c *Client) Replay(ctx context.Context, d *DeadLetter, opts ReplayOptions) 
 		return nil, nil, err
 	}
 	if !opts.Keep {
-		s, err := c.dlqStream(ctx)
-		if err != nil {
-			return enq, req, err
-		}
-		if err := s.DeleteMsg(ctx, d.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err := c.DeleteDeadLetter(ctx, d); err != nil && !errors.Is(err, ErrDeadLetterNotFound) {
 			return enq, req, fmt.Errorf("queue: replayed as %s but the dead letter %d stays: %w", id, d.Seq, err)
 		}
 	}

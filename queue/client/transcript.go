@@ -194,7 +194,17 @@ func (c *Client) TranscriptAt(ctx context.Context, seq uint64) (_ TranscriptEntr
 	default:
 		return TranscriptEntry{}, false, fmt.Errorf("queue: read %s at %d: %s %s", wire.StreamTranscripts, seq, st, m.Header.Get("Description"))
 	}
-	return transcriptEntry(seq, m.Header.Get("Nats-Subject"), m.Data), true, nil
+	if subj := m.Header.Values("Nats-Subject"); len(subj) == 1 {
+		return transcriptEntry(seq, subj[0], m.Data), true, nil
+	}
+	// The stored message carries a Nats-Subject of its own beside the
+	// server's: read it from the leader, whose answer names the subject
+	// in a field (docs/PROTOCOL.md §8.5).
+	sm, err := ledger.ReadSeq(ctx, c.nc, wire.StreamTranscripts, seq)
+	if err != nil || sm == nil {
+		return TranscriptEntry{}, false, err
+	}
+	return transcriptEntry(seq, sm.Subject, sm.Data), true, nil
 }
 
 // transcriptEntry is the stream message seq on subj.

@@ -39,10 +39,10 @@ func dlqMsg(d *Delivery, code wire.ErrorCode, reason string) *nats.Msg {
 	if !wire.ValidOperation(op) {
 		op = "_invalid"
 	}
-	h := make(nats.Header, len(d.Header)+8)
-	for k, v := range d.Header {
-		h[k] = v
-	}
+	// Never the server's own Nats-* headers of the read that found d
+	// (wire.CopyHeader): stored again, they would give the dead letter a
+	// second Nats-Sequence and break every walk of FLEET_DLQ.
+	h := wire.CopyHeader(d.Header)
 	seq := strconv.FormatUint(d.Seq, 10)
 	msgID := "seq-" + seq + "-dlq"
 	if wire.ValidJobID(d.JobID) {

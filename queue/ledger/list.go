@@ -110,7 +110,8 @@ func lastRecords(ctx context.Context, js jetstream.JetStream) (leases, results m
 			switch {
 			case strings.HasPrefix(subj, wire.SubjectLeasesPrefix):
 				var rec wire.StatusRecord
-				if json.Unmarshal(m.Data(), &rec) == nil {
+				// A malformed last lease record counts as none (§8.3).
+				if json.Unmarshal(m.Data(), &rec) == nil && rec.State != "" {
 					rec.JobID = strings.TrimPrefix(subj, wire.SubjectLeasesPrefix)
 					leases[rec.JobID] = &rec
 				}

@@ -13,8 +13,12 @@ import (
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// storedMsg is one message read back from a stream.
-type storedMsg struct {
+// StoredMsg is one message read back from a stream. Subject, Seq and Time
+// are the ones the server assigned (the JSON fields of its answer, or a
+// delivery's metadata), never a header: a stored message may carry a copied
+// Nats-Sequence of its own (docs/PROTOCOL.md §8.5). Header holds the headers
+// as stored.
+type StoredMsg struct {
 	Subject string
 	Seq     uint64
 	Header  nats.Header
@@ -26,17 +30,17 @@ type storedMsg struct {
 // direct get, which a replica may answer from behind): the claim's
 // decisions must see every write acknowledged before them. It returns nil
 // when the subject has no message.
-func getLast(ctx context.Context, nc *nats.Conn, stream, subject string) (*storedMsg, error) {
+func getLast(ctx context.Context, nc *nats.Conn, stream, subject string) (*StoredMsg, error) {
 	return getMsg(ctx, nc, stream, fmt.Sprintf(`{"last_by_subj":%q}`, subject))
 }
 
 // getSeq reads message seq of stream from its leader (nil: no such message,
 // for a work queue: acknowledged and removed).
-func getSeq(ctx context.Context, nc *nats.Conn, stream string, seq uint64) (*storedMsg, error) {
+func getSeq(ctx context.Context, nc *nats.Conn, stream string, seq uint64) (*StoredMsg, error) {
 	return getMsg(ctx, nc, stream, fmt.Sprintf(`{"seq":%d}`, seq))
 }
 
-func getMsg(ctx context.Context, nc *nats.Conn, stream, req string) (*storedMsg, error) {
+func getMsg(ctx context.Context, nc *nats.Conn, stream, req string) (*StoredMsg, error) {
 	resp, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, []byte(req))
 	if err != nil {
 		return nil, fmt.Errorf("ledger: read %s: %w", stream, err)
@@ -63,7 +67,7 @@ func getMsg(ctx context.Context, nc *nats.Conn, stream, req string) (*storedMsg,
 	if r.Message == nil {
 		return nil, fmt.Errorf("ledger: read %s: empty answer", stream)
 	}
-	m := &storedMsg{Subject: r.Message.Subject, Seq: r.Message.Seq, Data: r.Message.Data, Time: r.Message.Time}
+	m := &StoredMsg{Subject: r.Message.Subject, Seq: r.Message.Seq, Data: r.Message.Data, Time: r.Message.Time}
 	if len(r.Message.Header) > 0 {
 		h, err := decodeHeaders(r.Message.Header)
 		if err != nil {
@@ -192,7 +196,10 @@ func (j reader) status(ctx context.Context, jobID string) (*wire.StatusRecord, e
 	if err != nil {
 		return nil, err
 	}
-	if lease != nil {
+	// A malformed last lease record (lastLease gives it no state) is read as
+	// if it did not exist: the client's record is next, never an earlier
+	// lease record (docs/PROTOCOL.md §8.3).
+	if lease != nil && lease.State != "" {
 		return lease, nil
 	}
 	if client != nil {

@@ -133,7 +133,7 @@ func ReadTranscript(ctx context.Context, nc *nats.Conn, jobID string) (*wire.Tra
 	if err != nil {
 		return nil, err
 	}
-	var m *storedMsg
+	var m *StoredMsg
 	switch {
 	case res != nil && res.TranscriptSeq == 0:
 		return nil, fmt.Errorf("%w: %s (its result names none)", ErrNoTranscript, jobID)
@@ -169,9 +169,9 @@ func ReadTranscript(ctx context.Context, nc *nats.Conn, jobID string) (*wire.Tra
 
 // lastLeaseTranscript walks the job's transcripts and returns the one with
 // the highest lease (nil: none).
-func lastLeaseTranscript(ctx context.Context, nc *nats.Conn, jobID string) (*storedMsg, error) {
+func lastLeaseTranscript(ctx context.Context, nc *nats.Conn, jobID string) (*StoredMsg, error) {
 	subj := wire.TranscriptSubject(jobID)
-	var best *storedMsg
+	var best *StoredMsg
 	var bestLease uint64
 	for seq := uint64(1); ; {
 		m, err := getMsg(ctx, nc, wire.StreamTranscripts, fmt.Sprintf(`{"seq":%d,"next_by_subj":%q}`, seq, subj))

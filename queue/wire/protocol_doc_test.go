@@ -22,8 +22,10 @@ func TestProtocolDocExamples(t *testing.T) {
 		blocks = append(blocks, part[:strings.Index(part, "```")])
 	}
 	// The request, the result, an event, then §8.1's lease record and a
-	// client's queued and canceled records, and §12.3's scheduled record.
-	targets := []any{&RunRequest{}, &AgentResult{}, &Event{}, &StatusRecord{}, &StatusRecord{}, &StatusRecord{}, &StatusRecord{}}
+	// client's queued and canceled records, §12.3's scheduled record, and
+	// §21's batch record, index message and tally.
+	targets := []any{&RunRequest{}, &AgentResult{}, &Event{}, &StatusRecord{}, &StatusRecord{}, &StatusRecord{}, &StatusRecord{},
+		&BatchRecord{}, &BatchIndex{}, &BatchTally{}}
 	if len(blocks) != len(targets) {
 		t.Fatalf("PROTOCOL.md has %d JSON examples, the test knows %d", len(blocks), len(targets))
 	}
@@ -64,5 +66,11 @@ func TestProtocolDocExamples(t *testing.T) {
 	}
 	if c := targets[6].(*StatusRecord); c.ScheduledAt == nil || !c.ScheduledAt.After(c.UpdatedAt) {
 		t.Errorf("scheduled record example has scheduled_at %v", c.ScheduledAt)
+	}
+	if b := targets[7].(*BatchRecord); !ValidBatchID(b.BatchID) || b.State != BatchPublished || b.Planned != b.PlannedByOp["lint"]+b.PlannedByOp["docstring"] {
+		t.Errorf("batch record example decoded to %+v", b)
+	}
+	if x := targets[8].(*BatchIndex); len(x.Jobs) != 1 || x.Jobs[0].JobID != BatchJobID(x.BatchID, 1) {
+		t.Errorf("batch index example decoded to %+v", x)
 	}
 }
