@@ -24,8 +24,8 @@ func TestExpertsPassSmallSuite(t *testing.T) {
 	py := &eval.Python{}
 	defer py.Close()
 	s, err := eval.Build(ctx, eval.BuildConfig{Seed: 5, Python: py, Sources: eval.DefaultSources()[:1],
-		Ops:  []string{eval.OpLint, eval.OpDocstring},
-		Only: []string{"colorsys.py", "textwrap.py", "shlex.py", "fnmatch.py", "bisect.py", "netrc.py", "glob.py", "pprint.py", "cmd.py"},
+		Ops:      []string{eval.OpLint, eval.OpDocstring},
+		Only:     []string{"colorsys.py", "textwrap.py", "shlex.py", "fnmatch.py", "bisect.py", "netrc.py", "glob.py", "pprint.py", "cmd.py"},
 		PerSplit: map[string]int{eval.SplitTrain: 9, eval.SplitDev: 9, eval.SplitTest: 9}})
 	if err != nil {
 		t.Fatal(err)
