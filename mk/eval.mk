@@ -5,7 +5,9 @@
 # policies and with the 270M random-weights model on llama.cpp (strict
 # decoding); `make eval-agreement` compares run_linter with pycodestyle and
 # pyflakes over the whole standard library. A small suite runs in
-# `make test` (eval/, internal/e2e/eval_test.go).
+# `make test` (eval/, internal/e2e/eval_test.go). `make eval` takes
+# EVAL_LIMIT=N (the first N dev tasks of each operation), EVAL_SLOTS
+# (worker slots, default 2) and EVAL_TIMEOUT (default 60m).
 
 EVAL_DIR   := .build/evals
 EVAL_SEED  ?= 1
