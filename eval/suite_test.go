@@ -141,3 +141,30 @@ func TestInstanceSourceProblems(t *testing.T) {
 		t.Fatalf("missing file: %v", err)
 	}
 }
+
+// Read never panics; what it accepts writes back to text it reads again
+// the same; what it refuses wraps ErrBadSuite.
+func FuzzRead(f *testing.F) {
+	f.Add([]byte(`{"kind":"fleet-eval-suite","version":1,"name":"x","seed":1,"line_length":88,"sources":[{"name":"s","root":"/r","package":"p"}],"tasks":0}` + "\n"))
+	f.Add([]byte(`{"kind":"fleet-eval-suite","version":1,"sources":[{"name":"s","root":"/r","package":"p"}],"tasks":1}` + "\n" +
+		`{"id":"a","op":"lint","split":"dev","source":"s","path":"m.py","file":"m.py","unit":"m","sha256":"` + strings.Repeat("0", 64) +
+		`","node":{"name":"","type":"file","start":0,"end":0},"defect":{"code":"W291","start":1,"end":1,"new":["x "]},"expect":[]}` + "\n"))
+	f.Add([]byte("{not json\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := Read(bytes.NewReader(b))
+		if err != nil {
+			if !errors.Is(err, ErrBadSuite) {
+				t.Fatalf("error not ErrBadSuite: %v", err)
+			}
+			return
+		}
+		var out bytes.Buffer
+		if err := s.Write(&out); err != nil {
+			t.Fatal(err)
+		}
+		again, err := Read(bytes.NewReader(out.Bytes()))
+		if err != nil || len(again.Tasks) != len(s.Tasks) {
+			t.Fatalf("written suite does not read back: %v", err)
+		}
+	})
+}
