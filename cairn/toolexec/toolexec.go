@@ -53,6 +53,9 @@ type Config struct {
 	// Memory serves the scripts' remember(key, text) calls (remember.go);
 	// nil when the agent has no memory, and remember raises RuntimeError.
 	Memory Rememberer
+	// Tests serves the scripts' run_tests(paths) calls (runtests.go); nil
+	// makes run_tests raise RuntimeError naming what to install.
+	Tests TestRunner
 }
 
 func (c *Config) validate() error {

@@ -33,7 +33,7 @@ const pageProblems = `(() => {
   const h1 = document.querySelector("main h1");
   if (!h1 || !h1.textContent.trim()) p.push("no page title (main h1)");
   const nav = document.querySelectorAll("header.top nav a");
-  if (nav.length !== 5) p.push("navigation has " + nav.length + " links, want 5");
+  if (nav.length !== 6) p.push("navigation has " + nav.length + " links, want 6");
   const top = document.querySelector("header.top");
   if (!top || getComputedStyle(top).display !== "flex") p.push("stylesheet not applied (header.top is not flex)");
   const wide = document.documentElement.scrollWidth;
@@ -328,6 +328,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		u.open("/dlq", "dlq-after-replay")
 		if got := u.text("#deadletters tbody"); !strings.Contains(got, "No dead letter") {
 			t.Errorf("the replayed dead letter stays: %q", got)
+		}
+		u.open("/evals", "evals")
+		if got := u.text("#evals tbody"); !strings.Contains(got, "No eval run yet") {
+			t.Errorf("evals page: %q", got)
 		}
 	})
 

@@ -152,6 +152,20 @@ Training data (docs/TRAINING.md):
         Prints what was kept and dropped, and why, on stderr (a progress
         bar on a terminal). -o replaces FILE only when the export succeeds.
 
+Evals (docs/EVALS.md):
+  eval <SUITE> [--split dev|test|train] [--op OP,...] [--model REF]
+       [--agent-version V] [--teacher] [--limit N] [--timeout D] [--json]
+        Run a suite's tasks as one batch, grade every result with the real
+        tools, store the run (fleet_evals) and review each job as
+        eval:<suite>. Per operation: rate, 95% interval, failure reasons,
+        mean turns, tokens and time per job.
+  eval list [--json] | eval compare <RUN_A> <RUN_B> [--all] [--json]
+        The stored runs; two runs task by task with an exact McNemar test.
+  eval build [-o FILE] [--seed N] [--per-split ...] [--ops OP,...]
+        Build a suite from Debian's python3.11, python3-toolz, python3-boltons.
+  eval local <SUITE> [--split dev] [--op OP,...] | eval agreement
+        The expert policies in process; run_linter vs pycodestyle/pyflakes.
+
 Dead letters (FLEET_DLQ):
   dlq list [--json]               dead letters with their code and reason
   dlq show <job-id|seq> [--json]  one dead letter: headers and request

@@ -122,6 +122,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdDataset(cargs)
 	case "watch":
 		err = c.cmdWatch(cargs)
+	case "eval":
+		err = c.cmdEval(cargs)
 	case "help":
 		fmt.Fprint(stdout, helpText)
 		return exitOK

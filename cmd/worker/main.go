@@ -60,11 +60,13 @@ import (
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/pym"
+	"github.com/agentfleet/fleet/cairn/toolexec"
 	"github.com/agentfleet/fleet/config"
 	"github.com/agentfleet/fleet/internal/logging"
 	"github.com/agentfleet/fleet/internal/metrics"
 	"github.com/agentfleet/fleet/internal/natsconn"
 	"github.com/agentfleet/fleet/internal/presence"
+	"github.com/agentfleet/fleet/internal/pytestbox"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -287,6 +289,15 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
+	// The test agent's run_tests: pytest in a bubblewrap sandbox, when
+	// bubblewrap, prlimit and python3 are installed (else run_tests raises
+	// RuntimeError naming the packages).
+	var tests toolexec.TestRunner
+	if box, err := pytestbox.New(pytestbox.Config{}); err != nil {
+		log.Warn("run_tests unavailable", "err", err)
+	} else {
+		tests = box
+	}
 	mem := memory.NewStore(js, log)  // fleet_memory, for agents with memory: (w.Start creates it)
 	tracker := presence.NewTracker() // the running jobs, for the presence record
 	wcfg := queue.Config{
@@ -315,6 +326,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 				SyncWorkspace: cfg.NATS.Embedded.SyncAlways,
 				Logger:        log.With("slot", slot),
 				Memory:        mem,
+				Tests:         tests,
 			})
 			if err != nil {
 				return nil, err

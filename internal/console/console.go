@@ -194,6 +194,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /batches", s.batchesPage)
 	m.HandleFunc("GET /batches/{id}", s.batchPage)
 	m.HandleFunc("GET /batches/{id}/diff", s.batchDiffPage)
+	m.HandleFunc("GET /evals", s.evalsPage)
+	m.HandleFunc("GET /evals/{id}", s.evalPage)
 	m.HandleFunc("GET /dlq", s.dlqPage)
 	m.HandleFunc("GET /dlq/{seq}", s.deadLetterPage)
 	m.HandleFunc("POST /dlq/{seq}/replay", s.action(s.replay))

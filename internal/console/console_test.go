@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/eval"
 	"github.com/agentfleet/fleet/internal/console"
 	"github.com/agentfleet/fleet/internal/console/consoletest"
 	"github.com/agentfleet/fleet/internal/testutil"
@@ -216,4 +218,35 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+}
+
+// The evals page lists the runs in the fleet_evals bucket; a run's page
+// has its summary and its failed tasks; an unknown run is a 404.
+func TestEvalsPages(t *testing.T) {
+	f := consoletest.Start(t, consoletest.Options{NoWorker: true})
+	s := startConsole(t, f, false)
+	base := s.URL()
+	body := get(t, base, "/evals", http.StatusOK)
+	mustContain(t, "evals (empty)", body, "No eval run yet")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(f.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := []eval.Result{
+		{TaskID: "lint-dev-0001", Op: "lint", JobID: "b-1", Grade: eval.Grade{Pass: true}, Turns: 3},
+		{TaskID: "lint-dev-0002", Op: "lint", JobID: "b-2", Grade: eval.Grade{Reason: "outside_span", Detail: "line 9 changed"}},
+		{TaskID: "docstring-dev-0001", Op: "docstring", JobID: "b-3", Grade: eval.Grade{Pass: true}},
+	}
+	run := &eval.Run{ID: "b-20260101-x", Suite: "debian-py", Split: "dev", BatchID: "b-20260101-x", Tasks: 3,
+		Started: time.Now().Add(-time.Minute), Finished: time.Now(), Results: results, Summary: eval.Summarize(results)}
+	if err := eval.SaveRun(ctx, js, run); err != nil {
+		t.Fatal(err)
+	}
+	body = get(t, base, "/evals", http.StatusOK)
+	mustContain(t, "evals", body, `data-run="b-20260101-x"`, `data-op="lint">lint 1/2`, "docstring 1/1")
+	body = get(t, base, "/evals/b-20260101-x", http.StatusOK)
+	mustContain(t, "eval run", body, `data-task="lint-dev-0002"`, "outside_span", "line 9 changed", `href="/jobs/b-2"`, "50.0%")
+	get(t, base, "/evals/nope", http.StatusNotFound)
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // pageNames are the page templates; each is parsed with layout.html.
-var pageNames = []string{"queues", "workers", "jobs", "job", "dlq", "deadletter", "message", "batches", "batch", "batchdiff"}
+var pageNames = []string{"queues", "workers", "jobs", "job", "dlq", "deadletter", "message", "batches", "batch", "batchdiff", "evals", "evalrun"}
 
 func parseTemplates() (map[string]*template.Template, error) {
 	out := make(map[string]*template.Template, len(pageNames))
@@ -45,6 +45,8 @@ var funcs = template.FuncMap{
 		}
 		return a * 100 / b
 	},
+	"pctf": func(f float64) string { return fmt.Sprintf("%.1f", 100*f) },
+	"addf": func(a, b float64) float64 { return a + b },
 }
 
 // ago says how long before now t was ("3s ago"); "" for the zero time.

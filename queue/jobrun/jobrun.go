@@ -118,6 +118,9 @@ type Config struct {
 	// Memory is the fleet_memory bucket for agents that declare memory:
 	// (memory.go); nil = such agents run without their memory.
 	Memory *memory.Store
+	// Tests runs the run_tests tool's pytest in a sandbox
+	// (internal/pytestbox); nil = run_tests raises RuntimeError.
+	Tests toolexec.TestRunner
 }
 
 func (c *Config) validate() error {
@@ -301,6 +304,7 @@ func (p *Processor) input(req *wire.RunRequest, ja *jobAgent, ws *workspace, eve
 		Node:       agents.Node(req.Node),
 		Logger:     log,
 		Memory:     rememberer(mem),
+		Tests:      p.cfg.Tests,
 	})
 	if err != nil {
 		return loop.Input{}, fmt.Errorf("jobrun: tools of %s: %w", req.Operation, err)
