@@ -127,4 +127,3 @@ func printReport(w io.Writer, title string, results []eval.Result) {
 	}
 	tw.Flush()
 }
-
