@@ -1,0 +1,106 @@
+package train_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	ollamallama "github.com/ollama/ollama/llama"
+	"github.com/ollama/ollama/ml"
+
+	"github.com/agentfleet/fleet/train"
+)
+
+// TestLogitsAgreeWithLlama trains a tiny model, then runs one record's
+// tokens through the trainer's PyTorch model and through llama.cpp (the
+// GGUF fleet's backend loads) and compares every position's logits.
+func TestLogitsAgreeWithLlama(t *testing.T) {
+	dir := t.TempDir()
+	data := writeSynth(t, dir, 24, "messages", 3)
+	cfg := tinyConfig(t, data, filepath.Join(dir, "agree.gguf"))
+	cfg.MaxSteps = 8
+	if _, err := train.Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := train.OpenTokenizer(cfg.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := train.ReadDataset(data, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _, err := tok.Encode(&ds.Examples[0])
+	tok.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := train.TrainerLogits(context.Background(), "", filepath.Join(dir, "agree.work"), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, nVocab := llamaLogits(t, cfg.Out, ids)
+	if len(got) != len(want) {
+		t.Fatalf("llama.cpp gave %d logits, the trainer %d", len(got), len(want))
+	}
+	d := maxAbsDiff(got, want)
+	argmaxSame := 0
+	for p := 0; p < len(ids); p++ {
+		if argmax(got[p*nVocab:(p+1)*nVocab]) == argmax(want[p*nVocab:(p+1)*nVocab]) {
+			argmaxSame++
+		}
+	}
+	t.Logf("%d positions x %d logits: max |llama.cpp - trainer| = %.2e; argmax equal at %d/%d positions", len(ids), nVocab, d, argmaxSame, len(ids))
+	// llama.cpp keeps K and V in F16 in its cache; the rest is F32.
+	if d > 5e-3 || argmaxSame < len(ids)*99/100 {
+		t.Fatalf("logits disagree: max difference %.3g, argmax equal at %d/%d", d, argmaxSame, len(ids))
+	}
+}
+
+func argmax(v []float32) int {
+	b := 0
+	for i := range v {
+		if v[i] > v[b] {
+			b = i
+		}
+	}
+	return b
+}
+
+// llamaLogits decodes ids in one batch with llama.cpp and returns the
+// logits of every position.
+func llamaLogits(t *testing.T, path string, ids []int32) ([]float32, int) {
+	t.Helper()
+	ollamallama.BackendInit()
+	m, err := ollamallama.LoadModelFromFile(path, ollamallama.ModelParams{UseMmap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ollamallama.FreeModel(m)
+	n := len(ids)
+	ctx, err := ollamallama.NewContextWithModel(m, ollamallama.NewContextParams(n+16, n, 1, 2, ml.FlashAttentionDisabled, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ollamallama.NewBatch(n, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	for i, id := range ids {
+		b.Add(int(id), nil, i, true, 0)
+	}
+	if err := ctx.Decode(b); err != nil {
+		t.Fatal(err)
+	}
+	nv := m.NumVocab()
+	out := make([]float32, 0, n*nv)
+	for i := range ids {
+		l := ctx.GetLogitsIth(i)
+		if l == nil {
+			t.Fatalf("no logits at %d", i)
+		}
+		out = append(out, l...)
+	}
+	return out, nv
+}
