@@ -33,10 +33,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			fmt.Fprintf(cfg.Progress, f+"\n", a...)
 		}
 	}
-	python, err := findPython(ctx, cfg.Python)
-	if err != nil {
-		return nil, err
-	}
 	ds, err := ReadDataset(cfg.Data, cfg.AgentDigest)
 	if err != nil {
 		return nil, err
@@ -114,6 +110,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	} else {
 		os.Remove(filepath.Join(cfg.Work, "base.safetensors"))
+	}
+	python, err := findPython(ctx, cfg.Python)
+	if err != nil {
+		return nil, err
 	}
 	tc := trainerConfig(cfg, spec, ds.Digest, VocabDigest(vocab))
 	b, _ := json.MarshalIndent(tc, "", "  ")

@@ -57,6 +57,8 @@ type Event struct {
 	History       [][3]*float64 `json:"history"`
 	Code          string        `json:"code"`
 	Message       string        `json:"message"`
+	// PID is the trainer process (event "start").
+	PID int `json:"pid"`
 }
 
 // findPython returns an interpreter that imports torch: python (when

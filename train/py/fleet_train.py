@@ -376,7 +376,7 @@ def main():
         opt.load_state_dict(saved["opt"])
         st = saved["state"]
         emit("resumed", step=st["step"])
-    emit("start", steps=total, steps_per_epoch=per_epoch, train=len(train), dev=len(dev),
+    emit("start", pid=os.getpid(), steps=total, steps_per_epoch=per_epoch, train=len(train), dev=len(dev),
          params=sum(p.numel() for p in model.parameters()), trainable=sum(p.numel() for p in params))
 
     stop = {"sig": False}
