@@ -28,6 +28,7 @@ const (
 	BackendLlama    = "llama"    // llama.cpp in process (inference/llama)
 	BackendRemote   = "remote"   // an OpenAI-compatible server (inference/remote)
 	BackendScripted = "scripted" // replays a script of responses (tests, queue benchmarks)
+	BackendExpert   = "expert"   // the eval's scripted expert policies (eval/expert)
 )
 
 // Config is the worker's whole configuration. Durations are Go duration

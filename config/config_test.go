@@ -224,7 +224,7 @@ func TestValidationErrors(t *testing.T) {
 		{"teacher key env unset", "model:\n  teacher:\n    base_url: http://h/v1\n    model: m\n    api_key_env: FLEET_TEST_SURELY_UNSET_KEY\n", nil, []string{"model.teacher.api_key_env names FLEET_TEST_SURELY_UNSET_KEY, which is not set (line 5)"}},
 		{"teacher retries", "", []string{"FLEET_MODEL_TEACHER_BASE_URL", "http://h/v1", "FLEET_MODEL_TEACHER_MODEL", "m", "FLEET_MODEL_TEACHER_MAX_RETRIES", "-1"}, []string{"model.teacher.max_retries must be >= 0, got -1 (set by FLEET_MODEL_TEACHER_MAX_RETRIES)"}},
 		{"prompt log off llama", "model:\n  backend: remote\n  remote:\n    base_url: http://h/v1\n  prompt_log: p.jsonl\n", nil, []string{"model.prompt_log is only written by model.backend: llama, got remote (line 5)"}},
-		{"unknown backend", "model:\n  backend: onnx\n", nil, []string{`model.backend must be llama, remote or scripted, got "onnx" (line 2)`}},
+		{"unknown backend", "model:\n  backend: onnx\n", nil, []string{`model.backend must be llama, remote, scripted or expert, got "onnx" (line 2)`}},
 		{"scripted without script", "model:\n  backend: scripted\n", nil, []string{"model.scripted.script is required with model.backend: scripted"}},
 		{"unknown key", "nats:\n  tsl:\n    ca: x\n", nil, []string{`unknown key "tsl" in nats (known: connect_retry_for, creds, embedded, nkey_seed, password, tls, token, url, user) (line 2)`}},
 		{"unknown section", "workers:\n  slots: 2\n", nil, []string{`unknown key "workers" in top level`}},
@@ -330,7 +330,7 @@ func TestValidateInCode(t *testing.T) {
 	c.Worker.Slots = 0
 	c.Model.Backend = ""
 	err := c.Validate()
-	if err == nil || err.Error() != "config: worker.slots must be >= 1, got 0\nconfig: model.backend must be llama, remote or scripted, got \"\"" {
+	if err == nil || err.Error() != "config: worker.slots must be >= 1, got 0\nconfig: model.backend must be llama, remote, scripted or expert, got \"\"" {
 		t.Errorf("Validate = %v", err)
 	}
 }

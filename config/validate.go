@@ -295,8 +295,10 @@ func (m *Model) validate(k *checker) {
 		} else {
 			k.file("model.scripted.script", m.Scripted.Script)
 		}
+	case BackendExpert:
 	default:
-		k.add("model.backend", "must be %s, %s or %s, got %q", BackendLlama, BackendRemote, BackendScripted, m.Backend)
+		k.add("model.backend", "must be %s, %s, %s or %s, got %q", BackendLlama, BackendRemote, BackendScripted,
+			BackendExpert, m.Backend)
 	}
 	if m.BatchSize == DefaultBatchSize && m.ContextSize >= 256 && m.ContextSize < DefaultBatchSize {
 		m.BatchSize = m.ContextSize // the default never exceeds a small context

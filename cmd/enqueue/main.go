@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -95,6 +96,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdAnswer(cargs)
 	case "list":
 		err = c.cmdList(cargs)
+	case "batch":
+		err = c.cmdBatch(cargs)
 	case "accept":
 		err = c.cmdAccept(cargs)
 	case "reject":
@@ -117,6 +120,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.cmdStats(cargs)
 	case "dataset":
 		err = c.cmdDataset(cargs)
+	case "eval":
+		err = c.cmdEval(cargs)
 	case "help":
 		fmt.Fprint(stdout, helpText)
 		return exitOK
@@ -175,7 +180,7 @@ func (c *cli) parse(fs *flag.FlagSet, args []string, nargs int, what string) ([]
 		}
 		return nil, &exitError{code: exitUsage, err: errors.New("")}
 	}
-	if len(pos) != nargs {
+	if nargs >= 0 && len(pos) != nargs {
 		fs.Usage()
 		return nil, fail(exitUsage, "want %s, got %d argument(s)", what, len(pos))
 	}
@@ -300,7 +305,7 @@ func connErr(err error) error {
 }
 
 func (c *cli) cmdRun(args []string) error {
-	fs := c.subFlags("run", "run <operation> <file.py> [--node NAME | --line N] [--json] [--no-wait] [--teacher]")
+	fs := c.subFlags("run", "run <operation> <file.py> [--node NAME | --line N] [--json] [--no-wait] [--teacher]\n       enqueue run <op>[,<op>...] <path>... [--nodes all|functions|top] [--changed[=REV]] [--exclude GLOB] [--max-jobs N] [--label k=v]  (a batch)")
 	node := fs.String("node", "", "run on the function or class `NAME` (Class.method for a method)")
 	line := fs.Int("line", 0, "run on the function or class enclosing line `N`")
 	asJSON := fs.Bool("json", false, "print newline-delimited JSON events, then the result")
@@ -315,9 +320,29 @@ func (c *cli) cmdRun(args []string) error {
 	noRecord := fs.Bool("no-record", false, "do not record the sent files in <root>/.fleet/jobs (accept then needs --force)")
 	project := fs.String("project", "", "the project agents' memory is kept under (default: the project root's folder name)")
 	tf := registerTiming(fs)
-	pos, err := c.parse(fs, args, 2, "<operation> <file.py>")
+	bf := registerFanOut(fs)
+	pos, err := c.parse(fs, args, -1, "")
 	if err != nil {
 		return err
+	}
+	if isFanOut(pos, bf.set(fs)) {
+		var single []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "node", "line", "job-id", "at", "in", "unique", "priority":
+				single = append(single, "--"+f.Name)
+			}
+		})
+		if len(single) > 0 {
+			return fail(exitUsage, "%s apply to a single job; a batch (several operations or paths, a folder, a glob, or a batch flag) takes none", strings.Join(single, ", "))
+		}
+		return c.runBatch(pos, bf, runArgs{asJSON: *asJSON, noWait: *noWait, noProgress: *noProgress, noRecord: *noRecord,
+			msgpack: *msgpack, timeout: *timeout, project: *project,
+			opts: wire.RunOptions{MaxTurns: *maxTurns, Teacher: *teacher, ParkTimeoutMS: parkTimeout.Milliseconds()}})
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return fail(exitUsage, "want <operation> <file.py>, got %d argument(s)", len(pos))
 	}
 	eopts, err := tf.options(time.Now())
 	if err != nil {

@@ -66,9 +66,15 @@ func recordPath(root, jobID string) string {
 	return filepath.Join(root, filepath.FromSlash(recordDir), jobID+".json")
 }
 
-// loadRecord reads a job's record; fs.ErrNotExist when there is none.
+// loadRecord reads a job's record, or for a batch job without one its
+// batch's record; fs.ErrNotExist when there is none.
 func loadRecord(root, jobID string) (*jobRecord, error) {
 	data, err := os.ReadFile(recordPath(root, jobID))
+	if notExist(err) {
+		if r, berr := batchJobRecord(root, jobID); berr == nil {
+			return r, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

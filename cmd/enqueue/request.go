@@ -99,8 +99,22 @@ func buildRequest(op, file string, spec nodeSpec, opts wire.RunOptions) (*wire.R
 		}
 	}
 
+	files, wnotes := workspaceFiles(op, root, abs, rel, src, len(node.Text))
+	notes = append(notes, wnotes...)
+	req := &wire.RunRequest{Version: wire.ProtocolVersion, Operation: op, Node: wire.Node(node), Files: files, Options: opts,
+		Project: projectName(root)}
+	return req, notes, nil
+}
+
+// workspaceFiles is the workspace a job on the file at abs (rel to root,
+// content src) sends: the file, the project's config files, the conftest.py
+// files between the root and the file, and tests/ for the test and
+// sample_data operations, as long as the request stays under its size limit
+// (extra bytes are taken by the node's text). notes say what was skipped.
+func workspaceFiles(op, root, abs, rel, src string, extra int) (map[string]string, []string) {
+	var notes []string
 	files := map[string]string{rel: src}
-	size := len(src) + len(node.Text)
+	size := len(src) + extra
 	add := func(p string) {
 		r, err := filepath.Rel(root, p)
 		if err != nil {
@@ -150,9 +164,7 @@ func buildRequest(op, file string, spec nodeSpec, opts wire.RunOptions) (*wire.R
 			add(p)
 		}
 	}
-	req := &wire.RunRequest{Version: wire.ProtocolVersion, Operation: op, Node: wire.Node(node), Files: files, Options: opts,
-		Project: projectName(root)}
-	return req, notes, nil
+	return files, notes
 }
 
 // projectName is the request's default project (the key agents' memory is

@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/config"
+	"github.com/agentfleet/fleet/eval/expert"
 	"github.com/agentfleet/fleet/internal/filedigest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -41,6 +42,8 @@ func newBackend(cfg *config.Config, log *slog.Logger) (backend, error) {
 		return &scriptedBackend{path: cfg.Model.Scripted.Script, s: s}, nil
 	case config.BackendRemote:
 		return newRemoteBackend(cfg, log)
+	case config.BackendExpert:
+		return expertBackend{}, nil
 	}
 	return nil, fmt.Errorf("unknown model backend %q", cfg.Model.Backend)
 }
@@ -76,3 +79,20 @@ func fileModel(backend, path string) wire.ModelInfo {
 	}
 	return mi
 }
+
+// expertBackend runs the eval's expert policies (eval/expert): each job's
+// expert is picked by its agent's tools. It measures the tools' ceiling
+// through the fleet (enqueue eval) and writes transcripts to train on.
+type expertBackend struct{}
+
+func (expertBackend) Describe() []any { return []any{"backend", config.BackendExpert} }
+
+func (expertBackend) ForSlot(int) (modelPicker, error) {
+	return func(*agents.Definition) (loop.Model, error) { return expert.Auto{}, nil }, nil
+}
+
+func (expertBackend) ModelInfo(*agents.Definition) wire.ModelInfo {
+	return wire.ModelInfo{Backend: config.BackendExpert, Name: "expert"}
+}
+
+func (expertBackend) Close() error { return nil }

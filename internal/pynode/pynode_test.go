@@ -313,3 +313,19 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// A comment before a body's first statement is not the header's colon.
+func TestColonBeforeLeadingComment(t *testing.T) {
+	src := "def f(a, b):\n    # the comment comes first\n    return a + b\n\n\nclass C:  # trailing\n    # first\n    x = 1\n"
+	file, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]int{"f": {1, 11}, "C": {6, 7}}
+	for _, n := range file.Nodes {
+		w := want[n.Name]
+		if n.HeaderEnd != w[0] || n.Colon != w[1] {
+			t.Errorf("%s: header end %d colon %d, want %d %d", n.Name, n.HeaderEnd, n.Colon, w[0], w[1])
+		}
+	}
+}

@@ -128,7 +128,13 @@ func (f *File) header(n *sitter.Node, node *Node) {
 		node.BodyStart = node.Def
 		return
 	}
-	if colon := body.PrevSibling(); colon != nil && colon.KindId() == colonID {
+	// A comment between the colon and the first statement comes before
+	// the block in tree-sitter's tree: skip it.
+	colon := body.PrevSibling()
+	for colon != nil && colon.KindId() == commentID {
+		colon = colon.PrevSibling()
+	}
+	if colon != nil && colon.KindId() == colonID {
 		b := int(colon.StartByte())
 		node.HeaderEnd, node.Colon = f.line(b), f.column(b)-1
 	}

@@ -149,8 +149,14 @@ func msgOf(d *Delivery) (*nats.Msg, bool) {
 // round means another writer moved the lease in between).
 const maxClaimTries = 5
 
-// Claim implements Ledger.
+// Claim implements Ledger. A batch job's claim is tallied (§21).
 func (j *JetStream) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
+	l, err := j.claim(ctx, d)
+	j.tallyClaim(d, err)
+	return l, err
+}
+
+func (j *JetStream) claim(ctx context.Context, d *Delivery) (*Lease, error) {
 	if !wire.ValidJobID(d.JobID) {
 		return nil, fmt.Errorf("ledger: claim: invalid job id %q", wire.Clip(d.JobID))
 	}
@@ -405,6 +411,7 @@ func (j *JetStream) storeResult(ctx context.Context, l *Lease, r *wire.AgentResu
 				// this lease's own earlier write whose PubAck was lost).
 				_ = j.cfg.Conn.PublishMsg(&nats.Msg{Subject: l.Delivery.ReplyTo + ".result", Data: data, Header: m.Header})
 			}
+			j.tallyDone(l.Delivery, r)
 			return nil
 		case IsConflict(a.err):
 			// Another lease record is the last one, or (on a replicated

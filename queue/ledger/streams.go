@@ -166,6 +166,10 @@ type Streams struct {
 	Models jetstream.ObjectStore
 	// Memory is the fleet_memory bucket of agents' remembered entries.
 	Memory jetstream.KeyValue
+	// Batches is FLEET_BATCHES (batch job indexes and tallies) and
+	// BatchRecords the fleet_batches bucket of batch records (§21).
+	Batches      jetstream.Stream
+	BatchRecords jetstream.KeyValue
 	// Schedules reports whether FLEET_RUNS accepts schedule messages
 	// (only without RunsMaxBytes/RunsMaxMsgs, docs/PROTOCOL.md §12).
 	Schedules bool
@@ -307,6 +311,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		return nil, err
 	}
 	if s.Memory, err = ensureMemory(ctx, js, cfg, storage); err != nil {
+		return nil, err
+	}
+	if s.Batches, s.BatchRecords, err = ensureBatches(ctx, js, cfg, storage); err != nil {
 		return nil, err
 	}
 	if s.StatusStream, err = js.Stream(ctx, "KV_"+wire.BucketJobs); err != nil {

@@ -314,11 +314,13 @@ const (
 
 var requestSchema = &msgpackSchema{
 	kinds: map[string]string{"version": kindInteger, "job_id": kindString, "operation": kindString,
-		"node": kindObject, "files": kindObject, "options": kindObject, "project": kindString},
+		"node": kindObject, "files": kindObject, "options": kindObject, "project": kindString,
+		"batch": kindString, "labels": kindObject},
 	nested: map[string]*msgpackSchema{
 		"node": {kinds: map[string]string{"id": kindString, "name": kindString, "type": kindString,
 			"file_path": kindString, "text": kindString}},
-		"files": {kinds: map[string]string{"*": kindString}},
+		"files":  {kinds: map[string]string{"*": kindString}},
+		"labels": {kinds: map[string]string{"*": kindString}},
 		"options": {kinds: map[string]string{"max_turns": kindInteger, "step_timeout_ms": kindInteger,
 			"total_timeout_ms": kindInteger, "tool_timeout_ms": kindInteger, "park_timeout_ms": kindInteger, "teacher": kindBoolean}},
 	},

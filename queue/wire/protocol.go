@@ -286,6 +286,12 @@ type RunRequest struct {
 	// keep their entries per agent and project (docs/PROTOCOL.md §15).
 	// Optional, 1-64 of [A-Za-z0-9_-]; empty means DefaultProject.
 	Project string `json:"project,omitempty" msgpack:"project,omitempty"`
+	// Batch is the id of the batch the job belongs to (protocol 1.11,
+	// docs/PROTOCOL.md §21); empty for a job of its own. Clients also send
+	// it in the Fleet-Batch header, which is what the worker counts by.
+	Batch string `json:"batch,omitempty" msgpack:"batch,omitempty"`
+	// Labels are the batch's key=value labels (1.11), informational.
+	Labels map[string]string `json:"labels,omitempty" msgpack:"labels,omitempty"`
 	// CreatedAt is when the client built the request (informational).
 	CreatedAt time.Time `json:"created_at" msgpack:"created_at"`
 }

@@ -111,6 +111,12 @@ func (r *RunRequest) Validate() error {
 	if r.Project != "" && !ValidProject(r.Project) {
 		return Invalid("project", "%q must be 1-%d characters of [A-Za-z0-9_-]", Clip(r.Project), MaxProjectLength)
 	}
+	if r.Batch != "" && !ValidBatchID(r.Batch) {
+		return Invalid("batch", "%q must be 1-%d characters of [A-Za-z0-9_-]", Clip(r.Batch), MaxBatchIDLength)
+	}
+	if err := ValidateLabels(r.Labels); err != nil {
+		return err
+	}
 	n := &r.Node
 	for _, f := range []struct{ name, v string }{
 		{"node.id", n.ID}, {"node.name", n.Name}, {"node.type", n.Type}, {"node.file_path", n.FilePath}, {"node.text", n.Text},
