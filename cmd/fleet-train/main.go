@@ -19,6 +19,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"sort"
@@ -34,6 +35,16 @@ func main() {
 }
 
 func run(args []string) int {
+	// llama.cpp logs through slog at info level: only its warnings matter here.
+	slog.SetLogLoggerLevel(slog.LevelWarn)
+	if len(args) > 0 {
+		switch args[0] {
+		case "expert-data":
+			return expertData(args[1:])
+		case "eval":
+			return evalModel(args[1:])
+		}
+	}
 	fs := flag.NewFlagSet("fleet-train", flag.ContinueOnError)
 	var c train.Config
 	fs.StringVar(&c.Data, "data", "", "training data: JSONL from `enqueue dataset export` (--format text or messages)")
