@@ -6,12 +6,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentfleet/fleet/inference/modelstore"
 	"github.com/agentfleet/fleet/internal/gguf"
 )
 
 // Metadata keys written into the GGUF (and shown by `enqueue model push`).
 const (
-	MetaPrefix      = "general.fleet.train."
+	MetaPrefix      = modelstore.TrainPrefix
 	MetaDataDigest  = MetaPrefix + "data_digest"
 	MetaAgentDigest = MetaPrefix + "agent_digest"
 	MetaVocabDigest = MetaPrefix + "vocab_digest"

@@ -68,6 +68,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 	}
+	if cfg.MaxLen > 0 {
+		kept := seqs[:0]
+		for _, s := range seqs {
+			if len(s.IDs) <= cfg.MaxLen {
+				kept = append(kept, s)
+			}
+		}
+		if len(kept) == 0 {
+			return nil, fmt.Errorf("%w: every record is longer than %d tokens", ErrData, cfg.MaxLen)
+		}
+		say("train: left out %d records longer than %d tokens", len(seqs)-len(kept), cfg.MaxLen)
+		seqs = kept
+	}
 	var maxLen, targets int
 	for _, s := range seqs {
 		maxLen = max(maxLen, len(s.IDs))

@@ -89,6 +89,8 @@ func runTrainer(ctx context.Context, python, work string, onEvent func(Event)) (
 	}
 	cmd := exec.CommandContext(ctx, python, script, work)
 	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
+	// If this process dies, the trainer checkpoints and stops too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	// On cancellation ask the trainer to checkpoint and stop.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	stdout, err := cmd.StdoutPipe()

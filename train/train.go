@@ -65,6 +65,9 @@ type Config struct {
 	// AgentDigest, when set, must prefix every record's agent digest.
 	AgentDigest string
 
+	// MaxLen drops records longer than this many tokens (0: keep all);
+	// the context written into the GGUF still covers the longest kept.
+	MaxLen          int
 	Epochs          int
 	MaxSteps        int
 	BatchTokens     int

@@ -61,6 +61,7 @@ func run(args []string) int {
 	fs.IntVar(&c.Shape.Heads, "heads", 0, "attention heads (0: embedding/head-dim)")
 	fs.IntVar(&c.Shape.HeadDim, "head-dim", 0, "head size (0: 32)")
 	fs.IntVar(&c.Shape.Context, "context", 0, "context length written into the GGUF (0: twice the longest record, rounded)")
+	fs.IntVar(&c.MaxLen, "max-len", 0, "leave out records longer than N tokens (0: keep all)")
 	fs.IntVar(&c.Epochs, "epochs", 0, "epochs (default 20)")
 	fs.IntVar(&c.MaxSteps, "steps", 0, "stop after this many steps (0: epochs decide)")
 	fs.IntVar(&c.BatchTokens, "batch-tokens", 0, "padded tokens per batch (default 8192)")
