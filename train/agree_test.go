@@ -2,26 +2,56 @@ package train_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
 	ollamallama "github.com/ollama/ollama/llama"
 	"github.com/ollama/ollama/ml"
 
+	"github.com/agentfleet/fleet/internal/gguf"
 	"github.com/agentfleet/fleet/train"
 )
 
-// TestLogitsAgreeWithLlama trains a tiny model, then runs one record's
-// tokens through the trainer's PyTorch model and through llama.cpp (the
-// GGUF fleet's backend loads) and compares every position's logits.
-func TestLogitsAgreeWithLlama(t *testing.T) {
+// TestTinyRun trains a tiny model for a few steps: the loss falls, the
+// GGUF carries the training metadata and a cut vocabulary, and
+// llama.cpp's logits of the GGUF (what fleet's backend runs) equal the
+// trainer's at every position of a record.
+func TestTinyRun(t *testing.T) {
 	dir := t.TempDir()
-	data := writeSynth(t, dir, 24, "messages", 3)
-	cfg := tinyConfig(t, data, filepath.Join(dir, "agree.gguf"))
-	cfg.MaxSteps = 8
-	if _, err := train.Run(context.Background(), cfg); err != nil {
+	data := writeSynth(t, dir, 32, "messages", 1)
+	cfg := tinyConfig(t, data, filepath.Join(dir, "m.gguf"))
+	cfg.MaxSteps = 12
+	var losses []float64
+	cfg.OnEvent = func(ev train.Event) {
+		if ev.Event == "step" && ev.Loss != nil {
+			losses = append(losses, *ev.Loss)
+		}
+	}
+	res, err := train.Run(context.Background(), cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
+	first := (losses[0] + losses[1]) / 2
+	last := (losses[len(losses)-1] + losses[len(losses)-2]) / 2
+	t.Logf("loss %.3f -> %.3f over %d steps; dev %.3f (%.3f before), dev accuracy %.2f", first, last, len(losses), res.DevLoss, res.InitialDevLoss, res.DevAcc)
+	if !(last < first*0.8) || !(res.DevLoss < res.InitialDevLoss) {
+		t.Fatalf("loss did not fall: train %.3f -> %.3f, dev %.3f -> %.3f", first, last, res.InitialDevLoss, res.DevLoss)
+	}
+	m, err := gguf.ReadModel(cfg.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.KV.String(train.MetaDataDigest) == "" || m.KV.String(train.MetaAgentDigest) != "sha256:abc123" {
+		t.Fatalf("metadata missing: %v", m.KV.String(train.MetaDataDigest))
+	}
+	if _, err := os.Stat(res.LossCurve); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Spec.VocabSize; got >= gguf.Gemma3VocabSize || got < 494 {
+		t.Fatalf("vocabulary of %d tokens, want a cut one", got)
+	}
+
 	tok, err := train.OpenTokenizer(cfg.Out)
 	if err != nil {
 		t.Fatal(err)
@@ -35,11 +65,11 @@ func TestLogitsAgreeWithLlama(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := train.TrainerLogits(context.Background(), "", filepath.Join(dir, "agree.work"), ids)
+	want, err := train.TrainerLogits(context.Background(), "", filepath.Join(dir, "m.work"), ids)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, nVocab := llamaLogits(t, cfg.Out, ids)
+	got, nVocab := llamaLogits(t, cfg.Out, "", ids)
 	if len(got) != len(want) {
 		t.Fatalf("llama.cpp gave %d logits, the trainer %d", len(got), len(want))
 	}
@@ -69,7 +99,7 @@ func argmax(v []float32) int {
 
 // llamaLogits decodes ids in one batch with llama.cpp and returns the
 // logits of every position.
-func llamaLogits(t *testing.T, path string, ids []int32) ([]float32, int) {
+func llamaLogits(t *testing.T, path, lora string, ids []int32) ([]float32, int) {
 	t.Helper()
 	ollamallama.BackendInit()
 	m, err := ollamallama.LoadModelFromFile(path, ollamallama.ModelParams{UseMmap: true})
@@ -81,6 +111,11 @@ func llamaLogits(t *testing.T, path string, ids []int32) ([]float32, int) {
 	ctx, err := ollamallama.NewContextWithModel(m, ollamallama.NewContextParams(n+16, n, 1, 2, ml.FlashAttentionDisabled, ""))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if lora != "" {
+		if err := m.ApplyLoraFromFile(ctx, lora, 1, 2); err != nil {
+			t.Fatal(err)
+		}
 	}
 	b, err := ollamallama.NewBatch(n, 1, 0)
 	if err != nil {

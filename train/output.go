@@ -21,6 +21,7 @@ const (
 	MetaTrainLoss   = MetaPrefix + "train_loss"
 	MetaDevLoss     = MetaPrefix + "dev_loss"
 	MetaDevAcc      = MetaPrefix + "dev_token_accuracy"
+	MetaInitialDev  = MetaPrefix + "initial_dev_loss"
 	MetaSteps       = MetaPrefix + "steps"
 	MetaStopped     = MetaPrefix + "stopped"
 	MetaRecords     = MetaPrefix + "records"
@@ -45,6 +46,7 @@ func metadata(cfg Config, ds *Dataset, v *gguf.Vocab, s gguf.Spec, r *Result) ma
 		MetaTrainLoss:   float32(r.TrainLoss),
 		MetaDevLoss:     float32(r.DevLoss),
 		MetaDevAcc:      float32(r.DevAcc),
+		MetaInitialDev:  float32(r.InitialDevLoss),
 		MetaSteps:       uint32(r.Steps),
 		MetaStopped:     r.Stopped,
 		MetaRecords:     fmt.Sprintf("train=%d dev=%d", r.Train, r.Dev),

@@ -18,23 +18,23 @@ import (
 // uninterrupted run with the same seed.
 func TestResumeAfterSIGKILL(t *testing.T) {
 	dir := t.TempDir()
-	data := writeSynth(t, dir, 24, "messages", 4)
+	data := writeSynth(t, dir, 16, "messages", 4)
 
 	whole := tinyConfig(t, data, filepath.Join(dir, "whole.gguf"))
-	whole.MaxSteps, whole.CheckpointEvery = 7, 2
+	whole.MaxSteps, whole.CheckpointEvery = 5, 2
 	if _, err := train.Run(context.Background(), whole); err != nil {
 		t.Fatal(err)
 	}
 
 	killed := tinyConfig(t, data, filepath.Join(dir, "killed.gguf"))
-	killed.MaxSteps, killed.CheckpointEvery = 7, 2
+	killed.MaxSteps, killed.CheckpointEvery = 5, 2
 	pid := 0
 	killed.OnEvent = func(ev train.Event) {
 		switch {
 		case ev.Event == "start":
 			pid = ev.PID
-		case ev.Event == "step" && ev.Step == 5:
-			// after the checkpoint of step 4, before the one of step 6
+		case ev.Event == "step" && ev.Step == 3:
+			// after the checkpoint of step 2, before the one of step 4
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Error(err)
 			}
@@ -51,14 +51,14 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 	resumed := false
 	killed.OnEvent = func(ev train.Event) {
 		if ev.Event == "resumed" {
-			resumed = ev.Step == 4
+			resumed = ev.Step == 2
 		}
 	}
 	if _, err := train.Run(context.Background(), killed); err != nil {
 		t.Fatal(err)
 	}
 	if !resumed {
-		t.Fatal("the second run did not resume from the checkpoint of step 4")
+		t.Fatal("the second run did not resume from the checkpoint of step 2")
 	}
 	a, b := tensors(t, whole.Out), tensors(t, killed.Out)
 	if len(a) != len(b) {

@@ -176,6 +176,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res := &Result{Out: cfg.Out, Steps: done.Step, BestStep: done.BestStep, TrainLoss: derefNaN(done.TrainLoss),
 		DevLoss: derefNaN(done.DevLoss), DevAcc: derefNaN(done.DevAccuracy), Stopped: done.Stopped,
+		InitialDevLoss: derefNaN(done.InitialDevLoss), InitialDevAcc: derefNaN(done.InitialDevAccuracy),
 		Train: start.Train, Dev: start.Dev, Params: start.Params, Trainable: start.Trainable, TokS: done.TokS}
 	if start.Train == 0 {
 		res.Train, res.Dev = len(train), len(dev)

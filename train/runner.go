@@ -36,27 +36,31 @@ var ErrInterrupted = errors.New("train: interrupted")
 
 // Event is one JSON line the trainer prints.
 type Event struct {
-	Event         string        `json:"event"`
-	Step          int           `json:"step"`
-	Steps         int           `json:"steps"`
-	StepsPerEpoch int           `json:"steps_per_epoch"`
-	Epoch         int           `json:"epoch"`
-	Loss          *float64      `json:"loss"`
-	DevLoss       *float64      `json:"dev_loss"`
-	TrainLoss     *float64      `json:"train_loss"`
-	DevAccuracy   *float64      `json:"dev_accuracy"`
-	Best          *float64      `json:"best"`
-	BestStep      int           `json:"best_step"`
-	Tokens        int64         `json:"tokens"`
-	TokS          float64       `json:"tok_s"`
-	Train         int           `json:"train"`
-	Dev           int           `json:"dev"`
-	Params        int64         `json:"params"`
-	Trainable     int64         `json:"trainable"`
-	Stopped       string        `json:"stopped"`
-	History       [][3]*float64 `json:"history"`
-	Code          string        `json:"code"`
-	Message       string        `json:"message"`
+	Event         string   `json:"event"`
+	Step          int      `json:"step"`
+	Steps         int      `json:"steps"`
+	StepsPerEpoch int      `json:"steps_per_epoch"`
+	Epoch         int      `json:"epoch"`
+	Loss          *float64 `json:"loss"`
+	DevLoss       *float64 `json:"dev_loss"`
+	TrainLoss     *float64 `json:"train_loss"`
+	DevAccuracy   *float64 `json:"dev_accuracy"`
+	// InitialDevLoss and InitialDevAccuracy are the dev split's before
+	// training (for a LoRA adapter: the base model's).
+	InitialDevLoss     *float64      `json:"initial_dev_loss"`
+	InitialDevAccuracy *float64      `json:"initial_dev_accuracy"`
+	Best               *float64      `json:"best"`
+	BestStep           int           `json:"best_step"`
+	Tokens             int64         `json:"tokens"`
+	TokS               float64       `json:"tok_s"`
+	Train              int           `json:"train"`
+	Dev                int           `json:"dev"`
+	Params             int64         `json:"params"`
+	Trainable          int64         `json:"trainable"`
+	Stopped            string        `json:"stopped"`
+	History            [][3]*float64 `json:"history"`
+	Code               string        `json:"code"`
+	Message            string        `json:"message"`
 	// PID is the trainer process (event "start").
 	PID int `json:"pid"`
 }

@@ -102,3 +102,5 @@ func writeSynth(t testing.TB, dir string, n int, format string, seed uint64) str
 	}
 	return path
 }
+
+func randFor(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 7)) }

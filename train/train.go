@@ -171,20 +171,24 @@ func (c *Config) validate() error {
 
 // Result is what Run produced.
 type Result struct {
-	Out        string
-	LossCurve  string
-	Summary    string
-	Steps      int
-	BestStep   int
-	TrainLoss  float64
-	DevLoss    float64
-	DevAcc     float64
-	Stopped    string
-	Train, Dev int
-	Params     int64
-	Trainable  int64
-	TokS       float64
-	Metadata   map[string]any
+	Out       string
+	LossCurve string
+	Summary   string
+	Steps     int
+	BestStep  int
+	TrainLoss float64
+	DevLoss   float64
+	DevAcc    float64
+	// InitialDevLoss and InitialDevAcc are the dev split's before
+	// training (for a LoRA adapter: the base model's).
+	InitialDevLoss float64
+	InitialDevAcc  float64
+	Stopped        string
+	Train, Dev     int
+	Params         int64
+	Trainable      int64
+	TokS           float64
+	Metadata       map[string]any
 }
 
 // AutoShape picks a model shape for targetTokens target tokens whose

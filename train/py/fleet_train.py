@@ -390,6 +390,12 @@ def main():
     def checkpoint():
         save_atomic({"digest": cfg["digest"], "model": model.state_dict(), "opt": opt.state_dict(), "state": st}, ckpt)
 
+    if dev and st["step"] == 0 and not st["history"]:
+        # the starting point (for LoRA: the base model itself)
+        d0, a0 = evaluate(model, dev, bt, accuracy=True)
+        st["history"].append([0, None, d0])
+        st["initial_dev"], st["initial_acc"] = d0, a0
+        emit("eval", step=0, dev_loss=d0, dev_accuracy=a0, best=None, best_step=0)
     t0, tok0 = time.time(), 0
     while st["step"] < total and not st["stopped"]:
         epoch, k = divmod(st["step"], per_epoch)
@@ -447,7 +453,7 @@ def main():
     _, dev_acc = evaluate(model, dev, bt, accuracy=True)
     write_safetensors(os.path.join(work, "out.safetensors"), tensors, {"step": st["step"]})
     emit("done", step=st["step"], best_step=st["best_step"], dev_loss=st["best"], train_loss=final_train,
-         dev_accuracy=dev_acc, tok_s=tok0 / max(time.time() - t0, 1e-9),
+         dev_accuracy=dev_acc, initial_dev_loss=st.get("initial_dev"), initial_dev_accuracy=st.get("initial_acc"), tok_s=tok0 / max(time.time() - t0, 1e-9),
          stopped=st["stopped"] or "completed %d steps" % st["step"], history=st["history"])
 
 
