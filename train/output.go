@@ -26,6 +26,9 @@ const (
 	MetaStopped     = MetaPrefix + "stopped"
 	MetaRecords     = MetaPrefix + "records"
 	MetaFinished    = MetaPrefix + "finished_at"
+	// MetaConfig identifies data, vocabulary and settings together: a
+	// second run with the same ones finds the output up to date.
+	MetaConfig = MetaPrefix + "config_digest"
 	// MetaEvalScore is set by the flywheel after an eval run (a task
 	// success rate in [0, 1]); absent until then.
 	MetaEvalScore = MetaPrefix + "eval_score"

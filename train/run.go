@@ -124,11 +124,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	} else {
 		os.Remove(filepath.Join(cfg.Work, "base.safetensors"))
 	}
+	tc := trainerConfig(cfg, spec, ds.Digest, VocabDigest(vocab))
+	if m, err := gguf.ReadModel(cfg.Out); err == nil && m.KV.String(MetaConfig) == tc["digest"] {
+		say("train: %s is up to date (same data, vocabulary and settings); nothing to do", cfg.Out)
+		return &Result{Out: cfg.Out, UpToDate: true, Stopped: m.KV.String(MetaStopped)}, nil
+	}
 	python, err := findPython(ctx, cfg.Python)
 	if err != nil {
 		return nil, err
 	}
-	tc := trainerConfig(cfg, spec, ds.Digest, VocabDigest(vocab))
 	b, _ := json.MarshalIndent(tc, "", "  ")
 	if err := os.WriteFile(filepath.Join(cfg.Work, "config.json"), b, 0o644); err != nil {
 		return nil, err
@@ -182,6 +186,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Train, res.Dev = len(train), len(dev)
 	}
 	res.Metadata = metadata(cfg, ds, vocab, spec, res)
+	res.Metadata[MetaConfig] = tc["digest"]
 	out, err := readSafetensors(filepath.Join(cfg.Work, "out.safetensors"))
 	if err != nil {
 		return nil, err

@@ -171,7 +171,10 @@ func (c *Config) validate() error {
 
 // Result is what Run produced.
 type Result struct {
-	Out       string
+	Out string
+	// UpToDate says Out already held this training's result (same data,
+	// vocabulary and settings): nothing was trained.
+	UpToDate  bool
 	LossCurve string
 	Summary   string
 	Steps     int

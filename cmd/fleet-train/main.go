@@ -113,6 +113,10 @@ func run(args []string) int {
 		}
 		return 1
 	}
+	if res.UpToDate {
+		fmt.Printf("%s is up to date\n", res.Out)
+		return 0
+	}
 	fmt.Printf("wrote %s\n", res.Out)
 	fmt.Printf("  steps %d (best dev at %d): %s\n", res.Steps, res.BestStep, res.Stopped)
 	fmt.Printf("  loss: train %.4f, dev %.4f; dev token accuracy %.1f%%\n", res.TrainLoss, res.DevLoss, 100*res.DevAcc)
