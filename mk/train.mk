@@ -36,6 +36,6 @@ flywheel: train-deps fleet-train monty model model-tiny-gemma3 eval-suite ## exp
 	@echo "flywheel: machine load $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
 	$(BIN)/fleet-train expert-data -suite $(EVAL_SUITE) -split train -op lint -o $(TRAIN_DATA)
 	$(BIN)/fleet-train -data $(TRAIN_DATA) -vocab $(MODEL_TINY_GEMMA3) -o $(TRAIN_MODEL) -name fleet-lint-small $(TRAIN_FLAGS)
-	$(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -model $(TRAIN_MODEL) -json $(TRAIN_DIR)/eval-trained.json
+	$(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -model $(TRAIN_MODEL) -record -json $(TRAIN_DIR)/eval-trained.json
 	$(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -model $(MODEL_FULL) -json $(TRAIN_DIR)/eval-random.json
 TEST_DEPS += train-deps

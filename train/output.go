@@ -29,8 +29,8 @@ const (
 	// MetaConfig identifies data, vocabulary and settings together: a
 	// second run with the same ones finds the output up to date.
 	MetaConfig = MetaPrefix + "config_digest"
-	// MetaEvalScore is set by the flywheel after an eval run (a task
-	// success rate in [0, 1]); absent until then.
+	// MetaEvalScore is written by `fleet-train eval -record` (passed/total,
+	// operations, split and suite); absent until then.
 	MetaEvalScore = MetaPrefix + "eval_score"
 )
 

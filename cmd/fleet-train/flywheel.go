@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -14,6 +15,8 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/agentfleet/fleet/eval"
+	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/train"
 	"github.com/agentfleet/fleet/train/flywheel"
 )
 
@@ -91,6 +94,7 @@ func evalModel(args []string) int {
 	fs.StringVar(&m.LoRA, "lora", "", "a LoRA adapter over -model")
 	fs.IntVar(&m.ContextSize, "context", 0, "context window (default 4096)")
 	asJSON := fs.String("json", "", "also write the results as JSON here")
+	record := fs.Bool("record", false, "write the score into the model's (or adapter's) training metadata ("+train.MetaEvalScore+")")
 	if err := fs.Parse(args); err != nil || m.Path == "" {
 		fmt.Fprintln(os.Stderr, "usage: fleet-train eval -suite SUITE -split test -model M.gguf [-lora A.gguf]")
 		return 2
@@ -124,6 +128,18 @@ func evalModel(args []string) int {
 	sort.Slice(keys, func(a, b int) bool { return reasons[keys[a]] > reasons[keys[b]] })
 	for _, k := range keys {
 		fmt.Printf("  failed: %-16s %d\n", k, reasons[k])
+	}
+	if *record {
+		target := m.Path
+		if m.LoRA != "" {
+			target = m.LoRA
+		}
+		score := fmt.Sprintf("%d/%d %s %s split of %s", p, t, strings.Join(c.Ops, ","), c.Split, filepath.Base(c.Suite))
+		if err := gguf.SetMetadata(target, map[string]any{train.MetaEvalScore: score}); err != nil {
+			fmt.Fprintln(os.Stderr, "fleet-train eval:", err)
+			return 1
+		}
+		fmt.Printf("recorded %s = %q in %s\n", train.MetaEvalScore, score, target)
 	}
 	if *asJSON != "" {
 		b, _ := json.MarshalIndent(map[string]any{"model": m.Path, "lora": m.LoRA, "split": c.Split, "passed": p, "total": t, "results": rs}, "", "  ")
