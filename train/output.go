@@ -80,13 +80,8 @@ func writeOutput(cfg Config, s gguf.Spec, v *gguf.Vocab, out map[string]stTensor
 	if cfg.Mode == ModeLoRA {
 		return gguf.WriteLoRAFile(cfg.Out, gguf.LoRA{Name: s.Name + "-lora", Alpha: float32(cfg.LoRAAlpha), Tensors: ts, Metadata: meta})
 	}
-	meta["general.description"] = fmt.Sprintf("trained by fleet (package train) on %s records of %s", cfg.records(meta), meta[MetaDataDigest])
+	meta["general.description"] = fmt.Sprintf("trained by fleet (package train) on %v records of %v", meta[MetaRecords], meta[MetaDataDigest])
 	return gguf.WriteTrainedFile(cfg.Out, gguf.Trained{Spec: s, Vocab: v, Tensors: ts, Metadata: meta})
-}
-
-func (c Config) records(meta map[string]any) string {
-	s, _ := meta[MetaRecords].(string)
-	return s
 }
 
 // writeBase writes the base model's tensors as F32 for the trainer. The

@@ -18,8 +18,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 )
@@ -250,8 +248,4 @@ func digestOf(v any) string {
 	b, _ := json.Marshal(v)
 	h := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(h[:])
-}
-
-func ensureDir(path string) error {
-	return os.MkdirAll(filepath.Dir(path), 0o755)
 }
