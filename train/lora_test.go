@@ -71,7 +71,7 @@ func TestLoRARaisesBase(t *testing.T) {
 	}
 
 	// one backend, one loaded base, the adapter for one agent only
-	b, err := llama.New(llama.Config{Model: llama.ModelRef{Path: base}, ContextSize: 2048, MaxTokens: 32})
+	b, err := llama.New(llama.Config{Model: llama.ModelRef{Path: base}, ContextSize: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}
