@@ -18,7 +18,7 @@ const (
 	MetaVocabDigest = MetaPrefix + "vocab_digest"
 	MetaBase        = MetaPrefix + "base"
 	MetaParams      = MetaPrefix + "hyperparameters"
-	MetaTrainLoss   = MetaPrefix + "train_loss"
+	MetaTrainLoss   = MetaPrefix + "train_loss" // mean batch loss of the last 10 steps
 	MetaDevLoss     = MetaPrefix + "dev_loss"
 	MetaDevAcc      = MetaPrefix + "dev_token_accuracy"
 	MetaInitialDev  = MetaPrefix + "initial_dev_loss"
