@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"sort"
 	"strconv"
 	"time"
 
@@ -97,6 +99,7 @@ func (c *cli) modelPush(args []string) error {
 		d := time.Since(start)
 		fmt.Fprintf(c.stdout, "stored %s: %s %s, %s, sha256 %s (%.1f MB/s)\n", info.Ref(), info.Kind, info.Arch,
 			sizeText(info.Size), info.SHA256, float64(info.Size)/1e6/max(d.Seconds(), 1e-9))
+		printTraining(c.stdout, info.Training)
 		return nil
 	})
 }
@@ -156,4 +159,16 @@ func sizeText(n int64) string {
 		return strconv.FormatInt(n, 10) + " B"
 	}
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// printTraining prints the training metadata of a model fleet-train wrote.
+func printTraining(w io.Writer, t map[string]string) {
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "  training %-20s %s\n", k, t[k])
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/ollama/ollama/fs/ggml"
 )
@@ -72,4 +73,38 @@ func Inspect(r io.ReadSeeker) (kind Kind, arch string, err error) {
 	default:
 		return "", "", fmt.Errorf("%w: general.type %q, want model or adapter", ErrNotGGUF, t)
 	}
+}
+
+// TrainPrefix is the GGUF key prefix of the training metadata fleet-train
+// writes (package train).
+const TrainPrefix = "general.fleet.train."
+
+// TrainingMeta returns the training metadata of the GGUF r (its
+// general.fleet.train.* keys without the prefix, values as text); nil for
+// a file fleet did not train.
+func TrainingMeta(r io.ReadSeeker) (meta map[string]string, err error) {
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			meta, err = nil, fmt.Errorf("%w: the header does not decode (%v)", ErrNotGGUF, p)
+		}
+	}()
+	g, err := ggml.Decode(r, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotGGUF, err)
+	}
+	for k, v := range g.KV() {
+		if rest, ok := strings.CutPrefix(k, TrainPrefix); ok {
+			if meta == nil {
+				meta = map[string]string{}
+			}
+			meta[rest] = fmt.Sprint(v)
+		}
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return meta, nil
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -51,6 +52,10 @@ type Info struct {
 	Size   int64     `json:"size"`
 	Arch   string    `json:"arch"`
 	Pushed time.Time `json:"pushed"`
+	// Training is what fleet-train wrote into the GGUF (its
+	// general.fleet.train.* keys without the prefix): data digest,
+	// hyper-parameters, final losses, eval score. Empty for other files.
+	Training map[string]string `json:"training,omitempty"`
 }
 
 // Ref returns "name@version".
@@ -115,6 +120,10 @@ func (s *Store) Push(ctx context.Context, name, path string, opts PushOptions) (
 	if err != nil {
 		return Info{}, false, fmt.Errorf("%s: %w", path, err)
 	}
+	training, err := TrainingMeta(f)
+	if err != nil {
+		return Info{}, false, fmt.Errorf("%s: %w", path, err)
+	}
 	sum, size, err := hashFrom(f)
 	if err != nil {
 		return Info{}, false, fmt.Errorf("modelstore: read %s: %w", path, err)
@@ -139,20 +148,24 @@ func (s *Store) Push(ctx context.Context, name, path string, opts PushOptions) (
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return Info{}, false, err
 	}
-	info = Info{Name: name, Version: version, Kind: kind, SHA256: sum, Size: size, Arch: arch}
+	info = Info{Name: name, Version: version, Kind: kind, SHA256: sum, Size: size, Arch: arch, Training: training}
 	obj := ObjectName(name, version)
+	meta := map[string]string{
+		wire.ModelMetaName:    name,
+		wire.ModelMetaVersion: strconv.Itoa(version),
+		wire.ModelMetaKind:    string(kind),
+		wire.ModelMetaSHA256:  sum,
+		wire.ModelMetaSize:    strconv.FormatInt(size, 10),
+		wire.ModelMetaArch:    arch,
+	}
+	for k, v := range training {
+		meta[wire.ModelMetaTrainPrefix+k] = v
+	}
 	oi, err := s.obs.Put(ctx, jetstream.ObjectMeta{
 		Name:        obj,
 		Description: fmt.Sprintf("%s %s (%s)", kind, obj, arch),
-		Metadata: map[string]string{
-			wire.ModelMetaName:    name,
-			wire.ModelMetaVersion: strconv.Itoa(version),
-			wire.ModelMetaKind:    string(kind),
-			wire.ModelMetaSHA256:  sum,
-			wire.ModelMetaSize:    strconv.FormatInt(size, 10),
-			wire.ModelMetaArch:    arch,
-		},
-		Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(cmp.Or(opts.ChunkSize, DefaultChunkSize))},
+		Metadata:    meta,
+		Opts:        &jetstream.ObjectMetaOptions{ChunkSize: uint32(cmp.Or(opts.ChunkSize, DefaultChunkSize))},
 	}, f)
 	if err != nil {
 		return Info{}, false, fmt.Errorf("modelstore: upload %s: %w", obj, err)
@@ -198,6 +211,14 @@ func infoOf(oi *jetstream.ObjectInfo) (Info, bool) {
 	size, err2 := strconv.ParseInt(m[wire.ModelMetaSize], 10, 64)
 	i := Info{Name: m[wire.ModelMetaName], Version: v, Kind: Kind(m[wire.ModelMetaKind]), SHA256: m[wire.ModelMetaSHA256],
 		Size: size, Arch: m[wire.ModelMetaArch], Pushed: oi.ModTime}
+	for k, v := range m {
+		if strings.HasPrefix(k, wire.ModelMetaTrainPrefix) {
+			if i.Training == nil {
+				i.Training = map[string]string{}
+			}
+			i.Training[strings.TrimPrefix(k, wire.ModelMetaTrainPrefix)] = v
+		}
+	}
 	if err != nil || err2 != nil || !modelref.ValidName(i.Name) || v < 1 || !modelref.DigestRE.MatchString(i.SHA256) ||
 		(i.Kind != KindGGUF && i.Kind != KindLoRA) || oi.Name != ObjectName(i.Name, v) {
 		return Info{}, false

@@ -14,6 +14,11 @@ const (
 	ModelMetaSHA256  = "fleet-sha256"
 	ModelMetaSize    = "fleet-size"
 	ModelMetaArch    = "fleet-arch"
+	// ModelMetaTrainPrefix prefixes the training metadata a model trained
+	// by fleet-train carries (its GGUF keys general.fleet.train.<key>,
+	// stored as fleet-train-<key>): data digest, hyper-parameters, final
+	// losses, eval score.
+	ModelMetaTrainPrefix = "fleet-train-"
 )
 
 // CodeModelUnavailable fails a job whose agent names a model or adapter

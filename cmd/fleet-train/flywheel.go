@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/agentfleet/fleet/eval"
+	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/train"
+	"github.com/agentfleet/fleet/train/flywheel"
+)
+
+// flywheelFlags are the flags of expert-data and eval.
+func flywheelFlags(fs *flag.FlagSet, c *flywheel.Config) (ops *string, quiet *bool) {
+	fs.StringVar(&c.Suite, "suite", "", "the eval suite (make eval-suite)")
+	fs.StringVar(&c.Split, "split", "", "train, dev or test")
+	ops = fs.String("op", "lint", "operations, comma-separated")
+	fs.IntVar(&c.Limit, "limit", 0, "at most N tasks")
+	fs.IntVar(&c.Parallel, "parallel", 2, "tasks at once")
+	fs.StringVar(&c.AgentsDir, "agents", "agents", "the agents' directory")
+	quiet = fs.Bool("q", false, "no progress bar")
+	return ops, quiet
+}
+
+func withBar(c *flywheel.Config, quiet bool, what string) func() {
+	if quiet {
+		return func() {}
+	}
+	var bar *progressbar.ProgressBar
+	var passed int
+	c.Progress = func(done, total int, r eval.Result) {
+		if bar == nil {
+			bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionShowCount(),
+				progressbar.OptionSetElapsedTime(true), progressbar.OptionSetPredictTime(true), progressbar.OptionSetWidth(24),
+				progressbar.OptionThrottle(0), progressbar.OptionClearOnFinish())
+		}
+		if r.Grade.Pass {
+			passed++
+		}
+		bar.Describe(fmt.Sprintf("%s: %d passed", what, passed))
+		bar.Set(done)
+	}
+	return func() {
+		if bar != nil {
+			bar.Finish()
+		}
+	}
+}
+
+// expertData is `fleet-train expert-data`: the expert policies' passed
+// runs over a split, as training records.
+func expertData(args []string) int {
+	fs := flag.NewFlagSet("fleet-train expert-data", flag.ContinueOnError)
+	var c flywheel.Config
+	ops, quiet := flywheelFlags(fs, &c)
+	out := fs.String("o", "", "the JSONL to write")
+	if err := fs.Parse(args); err != nil || *out == "" {
+		fmt.Fprintln(os.Stderr, "usage: fleet-train expert-data -suite SUITE [-split train] [-op lint] -o data.jsonl")
+		return 2
+	}
+	c.Ops = strings.Split(*ops, ",")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	done := withBar(&c, *quiet, "expert")
+	rs, n, err := flywheel.ExpertData(ctx, c, *out)
+	done()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet-train expert-data:", err)
+		return 1
+	}
+	p, t := flywheel.Score(rs)
+	fmt.Printf("wrote %d records to %s (the expert passed %d of %d tasks)\n", n, *out, p, t)
+	return 0
+}
+
+// evalModel is `fleet-train eval`: a model on a split with llama.cpp,
+// strict decoding, graded.
+func evalModel(args []string) int {
+	fs := flag.NewFlagSet("fleet-train eval", flag.ContinueOnError)
+	var c flywheel.Config
+	ops, quiet := flywheelFlags(fs, &c)
+	var m flywheel.Model
+	fs.StringVar(&m.Path, "model", "", "the GGUF")
+	fs.StringVar(&m.LoRA, "lora", "", "a LoRA adapter over -model")
+	fs.IntVar(&m.ContextSize, "context", 0, "context window (default 4096)")
+	asJSON := fs.String("json", "", "also write the results as JSON here")
+	record := fs.Bool("record", false, "write the score into the model's (or adapter's) training metadata ("+train.MetaEvalScore+")")
+	if err := fs.Parse(args); err != nil || m.Path == "" {
+		fmt.Fprintln(os.Stderr, "usage: fleet-train eval -suite SUITE -split test -model M.gguf [-lora A.gguf]")
+		return 2
+	}
+	if c.Split == "" {
+		c.Split = "test"
+	}
+	c.Ops = strings.Split(*ops, ",")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	done := withBar(&c, *quiet, "eval")
+	rs, err := flywheel.Evaluate(ctx, c, m)
+	done()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet-train eval:", err)
+		return 1
+	}
+	p, t := flywheel.Score(rs)
+	lo, hi := eval.Wilson(p, t)
+	fmt.Printf("%s on the %s split (%s): %d/%d passed = %.1f%% (95%% CI %.1f-%.1f%%)\n", m.Path, c.Split, strings.Join(c.Ops, ","), p, t, 100*float64(p)/float64(t), 100*lo, 100*hi)
+	reasons := map[string]int{}
+	for _, r := range rs {
+		if !r.Grade.Pass {
+			reasons[r.Grade.Reason]++
+		}
+	}
+	keys := make([]string, 0, len(reasons))
+	for k := range reasons {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(a, b int) bool { return reasons[keys[a]] > reasons[keys[b]] })
+	for _, k := range keys {
+		fmt.Printf("  failed: %-16s %d\n", k, reasons[k])
+	}
+	if *record {
+		target := m.Path
+		if m.LoRA != "" {
+			target = m.LoRA
+		}
+		score := fmt.Sprintf("%d/%d %s %s split of %s", p, t, strings.Join(c.Ops, ","), c.Split, filepath.Base(c.Suite))
+		if err := gguf.SetMetadata(target, map[string]any{train.MetaEvalScore: score}); err != nil {
+			fmt.Fprintln(os.Stderr, "fleet-train eval:", err)
+			return 1
+		}
+		fmt.Printf("recorded %s = %q in %s\n", train.MetaEvalScore, score, target)
+	}
+	if *asJSON != "" {
+		b, _ := json.MarshalIndent(map[string]any{"model": m.Path, "lora": m.LoRA, "split": c.Split, "passed": p, "total": t, "results": rs}, "", "  ")
+		if err := os.WriteFile(*asJSON, b, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "fleet-train eval:", err)
+			return 1
+		}
+	}
+	return 0
+}
