@@ -50,7 +50,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -486,16 +485,4 @@ func startMonty(ctx context.Context, cfg *config.Config, log *slog.Logger) (*mon
 		return nil, fmt.Errorf("monty pool: %w", err)
 	}
 	return pool, nil
-}
-
-func writeFileAtomic(path, content string) error {
-	tmp := path + ".tmp." + strconv.Itoa(os.Getpid())
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
 }
