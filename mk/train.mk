@@ -29,7 +29,7 @@ train-deps: ## install PyTorch from Debian for fleet-train (root; python3-torch,
 	echo "fleet-train: PyTorch is missing: sudo apt-get install $(TRAIN_PY_APT)" >&2; exit 1
 
 fleet-train: llama-headers ## build bin/fleet-train (trainer, expert data, eval on a suite split)
-	$(GO) build -o $(BIN)/fleet-train ./cmd/fleet-train
+	$(GO) build -tags llama -o $(BIN)/fleet-train ./cmd/fleet-train
 
 flywheel: train-deps fleet-train monty model model-tiny-gemma3 eval-suite ## expert runs -> records -> train a small lint model -> eval it and the random model on the test split
 	@mkdir -p $(TRAIN_DIR)

@@ -1,3 +1,5 @@
+//go:build llama
+
 // Package train trains FunctionGemma-format models from fleet's own
 // training data (`enqueue dataset export`): a small Gemma 3 model from
 // scratch, or a LoRA adapter over a given Gemma 3 GGUF (docs/TRAINING.md).

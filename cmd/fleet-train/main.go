@@ -1,3 +1,5 @@
+//go:build llama
+
 // Command fleet-train trains a FunctionGemma-format model from fleet's
 // training data (`enqueue dataset export`), on CPU (docs/TRAINING.md):
 //

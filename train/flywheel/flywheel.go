@@ -1,3 +1,5 @@
+//go:build llama
+
 // Package flywheel runs the steps around the trainer in one process: the
 // expert policies over an eval suite's split write training records (the
 // transcripts of the tasks they pass, in `enqueue dataset export`'s
