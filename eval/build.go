@@ -53,6 +53,13 @@ type BuildConfig struct {
 	// MaxLintLines: lint tasks only on files of at most this many lines
 	// (the whole file is the model's context); default 400.
 	MaxLintLines int
+	// Extra, when positive, gives each lint task 0 to Extra more defects of
+	// other codes in the same file (Task.Extra), apart from each other by
+	// at least two lines, and makes files of at most FileNodeLines lines
+	// whole-file jobs: training suites where the agent must fix several
+	// issues in turn, as in a real file. Default 0: one defect per task
+	// (the eval suites).
+	Extra int
 	// Only, when set, restricts the build to these files (paths under a
 	// source's Root), for small suites.
 	Only []string

@@ -208,25 +208,89 @@ func (b *builder) lintCandidates(f srcFile, sf surveyFile, text string) []candid
 			continue
 		}
 		s := byCode[code][b.rng.IntN(len(byCode[code]))]
-		e := Edit{Code: code, Start: s.Start, End: s.End, New: s.New, NoFinalNewline: s.EOFNL != nil && !*s.EOFNL}
-		if code == "F401" {
-			if len(s.Choices) == 0 {
-				continue
-			}
-			e.New = []string{"import " + s.Choices[b.rng.IntN(len(s.Choices))]}
-		}
-		in, err := ApplyEdit(text, e)
-		if err != nil {
+		e, ok := b.editAt(s)
+		if !ok {
 			continue
 		}
 		t := b.newTask(f, text, OpLint, e)
 		t.Node = nodeOf(sf.Funcs, s.Node)
+		if b.cfg.Extra > 0 {
+			t.Extra = b.extraEdits(byCode, e, b.rng.IntN(b.cfg.Extra+1))
+			if sf.Lines <= FileNodeLines {
+				t.Node = Node{}
+			}
+		}
+		in, err := ApplyEdits(text, t.Edits())
+		if err != nil {
+			continue
+		}
+		var spans, names []string
+		for _, x := range t.Edits() {
+			spans = append(spans, fmt.Sprintf("%d-%d", x.Start, max(x.End, x.Start)))
+			names = append(names, x.Code)
+		}
 		t.Expect = []string{
 			"the file parses; its syntax tree, tokens, comments and blank lines are the upstream file's",
-			fmt.Sprintf("only upstream lines %d-%d change", e.Start, max(e.End, e.Start)),
-			"pycodestyle and pyflakes no longer report " + code + " and report nothing the upstream file does not",
+			"only upstream lines " + strings.Join(spans, ", ") + " change",
+			"pycodestyle and pyflakes no longer report " + strings.Join(names, ", ") + " and report nothing the upstream file does not",
 		}
 		out = append(out, candidate{task: t, input: in, base: base})
+	}
+	return out
+}
+
+// FileNodeLines: in a suite built with BuildConfig.Extra, a lint task on a
+// file of at most this many lines runs on the whole file.
+const FileNodeLines = 60
+
+// editAt makes the defect of a surveyed site (an F401 site picks one of its
+// modules).
+func (b *builder) editAt(s site) (Edit, bool) {
+	e := Edit{Code: s.Code, Start: s.Start, End: s.End, New: s.New, NoFinalNewline: s.EOFNL != nil && !*s.EOFNL}
+	if s.Code == "F401" {
+		if len(s.Choices) == 0 {
+			return Edit{}, false
+		}
+		e.New = []string{"import " + s.Choices[b.rng.IntN(len(s.Choices))]}
+	}
+	return e, true
+}
+
+// extraEdits picks up to n more defects of codes other than first's, each
+// at least two lines from every edit already chosen.
+func (b *builder) extraEdits(byCode map[string][]site, first Edit, n int) []Edit {
+	chosen := []Edit{first}
+	far := func(s site) bool {
+		for _, e := range chosen {
+			if s.Start <= max(e.End, e.Start)+2 && e.Start <= max(s.End, s.Start)+2 {
+				return false
+			}
+		}
+		return true
+	}
+	codes := slices.Clone(LintCodes)
+	b.rng.Shuffle(len(codes), func(i, j int) { codes[i], codes[j] = codes[j], codes[i] })
+	var out []Edit
+	for _, code := range codes {
+		if len(out) == n {
+			break
+		}
+		if code == first.Code {
+			continue
+		}
+		var ok []site
+		for _, s := range byCode[code] {
+			if far(s) {
+				ok = append(ok, s)
+			}
+		}
+		if len(ok) == 0 {
+			continue
+		}
+		if e, good := b.editAt(ok[b.rng.IntN(len(ok))]); good {
+			chosen = append(chosen, e)
+			out = append(out, e)
+		}
 	}
 	return out
 }
@@ -323,12 +387,22 @@ func (b *builder) wellFormed(t Task, c candidate, reps []Report) bool {
 	if t.Op != OpLint {
 		return true
 	}
+	injected := map[string]bool{}
+	for _, e := range t.Edits() {
+		injected[e.Code] = true
+		injected[companion[e.Code]] = true
+	}
 	for code, n := range counts {
-		if n > c.base[code] && code != t.Defect.Code && companion[t.Defect.Code] != code {
+		if n > c.base[code] && !injected[code] {
 			return false
 		}
 	}
-	return counts[t.Defect.Code] > c.base[t.Defect.Code]
+	for _, e := range t.Edits() {
+		if counts[e.Code] <= c.base[e.Code] {
+			return false
+		}
+	}
+	return true
 }
 
 // suite numbers the kept tasks per operation and split, in the order they

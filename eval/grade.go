@@ -121,8 +121,11 @@ func (g *Grader) GradeText(ctx context.Context, inst *Instance, result string) (
 	switch t.Op {
 	case OpLint:
 		req["upstream"] = inst.Upstream
-		req["code"] = t.Defect.Code
-		req["start"], req["end"] = t.Defect.Start, t.Defect.End
+		spans := make([]map[string]any, 0, 1+len(t.Extra))
+		for _, e := range t.Edits() {
+			spans = append(spans, map[string]any{"code": e.Code, "start": e.Start, "end": e.End})
+		}
+		req["spans"] = spans
 	case OpDocstring:
 		req["input"] = inst.Input
 		req["node"] = t.Node.Name

@@ -137,6 +137,10 @@ type Task struct {
 	SHA256 string `json:"sha256"`
 	Node   Node   `json:"node"`
 	Defect Edit   `json:"defect"`
+	// Extra are more defects of other codes in the same file (suites built
+	// with BuildConfig.Extra), in upstream numbering like Defect; no two
+	// edits are within two lines of each other.
+	Extra []Edit `json:"extra,omitempty"`
 	// Expect says in words what the grader checks.
 	Expect []string `json:"expect"`
 }
@@ -296,6 +300,13 @@ func (s *Suite) validTask(t *Task) error {
 		return errors.New("file, path and sha256 are required")
 	case t.Defect.Start < 1 || t.Defect.End < t.Defect.Start-1:
 		return fmt.Errorf("bad defect lines %d-%d", t.Defect.Start, t.Defect.End)
+	case len(t.Extra) > 0 && t.Op != OpLint:
+		return fmt.Errorf("extra defects on a %s task", t.Op)
+	}
+	for _, e := range t.Extra {
+		if e.Start < 1 || e.End < e.Start-1 || e.Code == "" {
+			return fmt.Errorf("bad extra defect %s at lines %d-%d", e.Code, e.Start, e.End)
+		}
 	}
 	if _, ok := s.Source(t.Source); !ok {
 		return fmt.Errorf("unknown source %q", t.Source)

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 
 	"github.com/agentfleet/fleet/queue/wire"
@@ -47,7 +49,7 @@ func (s *Suite) Instance(t *Task) (*Instance, error) {
 			ErrSource, t.ID, p, src.Package)
 	}
 	up := string(b)
-	in, err := ApplyEdit(up, t.Defect)
+	in, err := ApplyEdits(up, t.Edits())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrSource, t.ID, err)
 	}
@@ -63,6 +65,31 @@ func (s *Suite) Instance(t *Task) (*Instance, error) {
 	}
 	inst.Node = inst.node()
 	return inst, nil
+}
+
+// Edits are the task's defects: Defect, then Extra.
+func (t *Task) Edits() []Edit {
+	return append([]Edit{t.Defect}, t.Extra...)
+}
+
+// ApplyEdits applies edits given in the same (upstream) numbering, from the
+// bottom of the file up so that no edit moves the lines of another. Edits
+// must not overlap.
+func ApplyEdits(text string, edits []Edit) (string, error) {
+	es := slices.Clone(edits)
+	sort.SliceStable(es, func(i, j int) bool { return es[i].Start > es[j].Start })
+	for i := 1; i < len(es); i++ {
+		if es[i].End >= es[i-1].Start {
+			return "", fmt.Errorf("edits at lines %d-%d and %d-%d overlap", es[i].Start, es[i].End, es[i-1].Start, es[i-1].End)
+		}
+	}
+	var err error
+	for _, e := range es {
+		if text, err = ApplyEdit(text, e); err != nil {
+			return "", err
+		}
+	}
+	return text, nil
 }
 
 // ApplyEdit applies e to text (see Edit).
@@ -87,19 +114,20 @@ func ApplyEdit(text string, e Edit) (string, error) {
 // lines below it by its change in line count.
 func (in *Instance) node() wire.Node {
 	t := in.Task
-	e := t.Defect
-	delta := len(e.New) - (e.End - e.Start + 1)
 	n := wire.Node{FilePath: t.File}
 	if t.Node.Name == "" {
 		n.ID, n.Name, n.Type, n.Text = t.File, path.Base(t.File), "file", in.Input
 		return n
 	}
 	start, end := t.Node.Start, t.Node.End
-	if e.Start < start {
-		start += delta
-	}
-	if e.Start <= end+1 {
-		end += delta
+	for _, e := range t.Edits() {
+		delta := len(e.New) - (e.End - e.Start + 1)
+		if e.Start < t.Node.Start {
+			start += delta
+		}
+		if e.Start <= t.Node.End+1 {
+			end += delta
+		}
 	}
 	lines := strings.Split(in.Input, "\n")
 	if start < 1 {

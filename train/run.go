@@ -97,7 +97,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	case ModeModel:
 		sh := AutoShape(cfg.Shape, targets, maxLen)
 		spec = gguf.Spec{Name: cfg.Name, Embedding: sh.Embedding, Blocks: sh.Blocks, FeedForward: sh.FeedForward,
-			Heads: sh.Heads, HeadsKV: sh.HeadsKV, HeadDim: sh.HeadDim, ContextLength: sh.Context, VocabSize: len(vocab.Tokens), Vocab: vocab}
+			Heads: sh.Heads, HeadsKV: sh.HeadsKV, HeadDim: sh.HeadDim, ContextLength: sh.Context, SlidingWindow: sh.Window,
+			VocabSize: len(vocab.Tokens), Vocab: vocab}
 		if spec.Name == "" {
 			spec.Name = "fleet-trained"
 		}

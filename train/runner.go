@@ -5,7 +5,7 @@ package train
 import (
 	"bufio"
 	"context"
-	_ "embed"
+	"embed"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -20,8 +20,30 @@ import (
 	"syscall"
 )
 
-//go:embed py/fleet_train.py
-var trainerScript []byte
+// trainerFiles are the trainer's Python files (py/): fleet_train.py, the
+// training loop, and fleet_model.py, the Gemma 3 decoder it imports.
+//
+//go:embed py/*.py
+var trainerFiles embed.FS
+
+// writeTrainer writes the trainer's files into work and returns the path of
+// its entry script.
+func writeTrainer(work string) (string, error) {
+	ents, err := trainerFiles.ReadDir("py")
+	if err != nil {
+		return "", err
+	}
+	for _, e := range ents {
+		b, err := trainerFiles.ReadFile("py/" + e.Name())
+		if err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(filepath.Join(work, e.Name()), b, 0o644); err != nil {
+			return "", err
+		}
+	}
+	return filepath.Join(work, "fleet_train.py"), nil
+}
 
 // ErrEngine is wrapped when PyTorch is missing or the training process
 // fails.
@@ -86,15 +108,28 @@ func findPython(ctx context.Context, python string) (string, error) {
 	return "", fmt.Errorf("%w: PyTorch is not installed (%s); on Debian/Ubuntu: apt-get install python3-torch python3-numpy libopenblas0-pthread", ErrEngine, last)
 }
 
+// trainerEnv is the training process's environment: unbuffered output, and
+// OpenMP threads that sleep rather than spin while they wait (unless the
+// user chose): on a shared machine spinning threads fight the other
+// processes for the cores, and a 2-thread step was measured 3-10x slower
+// with the default policy under load (docs/TRAINING.md).
+func trainerEnv() []string {
+	env := append(os.Environ(), "PYTHONUNBUFFERED=1")
+	if os.Getenv("OMP_WAIT_POLICY") == "" && os.Getenv("GOMP_SPINCOUNT") == "" {
+		env = append(env, "OMP_WAIT_POLICY=PASSIVE")
+	}
+	return env
+}
+
 // runTrainer runs the training script on work and calls onEvent for every
 // event line. It returns the final "done" event.
 func runTrainer(ctx context.Context, python, work string, onEvent func(Event)) (*Event, error) {
-	script := filepath.Join(work, "fleet_train.py")
-	if err := os.WriteFile(script, trainerScript, 0o644); err != nil {
+	script, err := writeTrainer(work)
+	if err != nil {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, python, script, work)
-	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
+	cmd.Env = trainerEnv()
 	// If this process dies, the trainer checkpoints and stops too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	// On cancellation ask the trainer to checkpoint and stop.
@@ -193,8 +228,8 @@ func TrainerLogits(ctx context.Context, python, work string, ids []int32) ([]flo
 	if err != nil {
 		return nil, err
 	}
-	script := filepath.Join(work, "fleet_train.py")
-	if err := os.WriteFile(script, trainerScript, 0o644); err != nil {
+	script, err := writeTrainer(work)
+	if err != nil {
 		return nil, err
 	}
 	in, out := filepath.Join(work, "logits.ids"), filepath.Join(work, "logits.f32")

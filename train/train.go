@@ -42,6 +42,10 @@ type Shape struct {
 	HeadsKV     int `json:"heads_kv"`
 	HeadDim     int `json:"head_dim"`
 	Context     int `json:"context"`
+	// Window is the sliding window of 5 of every 6 layers (llama.cpp's
+	// Gemma 3 pattern; 0: every layer attends to the whole context). A
+	// window needs at least 6 blocks: the sixth is the global layer.
+	Window int `json:"window,omitempty"`
 }
 
 // Config configures Run.

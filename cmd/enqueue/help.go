@@ -161,7 +161,7 @@ Evals (docs/EVALS.md):
         mean turns, tokens and time per job.
   eval list [--json] | eval compare <RUN_A> <RUN_B> [--all] [--json]
         The stored runs; two runs task by task with an exact McNemar test.
-  eval build [-o FILE] [--seed N] [--per-split ...] [--ops OP,...]
+  eval build [-o FILE] [--seed N] [--per-split ...] [--ops OP,...] [--extra N]
         Build a suite from Debian's python3.11, python3-toolz, python3-boltons.
   eval local <SUITE> [--split dev] [--op OP,...] | eval agreement
         The expert policies in process; run_linter vs pycodestyle/pyflakes.

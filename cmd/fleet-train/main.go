@@ -62,6 +62,7 @@ func run(args []string) int {
 	fs.IntVar(&c.Shape.FeedForward, "ff", 0, "feed-forward size (0: from the data)")
 	fs.IntVar(&c.Shape.Heads, "heads", 0, "attention heads (0: embedding/head-dim)")
 	fs.IntVar(&c.Shape.HeadDim, "head-dim", 0, "head size (0: 32)")
+	fs.IntVar(&c.Shape.Window, "window", 0, "sliding window of 5 of every 6 layers (0: none; needs -blocks 6 or more)")
 	fs.IntVar(&c.Shape.Context, "context", 0, "context length written into the GGUF (0: twice the longest record, rounded)")
 	fs.IntVar(&c.MaxLen, "max-len", 0, "leave out records longer than N tokens (0: keep all)")
 	fs.IntVar(&c.Epochs, "epochs", 0, "epochs (default 20)")

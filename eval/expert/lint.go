@@ -9,9 +9,16 @@ import (
 )
 
 // Lint is the lint agent's expert: run_linter; then, while the latest
-// result lists a fixable issue not yet tried, apply_fix on the first one
-// with its current line; then submit_result with the changed file and the
-// counts. An issue whose fix failed is not tried again.
+// result lists a fixable issue whose code was not yet tried, apply_fix on
+// the first one with line_number 0 (every issue of that code, as the agent's
+// prompt allows); then submit_result with the changed file and the counts.
+// A code whose fix failed is not tried again.
+//
+// Fixing by code rather than by line is the same fix on the eval suite's
+// tasks (one defect in a file the linters pass) and on a file with several
+// issues of one code it is one call instead of several; it also leaves a
+// small model that imitates the expert one choice per turn, the code,
+// instead of a line number to copy (docs/TRAINING.md).
 type Lint struct{}
 
 type lintIssue struct {
@@ -74,7 +81,7 @@ func (Lint) Complete(ctx context.Context, req *loop.Request) (*loop.Response, er
 			if !is.Fixable {
 				continue
 			}
-			args := map[string]any{"issue_code": is.Code, "line_number": is.Line}
+			args := map[string]any{"issue_code": is.Code, "line_number": 0}
 			b, _ := json.Marshal(args)
 			if failed[string(b)] {
 				continue

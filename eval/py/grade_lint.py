@@ -1,8 +1,8 @@
-"""grade_lint: did a lint fix remove the injected issue and nothing else?
+"""grade_lint: did a lint fix remove the injected issues and nothing else?
 
-The reference is the upstream file the defect was injected into: a correct
+The reference is the upstream file the defects were injected into: a correct
 fix gives back its syntax tree, its tokens (comments included) and its blank
-lines, changes only lines inside the injected span, and leaves pycodestyle
+lines, changes only lines inside the injected spans, and leaves pycodestyle
 and pyflakes with nothing the upstream file did not have.
 """
 import ast
@@ -28,8 +28,9 @@ def _blank(text):
     return sum(1 for ln in text.split("\n") if ln.strip() == "")
 
 
-def _outside(upstream, result, start, end):
-    """First upstream line changed outside start..end (1-based), or None."""
+def _outside(upstream, result, spans):
+    """First upstream line changed outside every span's start..end
+    (1-based), or None."""
     a = upstream.split("\n")
     b = result.split("\n")
     sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
@@ -37,21 +38,27 @@ def _outside(upstream, result, start, end):
         if tag == "equal":
             continue
         lo, hi = i1 + 1, max(i2, i1 + 1)  # an insertion sits at i1 + 1
-        if tag == "insert" and start - 1 <= i1 <= end:
+        if tag == "insert" and any(s - 1 <= i1 <= e for s, e in spans):
             continue
-        if lo < start or hi > end:
-            line = lo if lo < start else hi
+        if not any(s <= lo and hi <= e for s, e in spans):
+            line = next((k for k in range(lo, hi + 1) if not any(s <= k <= e for s, e in spans)), lo)
             return line, (a[line - 1] if line - 1 < len(a) else ""), (b[j1] if j1 < len(b) else "")
     return None
+
+
+def _where(spans):
+    return ", ".join("{}-{}".format(s, e) for s, e in spans)
 
 
 def grade(req):
     upstream = req["upstream"]
     result = req["result"]
-    code = req["code"]
     path = req["path"]
     ll = req["line_length"]
-    start, end = req["start"], req["end"]
+    # spans: the injected defects ({code, start, end}); code/start/end: one
+    spans = req.get("spans") or [{"code": req["code"], "start": req["start"], "end": req["end"]}]
+    codes = [s["code"] for s in spans]
+    lines = [(s["start"], s["end"]) for s in spans]
     bad = _parse(result, "the fixed file")
     if bad:
         return {"pass": False, "reason": "syntax", "detail": bad}
@@ -68,15 +75,15 @@ def grade(req):
     if _blank(result) != _blank(upstream):
         return {"pass": False, "reason": "lines_changed",
                 "detail": "{} blank lines, the original has {}".format(_blank(result), _blank(upstream))}
-    where = _outside(upstream, result, start, end)
+    where = _outside(upstream, result, lines)
     if where is not None:
         return {"pass": False, "reason": "outside_span",
-                "detail": "line {} changed, outside lines {}-{} the issue is on: {!r} became {!r}".format(
-                    where[0], start, end, where[1], where[2])}
+                "detail": "line {} changed, outside lines {} the issues are on: {!r} became {!r}".format(
+                    where[0], _where(lines), where[1], where[2])}
     before = Counter(r[0] for r in report(upstream, path, ll))
     after_items = report(result, path, ll)
     after = Counter(r[0] for r in after_items)
-    left = [r for r in after_items if r[0] == code and after[code] > before[code]]
+    left = [r for r in after_items if r[0] in codes and after[r[0]] > before[r[0]]]
     if left:
         r = left[0]
         return {"pass": False, "reason": "issue_remains",

@@ -8,14 +8,7 @@
 # and finally writes the best weights to out.safetensors (atomically).
 # Tokenization and the GGUF file stay in Go.
 #
-# The forward pass is llama.cpp's gemma3 graph (src/models/gemma3.cpp):
-# embeddings scaled by sqrt(d); per layer RMS norm, Q/K/V, per-head RMS norm
-# of Q and K, NEOX RoPE, Q scaled by 1/sqrt(head_dim), causal attention
-# (optionally a sliding window on 5 of every 6 layers with RoPE base 10000),
-# output projection, post-attention norm, residual, FFN norm,
-# down(gelu_tanh(gate(x)) * up(x)), post-FFN norm, residual; final norm;
-# logits through the tied embedding. Norm weights are stored as llama.cpp
-# reads them (the multiplier itself, Hugging Face's 1 + w).
+# The forward pass, llama.cpp's gemma3 graph, is in fleet_model.py.
 import json
 import math
 import os
@@ -80,133 +73,46 @@ def batches(seqs, order, batch_tokens):
         yield cur
 
 
+def epoch_batches(seqs, seed, batch_tokens):
+    """One epoch's batches: a permutation drawn from seed, sorted by length
+    within windows of 64 sequences so that a batch's rows are of similar
+    lengths (little padding), and the batches themselves shuffled."""
+    rs = np.random.RandomState(seed)
+    order = rs.permutation(len(seqs))
+    lens = [len(s[0]) for s in seqs]
+    out = []
+    for k in range(0, len(order), 64):
+        win = sorted(order[k:k + 64], key=lambda i: (lens[i], i))
+        out.extend(batches(seqs, win, batch_tokens))
+    return [out[i] for i in rs.permutation(len(out))]
+
+
 def collate(seqs, idx):
+    """The batch's tokens and target flags, padded, and the length of the
+    prefix its rows share before any target (computed once, fleet_model)."""
     width = max(len(seqs[i][0]) for i in idx)
     toks = torch.zeros((len(idx), width), dtype=torch.long)
     tgt = torch.zeros((len(idx), width), dtype=torch.bool)
+    first = seqs[idx[0]][0]
+    shared = len(first)
     for r, i in enumerate(idx):
         t, m = seqs[i]
         toks[r, : len(t)] = torch.from_numpy(t)
         tgt[r, : len(m)] = torch.from_numpy(m)
-    return toks, tgt
+        n = min(shared, len(t))
+        diff = np.flatnonzero(first[:n] != t[:n])
+        shared = int(diff[0]) if len(diff) else n
+        hits = np.flatnonzero(m)
+        if len(hits):
+            # position p predicts token p+1: keep every predicting position
+            # out of the prefix
+            shared = min(shared, int(hits[0]) - 1)
+    return toks, tgt, max(shared, 0)
 
 
 # ---------------------------------------------------------------- model
 
-class RMSNorm(torch.nn.Module):
-    def __init__(self, n, eps):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.ones(n))
-        self.eps = eps
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-class LoRALinear(torch.nn.Module):
-    """A frozen weight plus (alpha/r)·B·A, llama.cpp's LoRA."""
-
-    def __init__(self, base, rank, alpha):
-        super().__init__()
-        self.base = base
-        base.weight.requires_grad_(False)
-        out_f, in_f = base.weight.shape
-        self.lora_a = torch.nn.Parameter(torch.empty(rank, in_f))
-        self.lora_b = torch.nn.Parameter(torch.zeros(out_f, rank))
-        torch.nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
-        self.scale = alpha / rank
-
-    def forward(self, x):
-        return self.base(x) + (x @ self.lora_a.t() @ self.lora_b.t()) * self.scale
-
-
-def linear(i, o):
-    return torch.nn.Linear(i, o, bias=False)
-
-
-class Block(torch.nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        d, hd = c["embedding"], c["head_dim"]
-        self.c = c
-        self.attn_norm = RMSNorm(d, c["eps"])
-        self.attn_q = linear(d, c["heads"] * hd)
-        self.attn_k = linear(d, c["heads_kv"] * hd)
-        self.attn_v = linear(d, c["heads_kv"] * hd)
-        self.attn_output = linear(c["heads"] * hd, d)
-        self.attn_q_norm = RMSNorm(hd, c["eps"])
-        self.attn_k_norm = RMSNorm(hd, c["eps"])
-        self.post_attention_norm = RMSNorm(d, c["eps"])
-        self.ffn_norm = RMSNorm(d, c["eps"])
-        self.ffn_gate = linear(d, c["feed_forward"])
-        self.ffn_up = linear(d, c["feed_forward"])
-        self.ffn_down = linear(c["feed_forward"], d)
-        self.post_ffw_norm = RMSNorm(d, c["eps"])
-
-    def forward(self, x, cos, sin, mask):
-        c = self.c
-        B, T, _ = x.shape
-        hd, H, KV = c["head_dim"], c["heads"], c["heads_kv"]
-        h = self.attn_norm(x)
-        q = self.attn_q_norm(self.attn_q(h).view(B, T, H, hd))
-        k = self.attn_k_norm(self.attn_k(h).view(B, T, KV, hd))
-        v = self.attn_v(h).view(B, T, KV, hd)
-        q, k = rope(q, cos, sin), rope(k, cos, sin)
-        q = q * (1.0 / math.sqrt(hd))
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if KV != H:
-            k = k.repeat_interleave(H // KV, dim=1)
-            v = v.repeat_interleave(H // KV, dim=1)
-        att = (q @ k.transpose(-1, -2)).masked_fill(mask, float("-inf"))
-        o = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * hd)
-        x = x + self.post_attention_norm(self.attn_output(o))
-        h = self.ffn_norm(x)
-        f = self.ffn_down(F.gelu(self.ffn_gate(h), approximate="tanh") * self.ffn_up(h))
-        return x + self.post_ffw_norm(f)
-
-
-def rope(x, cos, sin):
-    # NEOX: the first and second halves of each head are the pairs.
-    h = x.shape[-1] // 2
-    x1, x2 = x[..., :h], x[..., h:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-
-
-def rope_tables(T, hd, base):
-    inv = base ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-    return ang.cos().float()[None, :, None, :], ang.sin().float()[None, :, None, :]
-
-
-class Gemma3(torch.nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.c = c
-        self.token_embd = torch.nn.Embedding(c["vocab"], c["embedding"])
-        self.blocks = torch.nn.ModuleList([Block(c) for _ in range(c["blocks"])])
-        self.output_norm = RMSNorm(c["embedding"], c["eps"])
-
-    def is_swa(self, il):
-        return self.c["sliding_window"] > 0 and il % 6 < 5
-
-    def hidden(self, toks):
-        c = self.c
-        B, T = toks.shape
-        x = self.token_embd(toks) * math.sqrt(c["embedding"])
-        pos = torch.arange(T)
-        causal = pos[None, :] > pos[:, None]
-        swa = causal | (pos[:, None] - pos[None, :] >= max(c["sliding_window"], 1))
-        g = rope_tables(T, c["head_dim"], c["rope_base"])
-        l = rope_tables(T, c["head_dim"], 10000.0)
-        for il, blk in enumerate(self.blocks):
-            if self.is_swa(il):
-                x = blk(x, l[0], l[1], swa)
-            else:
-                x = blk(x, g[0], g[1], causal)
-        return self.output_norm(x)
-
-    def logits(self, h):
-        return h @ self.token_embd.weight.t()
+from fleet_model import Gemma3, LoRALinear  # noqa: E402  (fleet_model.py beside this file)
 
 
 def gguf_names(model):
@@ -281,12 +187,11 @@ def lr_at(step, total, cfg):
     return cfg["min_lr"] + 0.5 * (cfg["lr"] - cfg["min_lr"]) * (1 + math.cos(math.pi * p))
 
 
-def loss_of(model, toks, tgt):
+def loss_of(model, toks, tgt, prefix=0):
     # The hidden state at t predicts the token at t+1: targets are the
     # flagged tokens from position 1 on.
-    h = model.hidden(toks[:, :-1])
     sel = tgt[:, 1:]
-    logits = model.logits(h[sel])
+    logits = model.logits(model.hidden(toks[:, :-1], sel, prefix))
     y = toks[:, 1:][sel]
     return F.cross_entropy(logits, y, reduction="sum"), int(y.numel())
 
@@ -300,10 +205,9 @@ def evaluate(model, seqs, batch_tokens, accuracy=False):
     tot, n, hit = 0.0, 0, 0
     with torch.no_grad():
         for idx in batches(seqs, range(len(seqs)), batch_tokens):
-            toks, tgt = collate(seqs, idx)
-            h = model.hidden(toks[:, :-1])
+            toks, tgt, shared = collate(seqs, idx)
             sel = tgt[:, 1:]
-            logits = model.logits(h[sel])
+            logits = model.logits(model.hidden(toks[:, :-1], sel, shared))
             y = toks[:, 1:][sel]
             tot += float(F.cross_entropy(logits, y, reduction="sum"))
             hit += int((logits.argmax(-1) == y).sum())
@@ -361,7 +265,7 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
                              {"params": rest, "weight_decay": 0.0}], lr=cfg["lr"], betas=(0.9, 0.98), eps=1e-8)
     bt = cfg["batch_tokens"]
-    per_epoch = sum(1 for _ in batches(train, range(len(train)), bt))
+    per_epoch = min(len(epoch_batches(train, cfg["seed"] * 1000003 + e, bt)) for e in range(cfg["epochs"]))
     total = per_epoch * cfg["epochs"]
     if cfg.get("max_steps"):
         total = min(total, cfg["max_steps"])
@@ -399,13 +303,12 @@ def main():
     t0, tok0 = time.time(), 0
     while st["step"] < total and not st["stopped"]:
         epoch, k = divmod(st["step"], per_epoch)
-        order = np.random.RandomState(cfg["seed"] * 1000003 + epoch).permutation(len(train))
-        bl = list(batches(train, order, bt))
+        bl = epoch_batches(train, cfg["seed"] * 1000003 + epoch, bt)
         idx = bl[k]
         for g in opt.param_groups:
             g["lr"] = lr_at(st["step"], total, cfg)
-        toks, tgt = collate(train, idx)
-        lsum, n = loss_of(model, toks, tgt)
+        toks, tgt, shared = collate(train, idx)
+        lsum, n = loss_of(model, toks, tgt, shared)
         if n == 0:
             loss = None
         else:
@@ -415,6 +318,8 @@ def main():
             torch.nn.utils.clip_grad_norm_(params, cfg["clip"])
             opt.step()
         st["step"] += 1
+        # tokens of the records (padding and the shared prefix's copies
+        # included), so tokens/s says how fast the data goes through
         st["tokens"] += int(toks.numel())
         tok0 += int(toks.numel())
         lv = float(loss) if loss is not None else None
