@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -145,33 +146,96 @@ func clip(s string, n int) string {
 }
 
 func (c *cli) evalCompare(args []string) error {
-	fs := c.subFlags("eval compare", "eval compare <RUN_A> <RUN_B> [--all] [--json]")
+	fs := c.subFlags("eval compare", "eval compare <RUN_A|A.json> <RUN_B|B.json> [--all] [--json] [--gate]")
 	all := fs.Bool("all", false, "list every task, not only those graded differently")
 	asJSON := fs.Bool("json", false, "print the comparison as JSON")
+	gate := fs.Bool("gate", false, "B is a candidate to promote over A: exit 1, saying why, when B passes fewer tasks of an operation than A")
 	pos, err := c.parse(fs, args, 2, "two run ids")
 	if err != nil {
 		return err
 	}
-	return c.evalStore(func(ctx context.Context, js jetstream.JetStream) error {
-		a, err := eval.LoadRun(ctx, js, pos[0])
-		if err != nil {
-			return err
-		}
-		b, err := eval.LoadRun(ctx, js, pos[1])
-		if err != nil {
-			return err
-		}
+	show := func(a, b *eval.Run) error {
 		if a.Suite != b.Suite || a.Seed != b.Seed {
 			fmt.Fprintf(c.stderr, "warning: the runs are of different suites (%s seed %d, %s seed %d): only tasks with the same id are paired\n",
 				a.Suite, a.Seed, b.Suite, b.Seed)
 		}
 		cmp := eval.Compare(a.Results, b.Results)
 		if *asJSON {
-			return writeJSON(c.stdout, map[string]any{"a": a.ID, "b": b.ID, "comparison": cmp})
+			if err := writeJSON(c.stdout, map[string]any{"a": a.ID, "b": b.ID, "comparison": cmp}); err != nil {
+				return err
+			}
+		} else {
+			printComparison(c, a, b, cmp, *all)
 		}
-		printComparison(c, a, b, cmp, *all)
+		if *gate {
+			return gateVerdict(c, a, b)
+		}
 		return nil
+	}
+	// run files (`fleet-train eval -json`) need no server
+	if fa, fb := runFile(pos[0]), runFile(pos[1]); fa && fb {
+		a, err := eval.ReadRunFile(pos[0])
+		if err != nil {
+			return fail(exitUsage, "%v", err)
+		}
+		b, err := eval.ReadRunFile(pos[1])
+		if err != nil {
+			return fail(exitUsage, "%v", err)
+		}
+		return show(a, b)
+	}
+	return c.evalStore(func(ctx context.Context, js jetstream.JetStream) error {
+		load := func(id string) (*eval.Run, error) {
+			if runFile(id) {
+				return eval.ReadRunFile(id)
+			}
+			return eval.LoadRun(ctx, js, id)
+		}
+		a, err := load(pos[0])
+		if err != nil {
+			return err
+		}
+		b, err := load(pos[1])
+		if err != nil {
+			return err
+		}
+		return show(a, b)
 	})
+}
+
+// runFile says whether a compare argument names a run file rather than a
+// stored run id.
+func runFile(arg string) bool {
+	if !strings.HasSuffix(arg, ".json") {
+		return false
+	}
+	st, err := os.Stat(arg)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// gateVerdict is --gate: B may replace A only when it passes at least as
+// many tasks of every operation A was measured on.
+func gateVerdict(c *cli, a, b *eval.Run) error {
+	rb := map[string]eval.OpSummary{}
+	for _, s := range eval.Summarize(b.Results) {
+		rb[s.Op] = s
+	}
+	var why []string
+	for _, s := range eval.Summarize(a.Results) {
+		t, ok := rb[s.Op]
+		switch {
+		case !ok:
+			why = append(why, fmt.Sprintf("%s: B was not measured on it (A passed %d/%d)", s.Op, s.Passed, s.Tasks))
+		case t.Rate < s.Rate:
+			why = append(why, fmt.Sprintf("%s: B passed %d/%d (%.1f%%), fewer than A's %d/%d (%.1f%%)",
+				s.Op, t.Passed, t.Tasks, 100*t.Rate, s.Passed, s.Tasks, 100*s.Rate))
+		}
+	}
+	if len(why) > 0 {
+		return fail(exitJobFailed, "promotion blocked: an eval regression: %s", strings.Join(why, "; "))
+	}
+	fmt.Fprintf(c.stdout, "gate: B (%s) passes at least as many tasks as A (%s) on every operation: it may be promoted\n", b.ID, a.ID)
+	return nil
 }
 
 func printComparison(c *cli, a, b *eval.Run, cmp eval.Comparison, all bool) {

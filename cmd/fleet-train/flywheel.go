@@ -4,15 +4,16 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 
@@ -66,23 +67,65 @@ func expertData(args []string) int {
 	var c flywheel.Config
 	ops, quiet := flywheelFlags(fs, &c)
 	out := fs.String("o", "", "the JSONL to write")
-	if err := fs.Parse(args); err != nil || *out == "" {
-		fmt.Fprintln(os.Stderr, "usage: fleet-train expert-data -suite SUITE [-split train] [-op lint] -o data.jsonl")
+	if err := fs.Parse(args); err != nil || *out == "" || c.Suite == "" {
+		fmt.Fprintln(os.Stderr, "usage: fleet-train expert-data -suite SUITE[,SUITE...] [-split train] [-op lint] -o data.jsonl")
 		return 2
 	}
 	c.Ops = strings.Split(*ops, ",")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	done := withBar(&c, *quiet, "expert")
-	rs, n, err := flywheel.ExpertData(ctx, c, *out)
-	done()
-	if err != nil {
+	// one suite after the other into parts, then the parts into out
+	suites := strings.Split(c.Suite, ",")
+	parts := make([]string, len(suites))
+	passed, total, n := 0, 0, 0
+	for i, s := range suites {
+		c.Suite = s
+		parts[i] = fmt.Sprintf("%s.part%d", *out, i)
+		defer os.Remove(parts[i])
+		done := withBar(&c, *quiet, "expert "+filepath.Base(s))
+		rs, k, err := flywheel.ExpertData(ctx, c, parts[i])
+		done()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fleet-train expert-data:", err)
+			return 1
+		}
+		p, t := flywheel.Score(rs)
+		passed, total, n = passed+p, total+t, n+k
+	}
+	if err := concatFiles(*out, parts); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet-train expert-data:", err)
 		return 1
 	}
-	p, t := flywheel.Score(rs)
-	fmt.Printf("wrote %d records to %s (the expert passed %d of %d tasks)\n", n, *out, p, t)
+	fmt.Printf("wrote %d records to %s (the expert passed %d of %d tasks)\n", n, *out, passed, total)
 	return 0
+}
+
+// concatFiles writes the parts one after the other into out, through a
+// temporary file renamed into place.
+func concatFiles(out string, parts []string) error {
+	tmp := out + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	for _, p := range parts {
+		in, err := os.Open(p)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		_, err = io.Copy(f, in)
+		in.Close()
+		if err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, out)
 }
 
 // evalModel is `fleet-train eval`: a model on a split with llama.cpp,
@@ -95,7 +138,7 @@ func evalModel(args []string) int {
 	fs.StringVar(&m.Path, "model", "", "the GGUF")
 	fs.StringVar(&m.LoRA, "lora", "", "a LoRA adapter over -model")
 	fs.IntVar(&m.ContextSize, "context", 0, "context window (default 4096)")
-	asJSON := fs.String("json", "", "also write the results as JSON here")
+	asJSON := fs.String("json", "", "also write the run here (JSON, as `enqueue eval compare` reads it)")
 	record := fs.Bool("record", false, "write the score into the model's (or adapter's) training metadata ("+train.MetaEvalScore+")")
 	if err := fs.Parse(args); err != nil || m.Path == "" {
 		fmt.Fprintln(os.Stderr, "usage: fleet-train eval -suite SUITE -split test -model M.gguf [-lora A.gguf]")
@@ -108,6 +151,7 @@ func evalModel(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	done := withBar(&c, *quiet, "eval")
+	started := time.Now()
 	rs, err := flywheel.Evaluate(ctx, c, m)
 	done()
 	if err != nil {
@@ -144,8 +188,19 @@ func evalModel(args []string) int {
 		fmt.Printf("recorded %s = %q in %s\n", train.MetaEvalScore, score, target)
 	}
 	if *asJSON != "" {
-		b, _ := json.MarshalIndent(map[string]any{"model": m.Path, "lora": m.LoRA, "split": c.Split, "passed": p, "total": t, "results": rs}, "", "  ")
-		if err := os.WriteFile(*asJSON, b, 0o644); err != nil {
+		s, err := eval.ReadFile(c.Suite)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fleet-train eval:", err)
+			return 1
+		}
+		name := filepath.Base(m.Path)
+		if m.LoRA != "" {
+			name += "+" + filepath.Base(m.LoRA)
+		}
+		run := &eval.Run{ID: fmt.Sprintf("local-%s-%s", strings.TrimSuffix(name, ".gguf"), started.UTC().Format("20060102T150405")),
+			Suite: s.Header.Name, Seed: s.Header.Seed, Split: c.Split, Ops: c.Ops, Model: name,
+			Started: started, Finished: time.Now(), Tasks: len(rs), Summary: eval.Summarize(rs), Results: rs}
+		if err := eval.WriteRunFile(*asJSON, run); err != nil {
 			fmt.Fprintln(os.Stderr, "fleet-train eval:", err)
 			return 1
 		}

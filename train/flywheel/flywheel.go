@@ -150,7 +150,10 @@ func ExpertData(ctx context.Context, c Config, out string) ([]eval.Result, int, 
 	var mu sync.Mutex
 	var werr error
 	byJob := map[string][]byte{}
-	results, err := e.run(ctx, &c, "expert", func(op string) (loop.Model, error) {
+	// job ids name the suite's seed: records of several suites (other
+	// seeds' tasks on the same files) stay apart when put together
+	runID := fmt.Sprintf("expert-s%d", e.suite.Header.Seed)
+	results, err := e.run(ctx, &c, runID, func(op string) (loop.Model, error) {
 		m, ok := expert.For(op)
 		if !ok {
 			return nil, fmt.Errorf("flywheel: no expert for %s", op)
