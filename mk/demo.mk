@@ -15,8 +15,11 @@ build: llama-headers monty ## build bin/worker (llama.cpp backend included) and 
 	$(GO) build -tags llama -o $(BIN)/worker ./cmd/worker
 	$(GO) build -o $(BIN)/enqueue ./cmd/enqueue
 
-demo: monty ## run a real lint job end to end: worker + embedded NATS + llama.cpp, enqueue, diff
-	@if [ -z "$${FLEET_MODEL_PATH:-}" ] && ! $(MAKE) --no-print-directory model; then \
+demo: monty ## run a real lint job end to end: worker + embedded NATS + llama.cpp, the lint agent fleet trained (trained on the first run), enqueue, diff
+	@if [ -z "$${FLEET_MODEL_PATH:-}" ] && [ "$${DEMO_MODEL:-trained}" != random ] && [ "$${DEMO_BACKEND:-llama}" = llama ]; then \
+		$(MAKE) --no-print-directory lint-model || { echo "demo: training the lint agent failed (see above)" >&2; exit 1; }; \
+	fi
+	@if [ -z "$${FLEET_MODEL_PATH:-}" ] && [ "$${DEMO_MODEL:-trained}" = random ] && ! $(MAKE) --no-print-directory model; then \
 		echo "demo: THE REAL GEMMA 3 VOCABULARY COULD NOT BE FETCHED (see above): building the model with the SYNTHETIC vocabulary" >&2; \
 		$(MAKE) --no-print-directory model VOCAB=synthetic; \
 	fi

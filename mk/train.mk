@@ -1,23 +1,35 @@
 # Training (package train, cmd/fleet-train; docs/TRAINING.md "Training in
 # fleet"). The trainer's arithmetic runs in Debian's PyTorch
 # (python3-torch, with OpenBLAS); tokenization and the GGUF are Go.
-# `make test` runs a tiny training run (train/); `make flywheel` runs the
-# whole loop on the eval suite's lint split:
-#   1. the expert policies over the train split, their passed runs as
-#      training records (fleet-train expert-data),
-#   2. a small Gemma 3 trained from scratch on them (fleet-train, cached
-#      in models/ by the records' digest),
-#   3. the trained model and the random 270M model on the test split with
-#      llama.cpp and strict decoding, graded (fleet-train eval).
+# `make test` runs a tiny training run (train/).
+#
+# `make lint-model` trains the demo's lint agent (`make demo` needs it; the
+# first run trains it, later runs find it up to date):
+#   1. the expert policies over the lint train split of the eval suite
+#      (one defect per task) and of two training suites with several
+#      defects per task (eval build --extra), their passed runs as records
+#      (fleet-train expert-data),
+#   2. a small Gemma 3 trained from scratch on them (fleet-train; cached in
+#      models/ by the records' and settings' digest),
+#   3. the model on the suite's held-out test split with llama.cpp and
+#      strict decoding, graded; the score goes into its metadata.
+# `make flywheel` goes on from there: the random 270M model on the same
+# split, and `enqueue eval compare --gate` between the two, which blocks
+# promotion on an eval regression.
 
 TRAIN_DIR     := .build/train
 TRAIN_DATA    := $(TRAIN_DIR)/lint-train.jsonl
 TRAIN_MODEL   := models/fleet-lint-small.gguf
-# Shape and budget of the flywheel's model (fleet-train flags).
-TRAIN_FLAGS   ?= -embedding 64 -blocks 4 -ff 192 -heads 2 -max-len 2048 -batch-tokens 4096 -lr 4e-3 -epochs 12 -eval-every 20 -patience 4
+# The training suites with several defects per task (train split only;
+# their seeds differ from the eval suite's, and a module's split never
+# depends on the seed, so no test module is trained on).
+TRAIN_MULTI_SEEDS ?= 7 8
+TRAIN_MULTI   := $(foreach s,$(TRAIN_MULTI_SEEDS),$(TRAIN_DIR)/lint-multi-seed$(s).jsonl)
+# Shape and budget of the lint model (fleet-train flags; docs/TRAINING.md).
+TRAIN_FLAGS   ?= -embedding 64 -blocks 6 -window 64 -ff 192 -heads 2 -max-len 3072 -batch-tokens 8192 -lr 3e-3 -epochs 1 -eval-every 100 -patience 6 -dev 0.03
 TRAIN_PY_APT  := python3-torch python3-numpy libopenblas0-pthread
 
-.PHONY: train-deps flywheel fleet-train
+.PHONY: train-deps flywheel fleet-train lint-model
 
 train-deps: ## install PyTorch from Debian for fleet-train (root; python3-torch, OpenBLAS)
 	@/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null && exit 0; \
@@ -31,11 +43,25 @@ train-deps: ## install PyTorch from Debian for fleet-train (root; python3-torch,
 fleet-train: llama-headers ## build bin/fleet-train (trainer, expert data, eval on a suite split)
 	$(GO) build -tags llama -o $(BIN)/fleet-train ./cmd/fleet-train
 
-flywheel: train-deps fleet-train monty model model-tiny-gemma3 eval-suite ## expert runs -> records -> train a small lint model -> eval it and the random model on the test split
+$(TRAIN_DIR)/lint-multi-seed%.jsonl: eval/build.go eval/build_pick.go
 	@mkdir -p $(TRAIN_DIR)
-	@echo "flywheel: machine load $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
-	$(BIN)/fleet-train expert-data -suite $(EVAL_SUITE) -split train -op lint -o $(TRAIN_DATA)
+	$(GO) run ./cmd/enqueue eval build --seed $* --ops lint --per-split train=1200,dev=0,test=0 --extra 3 -o $@
+
+# The records: rebuilt when a suite changes (the expert's runs on a suite
+# are deterministic, so the same suites give the same records and the
+# trainer finds its model up to date).
+$(TRAIN_DATA): $(EVAL_SUITE) $(TRAIN_MULTI) | fleet-train monty
+	@echo "lint-model: machine load $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
+	$(BIN)/fleet-train expert-data -suite $(EVAL_SUITE),$(shell echo $(TRAIN_MULTI) | tr ' ' ',') -split train -op lint -o $@
+
+lint-model: train-deps fleet-train monty model-tiny-gemma3 $(TRAIN_DATA) ## train the demo's lint agent (cached in models/) and grade it on the test split
 	$(BIN)/fleet-train -data $(TRAIN_DATA) -vocab $(MODEL_TINY_GEMMA3) -o $(TRAIN_MODEL) -name fleet-lint-small $(TRAIN_FLAGS)
-	$(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -model $(TRAIN_MODEL) -record -json $(TRAIN_DIR)/eval-trained.json
+	@if [ ! -f $(TRAIN_DIR)/eval-trained.json ] || [ $(TRAIN_MODEL) -nt $(TRAIN_DIR)/eval-trained.json ]; then \
+	  $(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -model $(TRAIN_MODEL) -record -json $(TRAIN_DIR)/eval-trained.json; \
+	else echo "lint-model: $(TRAIN_MODEL) was graded already ($(TRAIN_DIR)/eval-trained.json)"; fi
+
+flywheel: lint-model model ## lint-model, then the random 270M model on the same test split and the promotion gate (enqueue eval compare --gate)
+	@echo "flywheel: machine load $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
 	$(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -model $(MODEL_FULL) -json $(TRAIN_DIR)/eval-random.json
+	$(GO) run ./cmd/enqueue eval compare $(TRAIN_DIR)/eval-random.json $(TRAIN_DIR)/eval-trained.json --gate
 TEST_DEPS += train-deps

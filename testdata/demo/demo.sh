@@ -5,10 +5,15 @@
 # on testdata/demo/src/inventory/stock.py, show its events and its result with
 # the diff, then stop the worker with SIGTERM.
 #
+# The model is the lint agent fleet trained itself (models/fleet-lint-small.gguf:
+# `make demo` runs `make lint-model` first, which trains it on the first run
+# and finds it up to date after that).
+#
 # Environment: GO (go), DEMO_BACKEND (llama, or scripted to skip llama.cpp),
-# FLEET_MODEL_PATH (a real FunctionGemma GGUF instead of the generated one;
-# absolute, or relative to the directory the demo was started from),
-# DEMO_MAX_TURNS (6), DEMO_KEEP=1 keeps the temporary folder.
+# DEMO_MODEL (trained, or random for the generated random-weight 270M model),
+# FLEET_MODEL_PATH (a real FunctionGemma GGUF instead; absolute, or relative
+# to the directory the demo was started from), DEMO_MAX_TURNS (8),
+# DEMO_KEEP=1 keeps the temporary folder.
 set -euo pipefail
 
 GO=${GO:-go}
@@ -20,11 +25,13 @@ if [ -n "${FLEET_MODEL_PATH:-}" ]; then
 	/*) MODEL=$FLEET_MODEL_PATH ;;
 	*) MODEL=$START_DIR/$FLEET_MODEL_PATH ;;
 	esac
-else
+elif [ "${DEMO_MODEL:-trained}" = random ]; then
 	MODEL=$ROOT/models/functiongemma-270m-random-q8_0.gguf
+else
+	MODEL=$ROOT/models/fleet-lint-small.gguf
 fi
 BACKEND=${DEMO_BACKEND:-llama}
-MAX_TURNS=${DEMO_MAX_TURNS:-6}
+MAX_TURNS=${DEMO_MAX_TURNS:-8}
 SAMPLE=testdata/demo/src/inventory/stock.py
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -84,10 +91,23 @@ queue:
   drain_grace: 20s
 EOF
 if [ "$BACKEND" = llama ]; then
-	[ -f "$MODEL" ] || { echo "demo: model $MODEL is missing: run make model (or check FLEET_MODEL_PATH)" >&2; exit 1; }
+	[ -f "$MODEL" ] || { echo "demo: model $MODEL is missing: run make lint-model (or make model for DEMO_MODEL=random, or check FLEET_MODEL_PATH)" >&2; exit 1; }
 	# What the file says it is (fleet's generator writes general.description).
 	WHAT=$("$GO" run ./internal/cmd/genmodel -describe "$MODEL" 2>&1) || WHAT="(could not read the file: $WHAT)"
 	case "$WHAT" in
+	*"trained by fleet-train"*)
+		RANDOM_WEIGHTS=0
+		# the random 270M model's score on the same split, when make flywheel measured it here
+		VS="the random 270M model: not measured on this machine (make flywheel measures it; docs/TRAINING.md has the figure)"
+		if [ -f .build/train/eval-random.json ]; then
+			VS="the random 270M model: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(", ".join("%s %d/%d" % (s["op"], s["passed"], s["tasks"]) for s in r["summary"]), "on the", r["split"], "split")' .build/train/eval-random.json 2>/dev/null || echo unreadable)"
+		fi
+		banner "MODEL: $MODEL" "  $WHAT" \
+			"A small lint agent fleet trained itself (make lint-model): the expert policies' graded runs" \
+			"on the eval suite's train split, a Gemma 3 trained from scratch on CPU, graded on the" \
+			"held-out test split with llama.cpp and strict decoding (docs/TRAINING.md)." \
+			"Compare: $VS." \
+			"The random-weight 270M model stays for speed figures: DEMO_MODEL=random make demo" ;;
 	*"random weights"*)
 		RANDOM_WEIGHTS=1
 		banner "MODEL: $MODEL" "  $WHAT" \
