@@ -26,7 +26,11 @@ TRAIN_MODEL   := models/fleet-lint-small.gguf
 TRAIN_MULTI_SEEDS ?= 7 8
 TRAIN_MULTI   := $(foreach s,$(TRAIN_MULTI_SEEDS),$(TRAIN_DIR)/lint-multi-seed$(s).jsonl)
 # Shape and budget of the lint model (fleet-train flags; docs/TRAINING.md).
-TRAIN_FLAGS   ?= -embedding 64 -blocks 6 -window 64 -ff 192 -heads 2 -max-len 3072 -batch-tokens 8192 -lr 3e-3 -epochs 1 -eval-every 100 -patience 6 -dev 0.03
+TRAIN_FLAGS   ?= -embedding 64 -blocks 6 -window 64 -ff 192 -heads 2 -max-len 3072 -batch-tokens 8192 -lr 3e-3 -epochs 3 -eval-every 100 -patience 6 -dev 0.03
+# The random 270M model runs every turn to the limit (minutes per task on two
+# cores): FLYWHEEL_BASE_LIMIT=N grades it on the first N test tasks only
+# (0: all 45); compare then pairs those N.
+FLYWHEEL_BASE_LIMIT ?= 0
 TRAIN_PY_APT  := python3-torch python3-numpy libopenblas0-pthread
 
 .PHONY: train-deps flywheel fleet-train lint-model
@@ -57,11 +61,11 @@ $(TRAIN_DATA): $(EVAL_SUITE) $(TRAIN_MULTI) | fleet-train monty
 lint-model: train-deps fleet-train monty model-tiny-gemma3 $(TRAIN_DATA) ## train the demo's lint agent (cached in models/) and grade it on the test split
 	$(BIN)/fleet-train -data $(TRAIN_DATA) -vocab $(MODEL_TINY_GEMMA3) -o $(TRAIN_MODEL) -name fleet-lint-small $(TRAIN_FLAGS)
 	@if [ ! -f $(TRAIN_DIR)/eval-trained.json ] || [ $(TRAIN_MODEL) -nt $(TRAIN_DIR)/eval-trained.json ]; then \
-	  $(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -model $(TRAIN_MODEL) -record -json $(TRAIN_DIR)/eval-trained.json; \
+	  $(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -model $(TRAIN_MODEL) -context 8192 -record -json $(TRAIN_DIR)/eval-trained.json; \
 	else echo "lint-model: $(TRAIN_MODEL) was graded already ($(TRAIN_DIR)/eval-trained.json)"; fi
 
 flywheel: lint-model model ## lint-model, then the random 270M model on the same test split and the promotion gate (enqueue eval compare --gate)
 	@echo "flywheel: machine load $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
-	$(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -model $(MODEL_FULL) -json $(TRAIN_DIR)/eval-random.json
+	$(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -limit $(FLYWHEEL_BASE_LIMIT) -model $(MODEL_FULL) -context 8192 -json $(TRAIN_DIR)/eval-random.json
 	$(GO) run ./cmd/enqueue eval compare $(TRAIN_DIR)/eval-random.json $(TRAIN_DIR)/eval-trained.json --gate
 TEST_DEPS += train-deps
