@@ -12,6 +12,7 @@ import (
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/merge"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -74,7 +75,7 @@ type opRow struct {
 
 // codeRow is one error code of a batch page.
 type codeRow struct {
-	Code  wire.ErrorCode
+	Code  fleettype.ErrorCode
 	Count int
 }
 

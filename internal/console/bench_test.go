@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/console"
 	"github.com/agentfleet/fleet/internal/console/consoletest"
 	"github.com/agentfleet/fleet/internal/presence"
@@ -64,12 +65,9 @@ func seedJobs(tb testing.TB, nc *nats.Conn, n int) string {
 			pub(wire.LeaseSubject(id), lease, nil)
 		}
 		if i%10 < 7 {
-			res := wire.AgentResult{Version: 1, JobID: id, Operation: op, State: wire.StateSucceeded, Status: wire.StatusSuccess,
-				Summary: "fixed 3 issues", ChangedFiles: []string{"src/pkg/mod.py"}, Turns: 4, ToolCalls: 4, Diff: diff,
-				Worker: "worker-" + strconv.Itoa(i%6), Attempts: 1,
-				Timings: wire.ResultTimings{EnqueuedAt: at, StartedAt: at.Add(time.Second), FinishedAt: at.Add(9 * time.Second)}}
+			res := wire.AgentResult{Version: 1, JobID: id, Operation: op, State: wire.StateSucceeded, Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "fixed 3 issues", ChangedFiles: []string{"src/pkg/mod.py"}, Turns: 4, ToolCalls: 4}, Diff: diff, Worker: "worker-" + strconv.Itoa(i%6), Attempts: 1, Timings: wire.ResultTimings{EnqueuedAt: at, StartedAt: at.Add(time.Second), FinishedAt: at.Add(9 * time.Second)}}
 			if i%10 == 6 {
-				res.State, res.Status, res.ErrorCode, res.Error = wire.StateFailed, wire.StatusFailed, "AGENT_003", "AGENT_003: turn limit"
+				res.State, res.Status, res.ErrorCode, res.Error = wire.StateFailed, fleettype.StatusFailed, "AGENT_003", "AGENT_003: turn limit"
 			}
 			data, _ := json.Marshal(res)
 			pub(wire.ResultSubject(id), data, nil)
@@ -77,16 +75,16 @@ func seedJobs(tb testing.TB, nc *nats.Conn, n int) string {
 	}
 	opened := fmt.Sprintf("%s-20261124-%06d", ops[0], 0)
 	for seq := 1; seq <= 12; seq++ {
-		e := wire.Event{JobID: opened, Attempt: 1, Seq: seq, Turn: (seq + 3) / 4, Time: start.Add(time.Duration(seq) * 100 * time.Millisecond)}
+		e := wire.Event{JobID: opened, Attempt: 1, Event: fleettype.Event{Seq: seq, Turn: (seq + 3) / 4, Time: start.Add(time.Duration(seq) * 100 * time.Millisecond)}}
 		switch seq % 4 {
 		case 1:
-			e.Kind, e.MaxTurns = wire.EventTurnStarted, 12
+			e.Kind, e.MaxTurns = fleettype.EventTurnStarted, 12
 		case 2:
-			e.Kind, e.Calls, e.Usage = wire.EventModelOutput, []string{"run_linter"}, &wire.Usage{PromptTokens: 400, CompletionTokens: 20}
+			e.Kind, e.Calls, e.Usage = fleettype.EventModelOutput, []string{"run_linter"}, &fleettype.Usage{PromptTokens: 400, CompletionTokens: 20}
 		case 3:
-			e.Kind, e.Tool, e.Arguments = wire.EventToolCall, "run_linter", json.RawMessage(`{}`)
+			e.Kind, e.Tool, e.Arguments = fleettype.EventToolCall, "run_linter", json.RawMessage(`{}`)
 		default:
-			e.Kind, e.Tool, e.OK, e.Duration = wire.EventToolResult, "run_linter", true, 30*time.Millisecond
+			e.Kind, e.Tool, e.OK, e.Duration = fleettype.EventToolResult, "run_linter", true, 30*time.Millisecond
 		}
 		data, _ := json.Marshal(e)
 		pub(wire.EventSubject(opened), data, nil)

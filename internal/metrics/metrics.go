@@ -53,6 +53,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -301,16 +302,16 @@ type runSink struct {
 	turnStart time.Time
 }
 
-func (s *runSink) Emit(e loop.Event) {
+func (s *runSink) Emit(e fleettype.Event) {
 	now := e.Time
 	if now.IsZero() {
 		now = time.Now()
 	}
 	switch e.Kind {
-	case loop.EventTurnStarted:
+	case fleettype.EventTurnStarted:
 		s.turns.Inc()
 		s.endTurn(now, true)
-	case loop.EventModelOutput:
+	case fleettype.EventModelOutput:
 		if e.Duration > 0 {
 			s.modelDuration.Observe(e.Duration.Seconds())
 		}
@@ -330,13 +331,13 @@ func (s *runSink) Emit(e loop.Event) {
 				s.completionTPS.Observe(float64(u.CompletionTokens) / gen.Seconds())
 			}
 		}
-	case loop.EventToolResult:
+	case fleettype.EventToolResult:
 		s.tool(e.Tool, e.OK).Observe(max(e.Duration, 0).Seconds())
-	case loop.EventRetry:
+	case fleettype.EventRetry:
 		s.m.retries.WithLabelValues(s.op, e.Code).Inc()
-	case loop.EventInvalidResponse:
+	case fleettype.EventInvalidResponse:
 		s.m.invalid.WithLabelValues(s.op, e.Code).Inc()
-	case loop.EventFinished:
+	case fleettype.EventFinished:
 		s.endTurn(now, false)
 		s.m.runs.WithLabelValues(s.op, string(e.Status)).Inc()
 	}

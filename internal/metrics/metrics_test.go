@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 	"go.uber.org/goleak"
 
-	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue"
 )
 
@@ -140,23 +140,23 @@ func want(t *testing.T, mfs map[string]*dto.MetricFamily, expect float64, name s
 }
 
 // runEvents is one two-turn run as the loop would emit it.
-func runEvents(t0 time.Time) []loop.Event {
+func runEvents(t0 time.Time) []fleettype.Event {
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	return []loop.Event{
-		{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1, Time: at(0), MaxTurns: 6},
-		{Kind: loop.EventModelOutput, Seq: 2, Turn: 1, Time: at(400), Calls: []string{"run_ruff"}, Duration: 400 * time.Millisecond,
-			Usage: &loop.Usage{PromptTokens: 1000, CachedTokens: 200, CompletionTokens: 20, ForcedTokens: 5,
+	return []fleettype.Event{
+		{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, Time: at(0), MaxTurns: 6},
+		{Kind: fleettype.EventModelOutput, Seq: 2, Turn: 1, Time: at(400), Calls: []string{"run_ruff"}, Duration: 400 * time.Millisecond,
+			Usage: &fleettype.Usage{PromptTokens: 1000, CachedTokens: 200, CompletionTokens: 20, ForcedTokens: 5,
 				PromptDuration: 200 * time.Millisecond, CompletionDuration: 200 * time.Millisecond}},
-		{Kind: loop.EventToolCall, Seq: 3, Turn: 1, Time: at(401), Tool: "run_ruff", CallID: "c1"},
-		{Kind: loop.EventToolResult, Seq: 4, Turn: 1, Time: at(451), Tool: "run_ruff", CallID: "c1", OK: true, Duration: 50 * time.Millisecond},
-		{Kind: loop.EventTurnStarted, Seq: 5, Turn: 2, Time: at(500), MaxTurns: 6},
-		{Kind: loop.EventInvalidResponse, Seq: 6, Turn: 2, Time: at(600), Code: "AGENT_001"},
-		{Kind: loop.EventRetry, Seq: 7, Turn: 2, Time: at(600), Code: "AGENT_001", Attempt: 1},
-		{Kind: loop.EventModelOutput, Seq: 8, Turn: 2, Time: at(800), Calls: []string{"submit_result"}, Duration: 200 * time.Millisecond,
-			Usage: &loop.Usage{PromptTokens: 1100, CachedTokens: 1000, CompletionTokens: 10, CompletionDuration: 100 * time.Millisecond}},
-		{Kind: loop.EventToolCall, Seq: 9, Turn: 2, Time: at(801), Tool: "submit_result", CallID: "c2"},
-		{Kind: loop.EventToolResult, Seq: 10, Turn: 2, Time: at(802), Tool: "submit_result", CallID: "c2", OK: false, Code: "TOOL_002", Duration: time.Millisecond},
-		{Kind: loop.EventFinished, Seq: 11, Turn: 2, Time: at(900), Status: loop.StatusSuccess},
+		{Kind: fleettype.EventToolCall, Seq: 3, Turn: 1, Time: at(401), Tool: "run_ruff", CallID: "c1"},
+		{Kind: fleettype.EventToolResult, Seq: 4, Turn: 1, Time: at(451), Tool: "run_ruff", CallID: "c1", OK: true, Duration: 50 * time.Millisecond},
+		{Kind: fleettype.EventTurnStarted, Seq: 5, Turn: 2, Time: at(500), MaxTurns: 6},
+		{Kind: fleettype.EventInvalidResponse, Seq: 6, Turn: 2, Time: at(600), Code: "AGENT_001"},
+		{Kind: fleettype.EventRetry, Seq: 7, Turn: 2, Time: at(600), Code: "AGENT_001", Attempt: 1},
+		{Kind: fleettype.EventModelOutput, Seq: 8, Turn: 2, Time: at(800), Calls: []string{"submit_result"}, Duration: 200 * time.Millisecond,
+			Usage: &fleettype.Usage{PromptTokens: 1100, CachedTokens: 1000, CompletionTokens: 10, CompletionDuration: 100 * time.Millisecond}},
+		{Kind: fleettype.EventToolCall, Seq: 9, Turn: 2, Time: at(801), Tool: "submit_result", CallID: "c2"},
+		{Kind: fleettype.EventToolResult, Seq: 10, Turn: 2, Time: at(802), Tool: "submit_result", CallID: "c2", OK: false, Code: "TOOL_002", Duration: time.Millisecond},
+		{Kind: fleettype.EventFinished, Seq: 11, Turn: 2, Time: at(900), Status: fleettype.StatusSuccess},
 	}
 }
 
@@ -361,14 +361,14 @@ func TestEventSinkDoesNotBlockAndIsPerRun(t *testing.T) {
 	// Two runs interleaved: each sink times its own turns.
 	a, b := m.EventSink("lint"), m.EventSink("lint")
 	t0 := time.Unix(0, 0)
-	a.Emit(loop.Event{Kind: loop.EventTurnStarted, Time: t0})
-	b.Emit(loop.Event{Kind: loop.EventTurnStarted, Time: t0.Add(time.Second)})
-	a.Emit(loop.Event{Kind: loop.EventFinished, Time: t0.Add(2 * time.Second), Status: loop.StatusFailed})
-	b.Emit(loop.Event{Kind: loop.EventFinished, Time: t0.Add(5 * time.Second), Status: loop.StatusFailed})
+	a.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Time: t0})
+	b.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Time: t0.Add(time.Second)})
+	a.Emit(fleettype.Event{Kind: fleettype.EventFinished, Time: t0.Add(2 * time.Second), Status: fleettype.StatusFailed})
+	b.Emit(fleettype.Event{Kind: fleettype.EventFinished, Time: t0.Add(5 * time.Second), Status: fleettype.StatusFailed})
 	// An event without a time, a negative duration, no usage: no panic, no
 	// negative observation.
-	b.Emit(loop.Event{Kind: loop.EventModelOutput, Duration: -time.Second})
-	b.Emit(loop.Event{Kind: loop.EventToolResult, Tool: "x", Duration: -time.Second})
+	b.Emit(fleettype.Event{Kind: fleettype.EventModelOutput, Duration: -time.Second})
+	b.Emit(fleettype.Event{Kind: fleettype.EventToolResult, Tool: "x", Duration: -time.Second})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -56,7 +57,7 @@ func outcomeOf(ctx context.Context, out *queue.Outcome, err error) string {
 		return OutcomeRetry
 	case out == nil:
 		return OutcomePanic
-	case out.Result.Status == loop.StatusFailed:
+	case out.Result.Status == fleettype.StatusFailed:
 		return OutcomeFailed
 	default:
 		return OutcomeSucceeded

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
@@ -23,21 +24,21 @@ import (
 func scriptedProcessor() queue.Processor {
 	return queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
 		now := time.Now()
-		ev.Emit(loop.Event{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1, Time: now, MaxTurns: 3})
-		ev.Emit(loop.Event{Kind: loop.EventModelOutput, Seq: 2, Turn: 1, Time: now, Duration: 10 * time.Millisecond,
-			Usage: &loop.Usage{PromptTokens: 50, CompletionTokens: 5, CompletionDuration: 10 * time.Millisecond}})
-		ev.Emit(loop.Event{Kind: loop.EventToolResult, Seq: 3, Turn: 1, Time: now, Tool: "submit_result", OK: true, Duration: time.Millisecond})
-		status := loop.StatusSuccess
+		ev.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, Time: now, MaxTurns: 3})
+		ev.Emit(fleettype.Event{Kind: fleettype.EventModelOutput, Seq: 2, Turn: 1, Time: now, Duration: 10 * time.Millisecond,
+			Usage: &fleettype.Usage{PromptTokens: 50, CompletionTokens: 5, CompletionDuration: 10 * time.Millisecond}})
+		ev.Emit(fleettype.Event{Kind: fleettype.EventToolResult, Seq: 3, Turn: 1, Time: now, Tool: "submit_result", OK: true, Duration: time.Millisecond})
+		status := fleettype.StatusSuccess
 		switch req.Node.Name {
 		case "fail":
-			status = loop.StatusFailed
+			status = fleettype.StatusFailed
 		case "error":
 			return nil, errors.New("model server down")
 		case "panic":
 			panic("boom")
 		}
-		ev.Emit(loop.Event{Kind: loop.EventFinished, Seq: 4, Turn: 1, Time: now, Status: status})
-		return &queue.Outcome{Result: loop.Result{Status: status, Turns: 1, ToolCalls: 1}}, nil
+		ev.Emit(fleettype.Event{Kind: fleettype.EventFinished, Seq: 4, Turn: 1, Time: now, Status: status})
+		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: status, Turns: 1, ToolCalls: 1}}}, nil
 	})
 }
 

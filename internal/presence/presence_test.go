@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/presence"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
@@ -34,8 +35,8 @@ func TestPublisherRecord(t *testing.T) {
 	inTurn := make(chan struct{})
 	finish := make(chan struct{})
 	p := tr.Processor(3, queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
-		events.Emit(loop.Event{Kind: loop.EventTurnStarted, Turn: 2})
-		events.Emit(loop.Event{Kind: loop.EventModelOutput, Turn: 2, Usage: &loop.Usage{CompletionTokens: 40, CompletionDuration: 2 * time.Second}})
+		events.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Turn: 2})
+		events.Emit(fleettype.Event{Kind: fleettype.EventModelOutput, Turn: 2, Usage: &fleettype.Usage{CompletionTokens: 40, CompletionDuration: 2 * time.Second}})
 		close(inTurn)
 		<-finish
 		return &queue.Outcome{}, nil
@@ -43,7 +44,7 @@ func TestPublisherRecord(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = p.Process(ctx, &wire.RunRequest{JobID: "job-1", Operation: "lint"}, loop.EventSinkFunc(func(loop.Event) {}))
+		_, _ = p.Process(ctx, &wire.RunRequest{JobID: "job-1", Operation: "lint"}, loop.EventSinkFunc(func(fleettype.Event) {}))
 	}()
 	<-inTurn
 

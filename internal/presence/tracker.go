@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -35,19 +36,19 @@ func (t *Tracker) Processor(slot int, p queue.Processor) queue.Processor {
 			delete(t.running, slot)
 			t.mu.Unlock()
 		}()
-		return p.Process(ctx, req, loop.MultiSink{events, loop.EventSinkFunc(func(e loop.Event) { t.observe(slot, e) })})
+		return p.Process(ctx, req, loop.MultiSink{events, loop.EventSinkFunc(func(e fleettype.Event) { t.observe(slot, e) })})
 	})
 }
 
-func (t *Tracker) observe(slot int, e loop.Event) {
+func (t *Tracker) observe(slot int, e fleettype.Event) {
 	switch e.Kind {
-	case loop.EventTurnStarted:
+	case fleettype.EventTurnStarted:
 		t.mu.Lock()
 		if j := t.running[slot]; j != nil {
 			j.Turn = e.Turn
 		}
 		t.mu.Unlock()
-	case loop.EventModelOutput:
+	case fleettype.EventModelOutput:
 		if e.Usage == nil || e.Usage.CompletionTokens <= 0 {
 			return
 		}

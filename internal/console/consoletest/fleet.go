@@ -29,6 +29,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/presence"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
@@ -213,7 +214,7 @@ func (m *Model) Complete(ctx context.Context, req *loop.Request) (*loop.Response
 	file := ""
 	turn := 0
 	for _, msg := range req.Messages {
-		if msg.Role == loop.RoleAssistant {
+		if msg.Role == fleettype.RoleAssistant {
 			turn++
 		}
 		if f, ok := strings.CutPrefix(msg.Content, "File: "); ok && file == "" {
@@ -230,17 +231,17 @@ func (m *Model) Complete(ctx context.Context, req *loop.Request) (*loop.Response
 			return nil, ctx.Err()
 		}
 	}
-	call := loop.ToolCall{ID: "call_1", Name: "run_linter", Arguments: json.RawMessage(`{}`)}
+	call := fleettype.ToolCall{ID: "call_1", Name: "run_linter", Arguments: json.RawMessage(`{}`)}
 	switch {
 	case turn == 1:
-		call = loop.ToolCall{ID: "call_2", Name: "apply_fix", Arguments: json.RawMessage(`{"issue_code":"W291","line_number":0}`)}
+		call = fleettype.ToolCall{ID: "call_2", Name: "apply_fix", Arguments: json.RawMessage(`{"issue_code":"W291","line_number":0}`)}
 	case turn >= 2:
 		args, _ := json.Marshal(map[string]any{"summary": "stripped trailing whitespace", "changed_files": []string{file},
 			"details": map[string]int{"issues_fixed": 1, "issues_remaining": 0}})
-		call = loop.ToolCall{ID: "call_3", Name: agents.SubmitResultTool, Arguments: args}
+		call = fleettype.ToolCall{ID: "call_3", Name: agents.SubmitResultTool, Arguments: args}
 	}
-	return &loop.Response{Message: loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{call}},
-		FinishReason: loop.FinishToolCalls, Usage: loop.Usage{PromptTokens: 120 + 40*turn, CompletionTokens: 12,
+	return &loop.Response{Message: fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{call}},
+		FinishReason: loop.FinishToolCalls, Usage: fleettype.Usage{PromptTokens: 120 + 40*turn, CompletionTokens: 12,
 			CompletionDuration: 20 * time.Millisecond}}, nil
 }
 
