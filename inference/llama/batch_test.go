@@ -13,7 +13,7 @@ import (
 	"github.com/ollama/ollama/ml"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/loop"
 )
 

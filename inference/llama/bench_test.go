@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/internal/membw"
 	"github.com/agentfleet/fleet/loop"
 )

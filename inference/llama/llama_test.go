@@ -17,7 +17,7 @@ import (
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/loop"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/agentfleet/fleet/dataset"
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/embedded"

@@ -17,9 +17,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/eval"
-	"github.com/agentfleet/fleet/internal/console"
-	"github.com/agentfleet/fleet/internal/console/consoletest"
 	"github.com/agentfleet/fleet/internal/testutil"
+	"github.com/agentfleet/fleet/ops/console"
+	"github.com/agentfleet/fleet/ops/console/consoletest"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

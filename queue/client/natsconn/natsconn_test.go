@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentfleet/fleet/config"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/embedded"
@@ -226,18 +225,6 @@ func TestRetryValidate(t *testing.T) {
 		if d := jitter(100 * time.Millisecond); d < 50*time.Millisecond || d > 100*time.Millisecond {
 			t.Fatalf("jitter(100ms) = %s", d)
 		}
-	}
-}
-
-func TestOptionsMapsTheNATSSection(t *testing.T) {
-	t.Parallel()
-	n := config.NATS{URL: "nats://a:4222", Creds: "c", NKeySeed: "k", User: "u", Password: "p", Token: "t",
-		TLS: config.TLS{CA: "ca", Cert: "cert", Key: "key"}}
-	got := Options(n, "nats://b:4222", "fleet-x")
-	want := client.ConnectOptions{URL: "nats://b:4222", Name: "fleet-x", CredsFile: "c", NKeyFile: "k", User: "u",
-		Password: "p", Token: "t", TLSCA: "ca", TLSCert: "cert", TLSKey: "key"}
-	if got != want {
-		t.Fatalf("Options = %+v\nwant      %+v", got, want)
 	}
 }
 

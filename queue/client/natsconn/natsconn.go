@@ -1,8 +1,7 @@
 // Package natsconn opens the NATS connections of fleet's commands.
 //
-// Options is the one mapping of the configuration's nats section (URL,
-// credentials, TLS files) onto client.ConnectOptions, for the worker and for
-// enqueue alike.
+// The options come from client.ConnectOptions (the worker's configuration
+// maps its nats section onto them: config.NATS.ClientOptions).
 //
 // Dial is the worker's first connection: when the server cannot be reached
 // yet (it starts after the worker, or is restarting), Dial waits and tries
@@ -38,29 +37,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agentfleet/fleet/config"
 	"github.com/agentfleet/fleet/queue/client"
 )
-
-// Options returns the options to reach url as the client name, with the
-// credentials and TLS files of the nats section n. The configuration allows
-// credentials and TLS only with nats.url set (the embedded server takes
-// none), so for a URL derived from the embedded server's address they are
-// empty.
-func Options(n config.NATS, url, name string) client.ConnectOptions {
-	return client.ConnectOptions{
-		URL:       url,
-		Name:      name,
-		CredsFile: n.Creds,
-		NKeyFile:  n.NKeySeed,
-		User:      n.User,
-		Password:  n.Password,
-		Token:     n.Token,
-		TLSCert:   n.TLS.Cert,
-		TLSKey:    n.TLS.Key,
-		TLSCA:     n.TLS.CA,
-	}
-}
 
 // Defaults of Retry's zero fields.
 const (

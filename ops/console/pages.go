@@ -13,9 +13,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/agentfleet/fleet/internal/presence"
 	"github.com/agentfleet/fleet/internal/textcut"
 	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/presence"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

@@ -30,13 +30,13 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/internal/presence"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/presence"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

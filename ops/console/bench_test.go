@@ -16,10 +16,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/internal/console"
-	"github.com/agentfleet/fleet/internal/console/consoletest"
-	"github.com/agentfleet/fleet/internal/presence"
+	"github.com/agentfleet/fleet/ops/console"
+	"github.com/agentfleet/fleet/ops/console/consoletest"
 	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/presence"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

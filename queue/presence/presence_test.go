@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/internal/presence"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/presence"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentfleet/fleet/internal/console/consoletest"
 	"github.com/agentfleet/fleet/internal/testutil"
+	"github.com/agentfleet/fleet/ops/console/consoletest"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )

@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentfleet/fleet/internal/presence"
 	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/presence"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
