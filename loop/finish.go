@@ -78,7 +78,8 @@ func parseSubmit(obj map[string]any, canon []byte) (*Result, []string) {
 // textResult is the outcome of a plain-text answer: success, the text as
 // summary, no changed files.
 func (s *run) textResult(ctx context.Context, text string) *Result {
-	res := &Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{}, Summary: text, Details: map[string]any{}}}
+	res := &Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{},
+		Summary: text, Details: map[string]any{}}}
 	if actual, ok, err := s.changes(ctx); ok && err == nil && len(actual) > 0 {
 		res.Details[DetailChangedFilesActual] = actual
 	}
@@ -219,6 +220,7 @@ func (s *run) fail(ctx context.Context, code fleettype.ErrorCode, msg, limit str
 		details[k] = v
 	}
 	return &Result{
-		Result: fleettype.Result{Status: fleettype.StatusFailed, ChangedFiles: []string{}, Details: details, Error: string(code) + ": " + msg, ErrorCode: code},
+		Result: fleettype.Result{Status: fleettype.StatusFailed, ChangedFiles: []string{}, Details: details,
+			Error: string(code) + ": " + msg, ErrorCode: code},
 	}
 }

@@ -55,14 +55,16 @@ func (p *scriptProc) Process(ctx context.Context, req *wire.RunRequest, ev loop.
 		select {
 		case <-p.release:
 		case <-ctx.Done():
-			return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusFailed, ErrorCode: loop.ErrCodeCanceled, Error: "AGENT_005: canceled"}}}, nil
+			return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusFailed,
+				ErrorCode: loop.ErrCodeCanceled, Error: "AGENT_005: canceled"}}}, nil
 		}
 	}
 	ev.Emit(fleettype.Event{Kind: fleettype.EventToolCall, Seq: 2, Turn: 1, Tool: "submit_result", CallID: "call_1", Time: now})
 	ev.Emit(fleettype.Event{Kind: fleettype.EventFinished, Seq: 3, Turn: 1, Status: fleettype.StatusSuccess, Time: now})
 	return &queue.Outcome{
-		Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "done " + req.JobID, ChangedFiles: []string{"a.py"}, Turns: 1, ToolCalls: 1}},
-		Diff:   "--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-import os\n+\n",
+		Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			Summary: "done " + req.JobID, ChangedFiles: []string{"a.py"}, Turns: 1, ToolCalls: 1}},
+		Diff: "--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-import os\n+\n",
 	}, nil
 }
 

@@ -33,7 +33,8 @@ func Example() {
 	lint := queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
 		ev.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
 		ev.Emit(fleettype.Event{Kind: fleettype.EventFinished, Seq: 2, Turn: 1, Time: time.Now(), Status: fleettype.StatusSuccess})
-		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: fmt.Sprintf("%s has %d files", req.Node.Name, len(req.Files))}}}, nil
+		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			Summary: fmt.Sprintf("%s has %d files", req.Node.Name, len(req.Files))}}}, nil
 	})
 	w, err := queue.NewWorker(queue.Config{Conn: wnc, Operations: []string{"lint"}, Slots: 1, Name: "example",
 		NewProcessor: func(int) (queue.Processor, error) { return lint, nil }})

@@ -16,7 +16,8 @@ import (
 
 func (w *Worker) newResult(j *job, state wire.JobState) *wire.AgentResult {
 	now := time.Now()
-	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: j.id, Operation: j.op, State: state, Worker: w.cfg.Name, Attempts: j.attempt, Result: fleettype.Result{ChangedFiles: []string{}}}
+	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: j.id, Operation: j.op, State: state,
+		Worker: w.cfg.Name, Attempts: j.attempt, Result: fleettype.Result{ChangedFiles: []string{}}}
 	r.Timings.EnqueuedAt = j.enqueued.UTC()
 	r.Timings.StartedAt = j.started.UTC()
 	r.Timings.FinishedAt = now.UTC()

@@ -78,7 +78,8 @@ func parkFailed(code fleettype.ErrorCode, msg string, details map[string]any) *O
 	if details == nil {
 		details = map[string]any{}
 	}
-	return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusFailed, ChangedFiles: []string{}, Details: details, Error: string(code) + ": " + msg, ErrorCode: code}}}
+	return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusFailed,
+		ChangedFiles: []string{}, Details: details, Error: string(code) + ": " + msg, ErrorCode: code}}}
 }
 
 // parkTimeout is the job's park timeout: its request's, else the worker's.

@@ -35,7 +35,8 @@ func (p *parkProc) Process(ctx context.Context, req *wire.RunRequest, _ loop.Eve
 		p.mu.Lock()
 		p.resumed = append(p.resumed, req.JobID)
 		p.mu.Unlock()
-		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{}, Details: map[string]any{}, Summary: r.Answer + "|" + string(r.State)}}}, nil
+		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			ChangedFiles: []string{}, Details: map[string]any{}, Summary: r.Answer + "|" + string(r.State)}}}, nil
 	}
 	state := []byte("state of " + req.Node.Name)
 	if req.Node.Name == "big" {

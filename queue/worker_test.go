@@ -657,7 +657,8 @@ func TestRedeliveryWithStoredResultIsNotRunAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := &wire.AgentResult{Version: 1, JobID: "stored-1", Operation: "lint", State: wire.StateSucceeded, Result: fleettype.Result{Status: "success"}, Attempts: 1}
+	res := &wire.AgentResult{Version: 1, JobID: "stored-1", Operation: "lint", State: wire.StateSucceeded,
+		Result: fleettype.Result{Status: "success"}, Attempts: 1}
 	data, _ := wire.JSON.Marshal(res)
 	m := nats.NewMsg(wire.ResultSubject("stored-1"))
 	m.Data = data

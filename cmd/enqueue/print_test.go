@@ -47,7 +47,8 @@ func TestPrintUsage(t *testing.T) {
 func TestPrintParkedEvent(t *testing.T) {
 	var b strings.Builder
 	p := newPrinter(&b, false)
-	p.event(&wire.Event{JobID: "lint-7", Attempt: 1, Event: fleettype.Event{Kind: fleettype.EventParked, Seq: 4, Turn: 1, Tool: "apply_fix", Text: "May I rename the public function?"}})
+	p.event(&wire.Event{JobID: "lint-7", Attempt: 1, Event: fleettype.Event{Kind: fleettype.EventParked,
+		Seq: 4, Turn: 1, Tool: "apply_fix", Text: "May I rename the public function?"}})
 	got := b.String()
 	for _, want := range []string{"apply_fix asks: May I rename the public function?", "enqueue answer lint-7 TEXT"} {
 		if !strings.Contains(got, want) {
@@ -63,7 +64,8 @@ func TestPrintLongError(t *testing.T) {
 	var b strings.Builder
 	p := newPrinter(&b, false)
 	long := strings.Repeat("नमस्ते ", 2000)
-	p.event(&wire.Event{JobID: "lint-8", Attempt: 1, Event: fleettype.Event{Kind: fleettype.EventFinished, Status: "failed", Error: long}})
+	p.event(&wire.Event{JobID: "lint-8", Attempt: 1, Event: fleettype.Event{Kind: fleettype.EventFinished,
+		Status: "failed", Error: long}})
 	p.result(&wire.AgentResult{JobID: "lint-8", State: wire.StateFailed, Result: fleettype.Result{Status: "failed", Error: long}})
 	for _, line := range strings.Split(b.String(), "\n") {
 		if strings.Contains(line, "नमस्ते") && (utf8.RuneCountInString(line) > 420 || !utf8.ValidString(line) || !strings.HasSuffix(line, "…")) {

@@ -143,8 +143,9 @@ func (p *scriptedProcessor) Process(ctx context.Context, req *wire.RunRequest, e
 	}
 	emit(fleettype.Event{Kind: fleettype.EventFinished, Turn: 2, Status: fleettype.StatusSuccess})
 	return &queue.Outcome{
-		Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "Removed the unused import os.", ChangedFiles: []string{req.Node.FilePath}, Turns: 2, ToolCalls: 2}},
-		Diff:   "--- a/" + req.Node.FilePath + "\n+++ b/" + req.Node.FilePath + "\n@@ -1,2 +1 @@\n-import os\n \n",
+		Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			Summary: "Removed the unused import os.", ChangedFiles: []string{req.Node.FilePath}, Turns: 2, ToolCalls: 2}},
+		Diff: "--- a/" + req.Node.FilePath + "\n+++ b/" + req.Node.FilePath + "\n@@ -1,2 +1 @@\n-import os\n \n",
 	}, nil
 }
 

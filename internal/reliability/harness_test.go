@@ -294,7 +294,8 @@ func holdProcessor(d time.Duration) queue.Processor {
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
-		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "held " + req.JobID, Turns: 1}}}, nil
+		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			Summary: "held " + req.JobID, Turns: 1}}}, nil
 	})
 }
 

@@ -65,7 +65,11 @@ func seedJobs(tb testing.TB, nc *nats.Conn, n int) string {
 			pub(wire.LeaseSubject(id), lease, nil)
 		}
 		if i%10 < 7 {
-			res := wire.AgentResult{Version: 1, JobID: id, Operation: op, State: wire.StateSucceeded, Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "fixed 3 issues", ChangedFiles: []string{"src/pkg/mod.py"}, Turns: 4, ToolCalls: 4}, Diff: diff, Worker: "worker-" + strconv.Itoa(i%6), Attempts: 1, Timings: wire.ResultTimings{EnqueuedAt: at, StartedAt: at.Add(time.Second), FinishedAt: at.Add(9 * time.Second)}}
+			res := wire.AgentResult{Version: 1, JobID: id, Operation: op, State: wire.StateSucceeded,
+				Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "fixed 3 issues",
+					ChangedFiles: []string{"src/pkg/mod.py"}, Turns: 4, ToolCalls: 4},
+				Diff: diff, Worker: "worker-" + strconv.Itoa(i%6), Attempts: 1,
+				Timings: wire.ResultTimings{EnqueuedAt: at, StartedAt: at.Add(time.Second), FinishedAt: at.Add(9 * time.Second)}}
 			if i%10 == 6 {
 				res.State, res.Status, res.ErrorCode, res.Error = wire.StateFailed, fleettype.StatusFailed, "AGENT_003", "AGENT_003: turn limit"
 			}
@@ -75,7 +79,8 @@ func seedJobs(tb testing.TB, nc *nats.Conn, n int) string {
 	}
 	opened := fmt.Sprintf("%s-20261124-%06d", ops[0], 0)
 	for seq := 1; seq <= 12; seq++ {
-		e := wire.Event{JobID: opened, Attempt: 1, Event: fleettype.Event{Seq: seq, Turn: (seq + 3) / 4, Time: start.Add(time.Duration(seq) * 100 * time.Millisecond)}}
+		e := wire.Event{JobID: opened, Attempt: 1, Event: fleettype.Event{Seq: seq, Turn: (seq + 3) / 4,
+			Time: start.Add(time.Duration(seq) * 100 * time.Millisecond)}}
 		switch seq % 4 {
 		case 1:
 			e.Kind, e.MaxTurns = fleettype.EventTurnStarted, 12

@@ -447,6 +447,7 @@ func runLimits(base loop.Config, o wire.RunOptions) loop.Config {
 
 func failed(code fleettype.ErrorCode, msg string) *queue.Outcome {
 	return &queue.Outcome{Result: loop.Result{
-		Result: fleettype.Result{Status: fleettype.StatusFailed, ChangedFiles: []string{}, Details: map[string]any{}, Error: string(code) + ": " + msg, ErrorCode: fleettype.ErrorCode(code)},
+		Result: fleettype.Result{Status: fleettype.StatusFailed, ChangedFiles: []string{},
+			Details: map[string]any{}, Error: string(code) + ": " + msg, ErrorCode: fleettype.ErrorCode(code)},
 	}}
 }

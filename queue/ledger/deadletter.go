@@ -18,7 +18,9 @@ import (
 // DeadResult is the result a dead-lettered job gets.
 func DeadResult(d *Delivery, worker string, code fleettype.ErrorCode, reason string) *wire.AgentResult {
 	now := time.Now().UTC()
-	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: d.JobID, Operation: d.Operation, State: wire.StateDead, Result: fleettype.Result{Status: fleettype.StatusFailed, ChangedFiles: []string{}, ErrorCode: code, Error: reason}, Worker: worker, Attempts: d.Attempt}
+	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: d.JobID, Operation: d.Operation,
+		State: wire.StateDead, Result: fleettype.Result{Status: fleettype.StatusFailed,
+			ChangedFiles: []string{}, ErrorCode: code, Error: reason}, Worker: worker, Attempts: d.Attempt}
 	if !strings.HasPrefix(reason, string(code)) {
 		r.Error = string(code) + ": " + reason
 	}

@@ -59,7 +59,8 @@ func TestTranscriptOfTheStoredResult(t *testing.T) {
 	if again, err := l.PutTranscript(ctx, cur, &wire.Transcript{JobID: job, Worker: "current"}); err != nil || again != seq {
 		t.Fatalf("retried transcript: seq %d, %v; want %d", again, err, seq)
 	}
-	res := &wire.AgentResult{Version: 1, JobID: job, Operation: h.op, State: wire.StateSucceeded, Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{}}, TranscriptSeq: seq}
+	res := &wire.AgentResult{Version: 1, JobID: job, Operation: h.op, State: wire.StateSucceeded,
+		Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{}}, TranscriptSeq: seq}
 	if err := l.Complete(ctx, cur, res); err != nil {
 		t.Fatal(err)
 	}

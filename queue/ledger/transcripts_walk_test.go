@@ -60,7 +60,8 @@ func TestTranscriptsInterleaved(t *testing.T) {
 		}
 	}
 	for i := range jobs {
-		res := &wire.AgentResult{Version: 1, JobID: ids[i], Operation: h.op, State: wire.StateSucceeded, Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{}}, TranscriptSeq: seqs[i]}
+		res := &wire.AgentResult{Version: 1, JobID: ids[i], Operation: h.op, State: wire.StateSucceeded,
+			Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{}}, TranscriptSeq: seqs[i]}
 		if err := l.Complete(ctx, leases[i], res); err != nil {
 			t.Fatal(err)
 		}

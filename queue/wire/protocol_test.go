@@ -67,7 +67,9 @@ func TestJSONFieldNames(t *testing.T) {
 	if r.Node.FilePath != "a.py" || r.Options.MaxTurns != 4 || r.Options.ToolTimeout() != 500*time.Millisecond {
 		t.Fatalf("decoded %+v", r)
 	}
-	res := AgentResult{Version: 1, JobID: "j1", State: StateSucceeded, Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{"a.py"}}, Timings: ResultTimings{Queued: time.Millisecond}}
+	res := AgentResult{Version: 1, JobID: "j1", State: StateSucceeded,
+		Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			ChangedFiles: []string{"a.py"}}, Timings: ResultTimings{Queued: time.Millisecond}}
 	b, _ := json.Marshal(res)
 	for _, k := range []string{`"job_id":"j1"`, `"state":"succeeded"`, `"status":"success"`, `"queued_ns":1000000`, `"changed_files":["a.py"]`} {
 		if !strings.Contains(string(b), k) {
@@ -85,8 +87,12 @@ func TestJSONFieldNames(t *testing.T) {
 
 func TestResultAndEventBothEncodings(t *testing.T) {
 	t.Parallel()
-	res := &AgentResult{Version: 1, JobID: "j1", Operation: "lint", State: StateFailed, Result: fleettype.Result{Status: fleettype.StatusFailed, Error: "AGENT_003: Turn limit (6) exceeded", ErrorCode: fleettype.ErrorCode("AGENT_003"), Turns: 6, Usage: fleettype.Usage{PromptTokens: 10, CompletionTokens: 3}}, Worker: "w1", Attempts: 2, Diff: "--- a/x\n+++ b/x\n"}
-	ev := &Event{JobID: "j1", Attempt: 1, Event: fleettype.Event{Kind: fleettype.EventToolCall, Seq: 3, Turn: 1, Tool: "ruff", Arguments: json.RawMessage(`{"fix":true}`)}}
+	res := &AgentResult{Version: 1, JobID: "j1", Operation: "lint", State: StateFailed,
+		Result: fleettype.Result{Status: fleettype.StatusFailed, Error: "AGENT_003: Turn limit (6) exceeded",
+			ErrorCode: fleettype.ErrorCode("AGENT_003"), Turns: 6, Usage: fleettype.Usage{PromptTokens: 10,
+				CompletionTokens: 3}}, Worker: "w1", Attempts: 2, Diff: "--- a/x\n+++ b/x\n"}
+	ev := &Event{JobID: "j1", Attempt: 1, Event: fleettype.Event{Kind: fleettype.EventToolCall, Seq: 3,
+		Turn: 1, Tool: "ruff", Arguments: json.RawMessage(`{"fix":true}`)}}
 	for _, enc := range []Encoding{JSON, Msgpack} {
 		b, err := enc.Marshal(res)
 		if err != nil {
