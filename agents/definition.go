@@ -45,7 +45,7 @@ type Definition struct {
 	Operation string `yaml:"operation"`
 	// Model names the GGUF the agent runs on: a local path (relative to the
 	// agent's folder, see ResolvePath), a stored model "name@version" or
-	// "sha256:<hex>" (internal/modelref); empty means the worker's default.
+	// "sha256:<hex>" (inference/modelref); empty means the worker's default.
 	Model string `yaml:"model"`
 	// Adapter names a LoRA adapter applied over the model, in the same
 	// forms as Model; empty means none. The base model's weights stay

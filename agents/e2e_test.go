@@ -22,6 +22,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/toolexec"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -535,7 +536,7 @@ func toolResults(t *testing.T, model *looptest.Scripted) ([]map[string]any, []st
 	var contexts []string
 	for _, m := range reqs[len(reqs)-1].Messages {
 		switch {
-		case m.Role == loop.RoleTool:
+		case m.Role == fleettype.RoleTool:
 			var env struct {
 				OK     bool            `json:"ok"`
 				Result map[string]any  `json:"result"`
@@ -548,7 +549,7 @@ func toolResults(t *testing.T, model *looptest.Scripted) ([]map[string]any, []st
 				t.Fatalf("tool %s failed: %+v", m.Name, env.Error)
 			}
 			results = append(results, env.Result)
-		case m.Role == loop.RoleUser && strings.HasPrefix(m.Content, "[Context] "):
+		case m.Role == fleettype.RoleUser && strings.HasPrefix(m.Content, "[Context] "):
 			contexts = append(contexts, m.Content)
 		}
 	}
@@ -571,7 +572,7 @@ func TestAgentsEndToEnd(t *testing.T) {
 			env, res, model := runE2E(t, tc, def, pool)
 			ctx := context.Background()
 
-			if res.Status != loop.StatusSuccess || res.Error != "" {
+			if res.Status != fleettype.StatusSuccess || res.Error != "" {
 				t.Fatalf("result: status %s, error %q, details %v", res.Status, res.Error, res.Details)
 			}
 			if !slices.Equal(res.ChangedFiles, tc.changed) {
@@ -689,7 +690,7 @@ func TestAgentsEndToEndReject(t *testing.T) {
 			before := projectFiles(t)
 			paths := append(slices.Sorted(maps.Keys(before)), tc.changed...)
 			env, res, _ := runE2E(t, tc, defs[tc.op], pool)
-			if res.Status != loop.StatusSuccess {
+			if res.Status != fleettype.StatusSuccess {
 				t.Fatalf("status %s: %s", res.Status, res.Error)
 			}
 			ctx := context.Background()
@@ -725,7 +726,7 @@ func lintPolicy(fixed *int) looptest.Step {
 	return looptest.Func(func(_ context.Context, req *loop.Request) (*loop.Response, error) {
 		var last string
 		for i := len(req.Messages) - 1; i >= 0; i-- {
-			if req.Messages[i].Role == loop.RoleTool {
+			if req.Messages[i].Role == fleettype.RoleTool {
 				last = req.Messages[i].Content
 				break
 			}
@@ -749,8 +750,8 @@ func lintPolicy(fixed *int) looptest.Step {
 			if is["fixable"] == true {
 				*fixed++
 				args, _ := json.Marshal(map[string]any{"issue_code": is["code"], "line_number": is["line"]})
-				return &loop.Response{Message: loop.Message{Role: loop.RoleAssistant,
-					ToolCalls: []loop.ToolCall{looptest.Call("apply_fix", string(args))}}}, nil
+				return &loop.Response{Message: fleettype.Message{Role: fleettype.RoleAssistant,
+					ToolCalls: []fleettype.ToolCall{looptest.Call("apply_fix", string(args))}}}, nil
 			}
 		}
 		args, _ := json.Marshal(map[string]any{
@@ -758,8 +759,8 @@ func lintPolicy(fixed *int) looptest.Step {
 			"changed_files": []string{targetFile},
 			"details":       map[string]any{"issues_fixed": *fixed, "issues_remaining": len(issues)},
 		})
-		return &loop.Response{Message: loop.Message{Role: loop.RoleAssistant,
-			ToolCalls: []loop.ToolCall{looptest.Call("submit_result", string(args))}}}, nil
+		return &loop.Response{Message: fleettype.Message{Role: fleettype.RoleAssistant,
+			ToolCalls: []fleettype.ToolCall{looptest.Call("submit_result", string(args))}}}, nil
 	})
 }
 
@@ -775,7 +776,7 @@ func TestLintFollowsToolResults(t *testing.T) {
 		steps = append(steps, lintPolicy(&fixed))
 	}
 	env, res, _ := runE2E(t, e2eCase{op: "lint", steps: steps}, defs["lint"], pool)
-	if res.Status != loop.StatusSuccess {
+	if res.Status != fleettype.StatusSuccess {
 		t.Fatalf("status %s: %s", res.Status, res.Error)
 	}
 	if fixed != 6 || res.Details["issues_remaining"] != 1.0 {

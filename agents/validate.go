@@ -11,7 +11,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/agentfleet/fleet/internal/modelref"
+	"github.com/agentfleet/fleet/inference/modelref"
 )
 
 // ErrInvalidDefinition is matched (errors.Is) by every *ValidationError.

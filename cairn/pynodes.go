@@ -3,11 +3,11 @@ package cairn
 import (
 	"context"
 
-	"github.com/agentfleet/fleet/internal/pynode"
+	"github.com/agentfleet/fleet/cairn/pym/pynode"
 )
 
 // extPythonNodes serves python_nodes(text): the functions, methods and
-// classes of a Python source, found by internal/pynode (tree-sitter), the
+// classes of a Python source, found by cairn/pym/pynode (tree-sitter), the
 // parser enqueue picks a job's node with, so that a tool locates the node
 // the request names the same way. Lines are 1-based; colon_col is the
 // 0-based column of the colon that ends the header (-1 when the source does

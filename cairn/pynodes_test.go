@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// python_nodes gives the tools the nodes internal/pynode finds: qualified
+// python_nodes gives the tools the nodes cairn/pym/pynode finds: qualified
 // names, 1-based lines, the header's colon and the body's first line.
 func TestPythonNodes(t *testing.T) {
 	t.Parallel()

@@ -182,7 +182,7 @@ type Worker struct {
 	// MetricsListen is the address of the Prometheus /metrics endpoint
 	// ("127.0.0.1:9090"). Default "" = off.
 	MetricsListen string `yaml:"metrics_listen"`
-	// ConsoleListen is the address of the web console (internal/console:
+	// ConsoleListen is the address of the web console (ops/console:
 	// queues, workers, jobs, dead letters; "127.0.0.1:8080"). Default "" =
 	// off.
 	ConsoleListen string `yaml:"console_listen"`

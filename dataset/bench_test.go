@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/dataset"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -21,22 +22,22 @@ import (
 // benchTranscript is a lint run of a few turns, about 6 KB of JSON.
 func benchTranscript(i int) *wire.Transcript {
 	t := &wire.Transcript{Version: 1, JobID: fmt.Sprintf("bench-%05d", i), Operation: "lint", Agent: "lint_agent",
-		AgentDigest: "sha256:ab", Lease: 1, State: wire.StateSucceeded, Status: wire.StatusSuccess,
+		AgentDigest: "sha256:ab", Lease: 1, State: wire.StateSucceeded, Status: fleettype.StatusSuccess,
 		Model: wire.ModelInfo{Backend: "llama", Name: "lint.gguf", Digest: "sha256:00aa"},
-		Tools: []wire.TranscriptTool{
+		Tools: []fleettype.ToolSpec{
 			{Name: "run_linter", Description: "Lint the current file.", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
 			{Name: "apply_fix", Description: "Apply one fix.", Parameters: json.RawMessage(`{"type":"object","properties":{"issue_code":{"type":"string"},"line_number":{"type":"integer"}},"required":["issue_code","line_number"]}`)},
 			{Name: "submit_result", Description: "Finish.", Parameters: json.RawMessage(`{"type":"object","properties":{"summary":{"type":"string"}}}`)},
 		}}
 	t.Timings.FinishedAt = time.Unix(1_800_000_000+int64(i), 0).UTC()
 	src := bytes.Repeat([]byte("def f(x):\n    return x  \n"), 60)
-	t.Messages = []wire.TranscriptMessage{{Role: "system", Content: "You are a Python linting specialist."},
+	t.Messages = []fleettype.Message{{Role: "system", Content: "You are a Python linting specialist."},
 		{Role: "user", Content: "File: src/a.py\n```python\n" + string(src) + "```"}}
 	for k := range 3 {
 		id := fmt.Sprintf("call_%d", k)
 		t.Messages = append(t.Messages,
-			wire.TranscriptMessage{Role: "assistant", ToolCalls: []wire.TranscriptCall{{ID: id, Name: "apply_fix", Arguments: json.RawMessage(`{"issue_code":"W291","line_number":2}`)}}},
-			wire.TranscriptMessage{Role: "tool", ToolCallID: id, Name: "apply_fix", Content: `{"ok":true,"result":{"remaining":[{"code":"W291","line":4}]}}`})
+			fleettype.Message{Role: "assistant", ToolCalls: []fleettype.ToolCall{{ID: id, Name: "apply_fix", Arguments: json.RawMessage(`{"issue_code":"W291","line_number":2}`)}}},
+			fleettype.Message{Role: "tool", ToolCallID: id, Name: "apply_fix", Content: `{"ok":true,"result":{"remaining":[{"code":"W291","line":4}]}}`})
 	}
 	return t
 }

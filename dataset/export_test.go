@@ -21,6 +21,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/dataset"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
@@ -74,15 +75,15 @@ func (r *promptRecorder) take() []string {
 // turn offers submit_result alone.
 func lintModel(summary string) loop.Model {
 	s := looptest.NewScripted(looptest.Func(func(_ context.Context, req *loop.Request) (*loop.Response, error) {
-		msg := loop.Message{Role: loop.RoleAssistant, Content: "I will lint the file first.",
-			ToolCalls: []loop.ToolCall{{Name: "run_linter", Arguments: json.RawMessage(`{ }`)}}}
+		msg := fleettype.Message{Role: fleettype.RoleAssistant, Content: "I will lint the file first.",
+			ToolCalls: []fleettype.ToolCall{{Name: "run_linter", Arguments: json.RawMessage(`{ }`)}}}
 		n := len(req.Messages)
 		if strings.Contains(summary, "long.py") && len(req.Tools) > 1 {
-			if n > 0 && req.Messages[n-1].Role == loop.RoleTool {
+			if n > 0 && req.Messages[n-1].Role == fleettype.RoleTool {
 				msg.ToolCalls[0].Name = "read_current_file"
 			}
-		} else if n > 0 && req.Messages[n-1].Role == loop.RoleTool || len(req.Tools) == 1 {
-			msg = loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{Name: "submit_result",
+		} else if n > 0 && req.Messages[n-1].Role == fleettype.RoleTool || len(req.Tools) == 1 {
+			msg = fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{Name: "submit_result",
 				Arguments: json.RawMessage(`{"summary": "` + summary + `", "changed_files": [], "details": {"issues_remaining": 0, "issues_fixed": 0}}`)}}}
 		}
 		return &loop.Response{Message: msg, FinishReason: loop.FinishToolCalls}, nil
@@ -151,7 +152,7 @@ func (f modelFunc) Complete(ctx context.Context, req *loop.Request) (*loop.Respo
 // summaryOf names the run by its node's file: each job says which it was.
 func summaryOf(req *loop.Request) string {
 	for _, m := range req.Messages {
-		if m.Role == loop.RoleUser {
+		if m.Role == fleettype.RoleUser {
 			if i := strings.Index(m.Content, "File: "); i >= 0 {
 				return "checked " + strings.Fields(m.Content[i+6:])[0]
 			}

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentfleet/fleet/dataset"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -34,11 +35,11 @@ func (memSource) Result(context.Context, string) (*wire.AgentResult, error) {
 // its conversational twin renders to the same text.
 func FuzzExportRecord(f *testing.F) {
 	seed := wire.Transcript{JobID: "fz", Operation: "lint", State: wire.StateSucceeded,
-		Tools: []wire.TranscriptTool{{Name: "run_linter", Description: "Lint «it».", Parameters: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)}},
-		Messages: []wire.TranscriptMessage{
+		Tools: []fleettype.ToolSpec{{Name: "run_linter", Description: "Lint «it».", Parameters: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)}},
+		Messages: []fleettype.Message{
 			{Role: "system", Content: "You lint."},
 			{Role: "user", Content: "File: a.py <escape> é"},
-			{Role: "assistant", Content: "ok", ToolCalls: []wire.TranscriptCall{{ID: "c1", Name: "run_linter", Arguments: json.RawMessage(`{"n": 1}`)}}},
+			{Role: "assistant", Content: "ok", ToolCalls: []fleettype.ToolCall{{ID: "c1", Name: "run_linter", Arguments: json.RawMessage(`{"n": 1}`)}}},
 			{Role: "tool", ToolCallID: "c1", Name: "run_linter", Content: `{"ok":true,"result":["x"]}`},
 			{Role: "assistant", Content: "done"},
 		}}

@@ -25,6 +25,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -42,48 +43,16 @@ const (
 )
 
 // Conversation is a conversational record.
+//
+// Its messages and tools are the OpenAI chat-completions form
+// (fleettype.ChatMessage, fleettype.ChatTool): a call's arguments are a
+// JSON object (the form chat templates take; OpenAI's API sends a string),
+// and every message has a content (empty for an assistant message that
+// only calls tools) so that every record has the same columns.
 type Conversation struct {
-	Messages []ChatMessage `json:"messages"`
-	Tools    []ChatTool    `json:"tools"`
-	Fleet    *Meta         `json:"fleet,omitempty"`
-}
-
-// ChatMessage is one message: role system, user, assistant or tool.
-// Content is always present (empty for an assistant message that only
-// calls tools) so that every record has the same columns.
-type ChatMessage struct {
-	Role       string     `json:"role"`
-	Content    string     `json:"content"`
-	ToolCalls  []ChatCall `json:"tool_calls,omitempty"`
-	ToolCallID string     `json:"tool_call_id,omitempty"`
-	Name       string     `json:"name,omitempty"`
-}
-
-// ChatCall is one tool call of an assistant message.
-type ChatCall struct {
-	ID       string       `json:"id,omitempty"`
-	Type     string       `json:"type"`
-	Function ChatFunction `json:"function"`
-}
-
-// ChatFunction is a call's function and its arguments, a JSON object (the
-// form chat templates take; OpenAI's API sends it as a string instead).
-type ChatFunction struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-}
-
-// ChatTool is one tool declaration, as in a chat-completions request.
-type ChatTool struct {
-	Type     string       `json:"type"`
-	Function ToolFunction `json:"function"`
-}
-
-// ToolFunction is a declared tool: its name, description and JSON Schema.
-type ToolFunction struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
+	Messages []fleettype.ChatMessage `json:"messages"`
+	Tools    []fleettype.ChatTool    `json:"tools"`
+	Fleet    *Meta                   `json:"fleet,omitempty"`
 }
 
 // Rendered is a rendered-text record.
@@ -103,19 +72,19 @@ type Rendered struct {
 
 // Meta says where a record comes from.
 type Meta struct {
-	JobID       string         `json:"job_id"`
-	Operation   string         `json:"operation"`
-	Agent       string         `json:"agent,omitempty"`
-	AgentDigest string         `json:"agent_digest,omitempty"`
-	Model       wire.ModelInfo `json:"model"`
-	Teacher     bool           `json:"teacher,omitempty"`
-	State       wire.JobState  `json:"state"`
-	Verdict     wire.Verdict   `json:"verdict,omitempty"`
-	Reviewer    string         `json:"reviewer,omitempty"`
-	FinishedAt  time.Time      `json:"finished_at"`
-	Usage       wire.Usage     `json:"usage"`
-	ErrorCode   wire.ErrorCode `json:"error_code,omitempty"`
-	Lease       uint64         `json:"lease"`
+	JobID       string              `json:"job_id"`
+	Operation   string              `json:"operation"`
+	Agent       string              `json:"agent,omitempty"`
+	AgentDigest string              `json:"agent_digest,omitempty"`
+	Model       wire.ModelInfo      `json:"model"`
+	Teacher     bool                `json:"teacher,omitempty"`
+	State       wire.JobState       `json:"state"`
+	Verdict     wire.Verdict        `json:"verdict,omitempty"`
+	Reviewer    string              `json:"reviewer,omitempty"`
+	FinishedAt  time.Time           `json:"finished_at"`
+	Usage       fleettype.Usage     `json:"usage"`
+	ErrorCode   fleettype.ErrorCode `json:"error_code,omitempty"`
+	Lease       uint64              `json:"lease"`
 }
 
 // meta describes v.
@@ -134,38 +103,28 @@ func meta(v *wire.TranscriptView) *Meta {
 // messages and the tools offered, in the loop's types (what the local
 // backend renders).
 func Request(t *wire.Transcript) *loop.Request {
-	req := &loop.Request{Messages: make([]loop.Message, len(t.Messages)), Tools: make([]loop.ToolSpec, len(t.Tools))}
-	for i, s := range t.Tools {
-		req.Tools[i] = loop.ToolSpec{Name: s.Name, Description: s.Description, Parameters: s.Parameters}
-	}
-	for i, m := range t.Messages {
-		lm := loop.Message{Role: loop.Role(m.Role), Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
-		for _, c := range m.ToolCalls {
-			lm.ToolCalls = append(lm.ToolCalls, loop.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
-		}
-		req.Messages[i] = lm
-	}
-	return req
+	return &loop.Request{Messages: append([]fleettype.Message{}, t.Messages...), Tools: append([]fleettype.ToolSpec{}, t.Tools...)}
 }
 
 // ConversationOf is the conversational record of req.
 func ConversationOf(req *loop.Request) (*Conversation, error) {
-	c := &Conversation{Messages: make([]ChatMessage, len(req.Messages)), Tools: make([]ChatTool, len(req.Tools))}
+	c := &Conversation{Messages: make([]fleettype.ChatMessage, len(req.Messages)), Tools: make([]fleettype.ChatTool, len(req.Tools))}
 	for i, s := range req.Tools {
 		params, err := compactObject(s.Parameters)
 		if err != nil {
 			return nil, fmt.Errorf("tool %s: parameters: %w", s.Name, err)
 		}
-		c.Tools[i] = ChatTool{Type: "function", Function: ToolFunction{Name: s.Name, Description: s.Description, Parameters: params}}
+		c.Tools[i] = fleettype.ChatTool{Type: "function", Function: fleettype.ChatToolFunction{Name: s.Name, Description: s.Description, Parameters: params}}
 	}
 	for i, m := range req.Messages {
-		cm := ChatMessage{Role: string(m.Role), Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+		content := m.Content
+		cm := fleettype.ChatMessage{Role: string(m.Role), Content: &content, ToolCallID: m.ToolCallID, Name: m.Name}
 		for _, call := range m.ToolCalls {
 			args, err := compactObject(call.Arguments)
 			if err != nil {
 				return nil, fmt.Errorf("message %d: call %s: arguments: %w", i, call.Name, err)
 			}
-			cm.ToolCalls = append(cm.ToolCalls, ChatCall{ID: call.ID, Type: "function", Function: ChatFunction{Name: call.Name, Arguments: args}})
+			cm.ToolCalls = append(cm.ToolCalls, fleettype.ChatToolCall{ID: call.ID, Type: "function", Function: fleettype.ChatFunction{Name: call.Name, Arguments: args}})
 		}
 		c.Messages[i] = cm
 	}
@@ -175,20 +134,20 @@ func ConversationOf(req *loop.Request) (*Conversation, error) {
 // Request is the model request of a conversational record: the inverse of
 // ConversationOf.
 func (c *Conversation) Request() (*loop.Request, error) {
-	req := &loop.Request{Messages: make([]loop.Message, len(c.Messages)), Tools: make([]loop.ToolSpec, len(c.Tools))}
+	req := &loop.Request{Messages: make([]fleettype.Message, len(c.Messages)), Tools: make([]fleettype.ToolSpec, len(c.Tools))}
 	for i, t := range c.Tools {
 		if t.Type != "function" {
 			return nil, fmt.Errorf("tool %d: type %q, want function", i, t.Type)
 		}
-		req.Tools[i] = loop.ToolSpec{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters}
+		req.Tools[i] = fleettype.ToolSpec{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters}
 	}
 	for i, m := range c.Messages {
-		lm := loop.Message{Role: loop.Role(m.Role), Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+		lm := fleettype.Message{Role: fleettype.Role(m.Role), Content: m.Text(), ToolCallID: m.ToolCallID, Name: m.Name}
 		for _, call := range m.ToolCalls {
 			if call.Type != "function" {
 				return nil, fmt.Errorf("message %d: call type %q, want function", i, call.Type)
 			}
-			lm.ToolCalls = append(lm.ToolCalls, loop.ToolCall{ID: call.ID, Name: call.Function.Name, Arguments: call.Function.Arguments})
+			lm.ToolCalls = append(lm.ToolCalls, fleettype.ToolCall{ID: call.ID, Name: call.Function.Name, Arguments: call.Function.Arguments})
 		}
 		req.Messages[i] = lm
 	}
@@ -223,7 +182,7 @@ func Render(req *loop.Request) (*Rendered, error) {
 	r := &Rendered{Text: text, ModelSpans: [][2]int{}}
 	msgs := req.Messages
 	for k, m := range msgs {
-		if m.Role != loop.RoleAssistant {
+		if m.Role != fleettype.RoleAssistant {
 			continue
 		}
 		before, err := functiongemma.Render(&loop.Request{Messages: msgs[:k], Tools: req.Tools})

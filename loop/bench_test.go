@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -20,7 +21,7 @@ func BenchmarkRunNoop(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		res, err := r.Run(ctx, in)
-		if err != nil || res.Status != loop.StatusSuccess {
+		if err != nil || res.Status != fleettype.StatusSuccess {
 			b.Fatalf("%v %+v", err, res)
 		}
 	}
@@ -45,7 +46,7 @@ func BenchmarkRunTenTurns(b *testing.B) {
 		sink := loop.NewChanSink(128)
 		m := &looptest.Scripted{Steps: steps, DiscardRequests: true}
 		res, err := r.Run(ctx, loop.Input{Agent: agent, Node: testNode, Model: m, Tools: &looptest.Tools{}, Events: sink})
-		if err != nil || res.Status != loop.StatusSuccess || res.Turns != 10 {
+		if err != nil || res.Status != fleettype.StatusSuccess || res.Turns != 10 {
 			b.Fatalf("%v %+v", err, res)
 		}
 	}
@@ -71,7 +72,7 @@ func BenchmarkRunTrimming(b *testing.B) {
 	for b.Loop() {
 		m := &looptest.Scripted{Steps: steps, DiscardRequests: true}
 		res, err := r.Run(ctx, loop.Input{Agent: agent, Node: testNode, Model: m, Tools: tools})
-		if err != nil || res.Status != loop.StatusSuccess || res.Details[loop.DetailTrimmedTurns] == nil {
+		if err != nil || res.Status != fleettype.StatusSuccess || res.Details[loop.DetailTrimmedTurns] == nil {
 			b.Fatalf("%v %+v", err, res)
 		}
 	}

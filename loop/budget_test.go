@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -107,7 +108,7 @@ func TestArgErrorBudgetInventedNames(t *testing.T) {
 // error past it and the turn's later calls are not run.
 func TestArgErrorBudgetWithinOneTurn(t *testing.T) {
 	t.Parallel()
-	calls := []loop.ToolCall{
+	calls := []fleettype.ToolCall{
 		looptest.Call("apply_fix", `{}`), looptest.Call("apply_fix", `{"line":0,"text":""}`),
 		looptest.Call("nope", `{}`), looptest.Call("nope", `{"a":1}`),
 		looptest.Call("zap", `{}`), looptest.Call("apply_fix", `{"line":"x","text":""}`),
@@ -143,7 +144,7 @@ func TestArgErrorBudgetIgnoresExecutionErrors(t *testing.T) {
 		return nil, nil
 	}
 	res := b.run(t)
-	if res.Status != loop.StatusSuccess || res.Summary != "gave up reading" {
+	if res.Status != fleettype.StatusSuccess || res.Summary != "gave up reading" {
 		t.Fatalf("got %s %q %s", res.Status, res.Summary, res.Error)
 	}
 	env := envelope(t, toolMessages(b.lastRequest(t).Messages)[0])
@@ -162,7 +163,7 @@ func TestArgErrorBudgetConfig(t *testing.T) {
 			steps = append(steps, looptest.Calls(looptest.Call("nope", fmt.Sprintf(`{"i":%d}`, i))))
 		}
 		b := setup(t, loop.Config{ArgErrorsPerTool: -1, ArgErrors: -1}, 20, append(steps, looptest.Submit(`{}`))...)
-		if res := b.run(t); res.Status != loop.StatusSuccess {
+		if res := b.run(t); res.Status != fleettype.StatusSuccess {
 			t.Fatalf("got %s %s", res.Status, res.Error)
 		}
 		if env := envelope(t, toolMessages(b.lastRequest(t).Messages)[9]); env.Error.Details["errors_left"] != nil ||

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 )
 
 // The model call of a turn: the request, the backoff and corrective retries, the response check.
@@ -24,16 +25,16 @@ func fullJitter(d time.Duration) time.Duration {
 
 // acceptResponse appends the (valid) assistant message to the conversation,
 // with missing call ids filled in, and returns it.
-func (s *run) acceptResponse(resp *Response) Message {
+func (s *run) acceptResponse(resp *Response) fleettype.Message {
 	s.turns++
 	msg := resp.Message
-	msg.Role = RoleAssistant
+	msg.Role = fleettype.RoleAssistant
 	if len(msg.ToolCalls) > 0 {
 		calls := slices.Clone(msg.ToolCalls)
 		for i := range calls {
 			// A missing or duplicate id would leave a tool message that
 			// answers no call, or two.
-			if calls[i].ID == "" || slices.ContainsFunc(calls[:i], func(c ToolCall) bool { return c.ID == calls[i].ID }) {
+			if calls[i].ID == "" || slices.ContainsFunc(calls[:i], func(c fleettype.ToolCall) bool { return c.ID == calls[i].ID }) {
 				calls[i].ID = "call_" + strconv.Itoa(s.turn) + "_" + strconv.Itoa(i+1)
 			}
 		}
@@ -48,7 +49,7 @@ func (s *run) acceptResponse(resp *Response) Message {
 
 // callModel makes one turn's model call, with the overload backoff and the
 // invalid-response retry. A non-nil Result ends the run.
-func (s *run) callModel(ctx context.Context, tools []ToolSpec, require string, lastChance bool) (*Response, *Result) {
+func (s *run) callModel(ctx context.Context, tools []fleettype.ToolSpec, require string, lastChance bool) (*Response, *Result) {
 	invalid, overloads := 0, 0
 	for {
 		if ctx.Err() != nil {
@@ -77,7 +78,7 @@ func (s *run) callModel(ctx context.Context, tools []ToolSpec, require string, l
 		switch {
 		case err == nil:
 			s.usage.Add(resp.Usage)
-			s.emit(Event{Kind: EventModelOutput, Text: capText(resp.Message.Content, s.cfg.EventTextCap),
+			s.emit(fleettype.Event{Kind: fleettype.EventModelOutput, Text: capText(resp.Message.Content, s.cfg.EventTextCap),
 				Calls: callNames(resp.Message.ToolCalls), Usage: &resp.Usage, Duration: took})
 			bad = checkResponse(resp)
 			if bad == nil {
@@ -94,7 +95,7 @@ func (s *run) callModel(ctx context.Context, tools []ToolSpec, require string, l
 			}
 			backoff := min(s.cfg.MaxOverloadBackoff, s.cfg.OverloadBackoff<<min(overloads-1, 30))
 			wait := s.jitter(backoff)
-			s.emit(Event{Kind: EventRetry, Code: RetryOverloaded, Attempt: overloads, Duration: wait, Text: err.Error()})
+			s.emit(fleettype.Event{Kind: fleettype.EventRetry, Code: RetryOverloaded, Attempt: overloads, Duration: wait, Text: err.Error()})
 			if !sleepCtx(ctx, wait) {
 				return nil, s.ctxResult(ctx)
 			}
@@ -116,7 +117,7 @@ func (s *run) callModel(ctx context.Context, tools []ToolSpec, require string, l
 		}
 
 		invalid++
-		s.emit(Event{Kind: EventInvalidResponse, Code: string(bad.Kind), Text: capText(bad.Detail, s.cfg.EventTextCap)})
+		s.emit(fleettype.Event{Kind: fleettype.EventInvalidResponse, Code: string(bad.Kind), Text: capText(bad.Detail, s.cfg.EventTextCap)})
 		if lastChance {
 			return nil, s.turnLimitResult(ctx, map[string]any{DetailInvalidResponse: bad.Detail})
 		}
@@ -133,9 +134,9 @@ func (s *run) callModel(ctx context.Context, tools []ToolSpec, require string, l
 		if stepTimeout {
 			code = RetryStepTimeout
 		}
-		s.emit(Event{Kind: EventRetry, Code: code, Attempt: invalid})
+		s.emit(fleettype.Event{Kind: fleettype.EventRetry, Code: code, Attempt: invalid})
 		if !stepTimeout {
-			s.msgs = append(s.msgs, Message{Role: RoleUser, Content: correctiveMessage(bad)})
+			s.msgs = append(s.msgs, fleettype.Message{Role: fleettype.RoleUser, Content: correctiveMessage(bad)})
 		}
 	}
 }

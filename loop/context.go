@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/agentfleet/fleet/fleettype"
 )
 
 // TokenCounter is implemented by models that can measure a request in their
@@ -133,7 +135,7 @@ func (s *run) fit(ctx context.Context, req *Request) error {
 	// summaryBig: the summary takes more than summarySharePercent of the
 	// budget (measured on its own, as a one-message request).
 	summaryBig := func() (bool, error) {
-		sn, err := s.countTokens(ctx, &Request{Messages: []Message{{Role: RoleUser, Content: summaryText(folded, lines)}}})
+		sn, err := s.countTokens(ctx, &Request{Messages: []fleettype.Message{{Role: fleettype.RoleUser, Content: summaryText(folded, lines)}}})
 		return sn > w.budget*summarySharePercent/100, err
 	}
 	fold := func(limit int, all bool) error {
@@ -185,22 +187,22 @@ func (s *run) fit(ctx context.Context, req *Request) error {
 	w.folded, w.lines = folded, lines
 	w.trimmed = append(w.trimmed, dropped...)
 	s.msgs = req.Messages
-	s.emit(Event{Kind: EventContextTrimmed, TrimmedTurns: dropped, PromptTokens: n, ContextTokens: w.budget,
+	s.emit(fleettype.Event{Kind: fleettype.EventContextTrimmed, TrimmedTurns: dropped, PromptTokens: n, ContextTokens: w.budget,
 		Text: capText(strings.Join(added, "\n"), s.cfg.EventTextCap)})
 	return nil
 }
 
 // trimmedMessages is the conversation with the first k turns dropped and a
 // summary message of folded turns plus lines.
-func (s *run) trimmedMessages(k, folded int, lines []string) []Message {
+func (s *run) trimmedMessages(k, folded int, lines []string) []fleettype.Message {
 	w := &s.win
 	keepFrom := len(s.msgs)
 	if k < len(w.spans) {
 		keepFrom = w.spans[k].start
 	}
-	out := make([]Message, 0, w.pinned+1+len(s.msgs)-keepFrom)
+	out := make([]fleettype.Message, 0, w.pinned+1+len(s.msgs)-keepFrom)
 	out = append(out, s.msgs[:w.pinned]...)
-	out = append(out, Message{Role: RoleUser, Content: summaryText(folded, lines)})
+	out = append(out, fleettype.Message{Role: fleettype.RoleUser, Content: summaryText(folded, lines)})
 	return append(out, s.msgs[keepFrom:]...)
 }
 
@@ -258,14 +260,14 @@ func EstimateTokens(req *Request) int {
 // summarizeTurn is the one-line summary of a trimmed turn: each call with
 // its arguments (capped) and its outcome, built from the tool result's
 // "summary" field when it has one.
-func summarizeTurn(turn int, msgs []Message) string {
+func summarizeTurn(turn int, msgs []fleettype.Message) string {
 	var b strings.Builder
 	b.WriteString("turn ")
 	b.WriteString(strconv.Itoa(turn))
 	b.WriteString(":")
 	args := map[string]json.RawMessage{}
 	for _, m := range msgs {
-		if m.Role == RoleAssistant {
+		if m.Role == fleettype.RoleAssistant {
 			for _, c := range m.ToolCalls {
 				args[c.ID] = c.Arguments
 			}
@@ -273,7 +275,7 @@ func summarizeTurn(turn int, msgs []Message) string {
 	}
 	calls := 0
 	for _, m := range msgs {
-		if m.Role != RoleTool {
+		if m.Role != fleettype.RoleTool {
 			continue
 		}
 		if calls > 0 {

@@ -7,12 +7,14 @@
 // queue; models and tools plug in through the small interfaces defined
 // here: Model (inference backends), ToolExecutor and ChangeLister (the
 // sandboxed .pym tools over a workspace overlay) and EventSink (observers).
-// loop imports no NATS, llama.cpp or Monty code.
+// loop imports no NATS, llama.cpp or Monty code. The values it shares with
+// the wire, the backends and the training data (events, results, usage,
+// messages, tool declarations) are package fleettype's.
 //
 // # Outcomes and error codes
 //
-// Every run ends in a Result (the AgentResult of docs/PROTOCOL.md §6 plus
-// accounting). The
+// Every run ends in a Result (fleettype.Result, the AgentResult of
+// docs/PROTOCOL.md §6, plus accounting). The
 // codes of failed runs, in Result.ErrorCode and as the prefix of
 // Result.Error:
 //

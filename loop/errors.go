@@ -3,6 +3,8 @@ package loop
 import (
 	"errors"
 	"fmt"
+
+	"github.com/agentfleet/fleet/fleettype"
 )
 
 // ErrOverloaded is returned (wrapped) by a Model that is temporarily unable
@@ -38,7 +40,7 @@ type InvalidResponseError struct {
 	Raw string
 	// Usage is what producing the unusable answer cost (the loop adds it to
 	// the run's usage like a valid answer's).
-	Usage Usage
+	Usage fleettype.Usage
 }
 
 // Error implements error.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -46,17 +47,17 @@ func Example() {
 		},
 		ChangedFilesFunc: func(context.Context) ([]string, error) { return []string{"app.py"}, nil },
 	}
-	events := loop.EventSinkFunc(func(e loop.Event) {
+	events := loop.EventSinkFunc(func(e fleettype.Event) {
 		switch e.Kind {
-		case loop.EventToolResult:
+		case fleettype.EventToolResult:
 			fmt.Printf("%02d turn %d %s %s ok=%v", e.Seq, e.Turn, e.Kind, e.Tool, e.OK)
 			if e.Code != "" {
 				fmt.Print(" ", e.Code)
 			}
 			fmt.Println()
-		case loop.EventContextInjected:
+		case fleettype.EventContextInjected:
 			fmt.Printf("%02d turn %d %s %s\n", e.Seq, e.Turn, e.Kind, e.Provider)
-		case loop.EventFinished:
+		case fleettype.EventFinished:
 			fmt.Printf("%02d %s %s\n", e.Seq, e.Kind, e.Status)
 		}
 	})

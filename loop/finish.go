@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 )
 
 // How a run ends: submit_result, a plain answer, the last-chance turn, limits and failures.
@@ -15,13 +16,13 @@ import (
 // parseSubmit turns submit_result's arguments into a Result, keeping only
 // AgentResult's fields.
 func parseSubmit(obj map[string]any, canon []byte) (*Result, []string) {
-	res := &Result{Status: StatusSuccess, ChangedFiles: []string{}, Details: map[string]any{}}
+	res := &Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{}, Details: map[string]any{}}}
 	var problems []string
 	if v, ok := obj["status"]; ok && v != nil {
 		st, _ := v.(string)
-		switch Status(st) {
-		case StatusSuccess, StatusFailed, StatusSkipped:
-			res.Status = Status(st)
+		switch fleettype.Status(st) {
+		case fleettype.StatusSuccess, fleettype.StatusFailed, fleettype.StatusSkipped:
+			res.Status = fleettype.Status(st)
 		default:
 			problems = append(problems, "/status: must be one of success, failed, skipped")
 		}
@@ -77,7 +78,8 @@ func parseSubmit(obj map[string]any, canon []byte) (*Result, []string) {
 // textResult is the outcome of a plain-text answer: success, the text as
 // summary, no changed files.
 func (s *run) textResult(ctx context.Context, text string) *Result {
-	res := &Result{Status: StatusSuccess, ChangedFiles: []string{}, Summary: text, Details: map[string]any{}}
+	res := &Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{},
+		Summary: text, Details: map[string]any{}}}
 	if actual, ok, err := s.changes(ctx); ok && err == nil && len(actual) > 0 {
 		res.Details[DetailChangedFilesActual] = actual
 	}
@@ -132,10 +134,10 @@ func (s *run) changes(ctx context.Context) (files []string, ok bool, err error) 
 func (s *run) lastChance(ctx context.Context) *Result {
 	s.turn++
 	s.beginTurn()
-	s.msgs = append(s.msgs, Message{Role: RoleUser, Content: fmt.Sprintf(
+	s.msgs = append(s.msgs, fleettype.Message{Role: fleettype.RoleUser, Content: fmt.Sprintf(
 		"You have used all %d turns. No other tool can be called now: call %s immediately with what you have done so far.",
 		s.maxTurns, agents.SubmitResultTool)})
-	s.emit(Event{Kind: EventTurnStarted, MaxTurns: s.maxTurns})
+	s.emit(fleettype.Event{Kind: fleettype.EventTurnStarted, MaxTurns: s.maxTurns})
 	resp, res := s.callModel(ctx, s.submitOnly, agents.SubmitResultTool, true)
 	if res != nil {
 		return res
@@ -193,7 +195,7 @@ func (s *run) ctxResult(ctx context.Context) *Result {
 }
 
 // fail builds a soft-fail result that keeps what the run found.
-func (s *run) fail(ctx context.Context, code ErrorCode, msg, limit string, extra map[string]any) *Result {
+func (s *run) fail(ctx context.Context, code fleettype.ErrorCode, msg, limit string, extra map[string]any) *Result {
 	calls := s.calls
 	if calls == nil {
 		calls = []CallRecord{}
@@ -218,7 +220,7 @@ func (s *run) fail(ctx context.Context, code ErrorCode, msg, limit string, extra
 		details[k] = v
 	}
 	return &Result{
-		Status: StatusFailed, ChangedFiles: []string{}, Details: details,
-		Error: string(code) + ": " + msg, ErrorCode: code,
+		Result: fleettype.Result{Status: fleettype.StatusFailed, ChangedFiles: []string{}, Details: details,
+			Error: string(code) + ": " + msg, ErrorCode: code},
 	}
 }

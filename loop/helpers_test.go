@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -52,31 +53,31 @@ const renderedNode = "Node f (function) in pkg/a.py:\ndef f():\n  return 1"
 // recorder is an EventSink that keeps every event.
 type recorder struct {
 	mu     sync.Mutex
-	events []loop.Event
+	events []fleettype.Event
 }
 
-func (r *recorder) Emit(e loop.Event) {
+func (r *recorder) Emit(e fleettype.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, e)
 	r.mu.Unlock()
 }
 
-func (r *recorder) all() []loop.Event {
+func (r *recorder) all() []fleettype.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.events)
 }
 
-func (r *recorder) kinds() []loop.EventKind {
-	var ks []loop.EventKind
+func (r *recorder) kinds() []fleettype.EventKind {
+	var ks []fleettype.EventKind
 	for _, e := range r.all() {
 		ks = append(ks, e.Kind)
 	}
 	return ks
 }
 
-func (r *recorder) ofKind(k loop.EventKind) []loop.Event {
-	var out []loop.Event
+func (r *recorder) ofKind(k fleettype.EventKind) []fleettype.Event {
+	var out []fleettype.Event
 	for _, e := range r.all() {
 		if e.Kind == k {
 			out = append(out, e)
@@ -136,7 +137,7 @@ func (b *bundle) runCtx(t *testing.T, ctx context.Context) *loop.Result {
 	}
 	// Invariants of every run.
 	evs := b.events.all()
-	if len(evs) == 0 || evs[len(evs)-1].Kind != loop.EventFinished {
+	if len(evs) == 0 || evs[len(evs)-1].Kind != fleettype.EventFinished {
 		t.Errorf("last event is not finished: %v", b.events.kinds())
 	}
 	for i, e := range evs {
@@ -164,9 +165,9 @@ func (b *bundle) lastRequest(t *testing.T) loop.Request {
 }
 
 // envelope decodes a tool message's content.
-func envelope(t *testing.T, m loop.Message) loop.Envelope {
+func envelope(t *testing.T, m fleettype.Message) loop.Envelope {
 	t.Helper()
-	if m.Role != loop.RoleTool {
+	if m.Role != fleettype.RoleTool {
 		t.Fatalf("message is %s, not a tool message: %+v", m.Role, m)
 	}
 	var env loop.Envelope
@@ -177,19 +178,19 @@ func envelope(t *testing.T, m loop.Message) loop.Envelope {
 }
 
 // toolMessages returns the tool messages of msgs.
-func toolMessages(msgs []loop.Message) []loop.Message {
-	var out []loop.Message
+func toolMessages(msgs []fleettype.Message) []fleettype.Message {
+	var out []fleettype.Message
 	for _, m := range msgs {
-		if m.Role == loop.RoleTool {
+		if m.Role == fleettype.RoleTool {
 			out = append(out, m)
 		}
 	}
 	return out
 }
 
-func wantFailed(t *testing.T, res *loop.Result, code loop.ErrorCode, limit string) {
+func wantFailed(t *testing.T, res *loop.Result, code fleettype.ErrorCode, limit string) {
 	t.Helper()
-	if res.Status != loop.StatusFailed || res.ErrorCode != code {
+	if res.Status != fleettype.StatusFailed || res.ErrorCode != code {
 		t.Fatalf("got status %s code %q error %q, want failed %s", res.Status, res.ErrorCode, res.Error, code)
 	}
 	if got := res.Details[loop.DetailLimit]; got != limit {

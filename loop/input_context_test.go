@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -18,7 +19,7 @@ func TestInputContextPinned(t *testing.T) {
 	in := b.input()
 	in.Context = []loop.ContextOutput{{Provider: "memory", Text: "Memory from earlier runs: uses tabs"}}
 	res, err := b.runner.Run(context.Background(), in)
-	if err != nil || res.Status != loop.StatusSuccess {
+	if err != nil || res.Status != fleettype.StatusSuccess {
 		t.Fatalf("run: %v %+v", err, res)
 	}
 	if trimmed, _ := res.Details[loop.DetailTrimmedTurns].([]int); len(trimmed) == 0 {
@@ -32,8 +33,8 @@ func TestInputContextPinned(t *testing.T) {
 			}
 		}
 		// system prompt, node context, then the recalled context.
-		if at < 1 || req.Messages[at-1].Role != loop.RoleUser || req.Messages[at].Role != loop.RoleUser ||
-			(at >= 2 && req.Messages[at-2].Role != loop.RoleSystem) {
+		if at < 1 || req.Messages[at-1].Role != fleettype.RoleUser || req.Messages[at].Role != fleettype.RoleUser ||
+			(at >= 2 && req.Messages[at-2].Role != fleettype.RoleSystem) {
 			t.Fatalf("request %d: the recalled context is at %d of %+v", i, at, req.Messages)
 		}
 	}

@@ -2,53 +2,9 @@ package loop
 
 import (
 	"context"
-	"encoding/json"
-	"time"
+
+	"github.com/agentfleet/fleet/fleettype"
 )
-
-// Role is the author of a Message, in OpenAI chat-completions terms.
-type Role string
-
-// The four message roles.
-const (
-	RoleSystem    Role = "system"
-	RoleUser      Role = "user"
-	RoleAssistant Role = "assistant"
-	RoleTool      Role = "tool"
-)
-
-// ToolCall is one function call the model asked for.
-type ToolCall struct {
-	// ID pairs the call with its tool message. Backends that have no ids of
-	// their own (FunctionGemma) make them up; the loop fills in missing ones.
-	ID string `json:"id"`
-	// Name is the called tool's name, as the model wrote it.
-	Name string `json:"name"`
-	// Arguments is the call's arguments as a JSON object. Backends must not
-	// repair or default it: the loop validates it against the tool's schema.
-	Arguments json.RawMessage `json:"arguments"`
-}
-
-// Message is one entry of a conversation.
-type Message struct {
-	Role Role `json:"role"`
-	// Content is the text of the message (for a tool message, the JSON
-	// envelope of the result).
-	Content string `json:"content,omitempty"`
-	// ToolCalls are the calls of an assistant message.
-	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
-	// ToolCallID is the call a tool message answers.
-	ToolCallID string `json:"tool_call_id,omitempty"`
-	// Name is the tool a tool message comes from.
-	Name string `json:"name,omitempty"`
-}
-
-// ToolSpec is a tool declaration as the model sees it.
-type ToolSpec struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
-}
 
 // FinishReason says why the model stopped generating.
 type FinishReason string
@@ -68,10 +24,10 @@ type Request struct {
 	// fit the context window the loop replaces whole old turns with a
 	// summary message (TokenCounter), so a backend must compare prefixes,
 	// not assume the conversation only grows.
-	Messages []Message
+	Messages []fleettype.Message
 	// Tools is the catalog offered for this call. On the turn-limit last
 	// chance it holds only submit_result.
-	Tools []ToolSpec
+	Tools []fleettype.ToolSpec
 	// RequireTool, when set, tells the backend that the model must call this
 	// tool (a strict backend constrains its output to it; others may only
 	// prompt for it).
@@ -84,39 +40,11 @@ type Request struct {
 // Response is the model's answer to a Request.
 type Response struct {
 	// Message is the assistant message: text, tool calls, or both.
-	Message Message
+	Message fleettype.Message
 	// FinishReason is stop, tool_calls or length.
 	FinishReason FinishReason
 	// Usage counts the tokens of this call.
-	Usage Usage
-}
-
-// Usage counts tokens and time spent in the model.
-type Usage struct {
-	// PromptTokens is the size of the prompt in tokens.
-	PromptTokens int `json:"prompt_tokens" msgpack:"prompt_tokens"`
-	// CachedTokens is how many prompt tokens were reused from the KV cache
-	// and not decoded again.
-	CachedTokens int `json:"cached_tokens" msgpack:"cached_tokens"`
-	// CompletionTokens is the number of generated tokens.
-	CompletionTokens int `json:"completion_tokens" msgpack:"completion_tokens"`
-	// ForcedTokens is how many of the completion tokens a strict backend
-	// appended without sampling (grammar fast-forward).
-	ForcedTokens int `json:"forced_tokens,omitempty" msgpack:"forced_tokens,omitempty"`
-	// PromptDuration and CompletionDuration are the time spent prefilling and
-	// generating.
-	PromptDuration     time.Duration `json:"prompt_ns" msgpack:"prompt_ns"`
-	CompletionDuration time.Duration `json:"completion_ns" msgpack:"completion_ns"`
-}
-
-// Add accumulates o into u.
-func (u *Usage) Add(o Usage) {
-	u.PromptTokens += o.PromptTokens
-	u.CachedTokens += o.CachedTokens
-	u.CompletionTokens += o.CompletionTokens
-	u.ForcedTokens += o.ForcedTokens
-	u.PromptDuration += o.PromptDuration
-	u.CompletionDuration += o.CompletionDuration
+	Usage fleettype.Usage
 }
 
 // Model is a chat model with tool calling. The loop is its only caller.

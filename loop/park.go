@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 )
 
 // Parking a run on a human ("Parking" in the package doc).
@@ -25,14 +26,14 @@ import (
 
 // StatusWaiting is the status of a Result whose run is parked on a human
 // (Result.Parked). It is never stored as a job's result.
-const StatusWaiting Status = "waiting"
+const StatusWaiting fleettype.Status = "waiting"
 
 // ErrCodeParkTimeout: a parked run was not answered within its timeout.
-const ErrCodeParkTimeout ErrorCode = "AGENT_010"
+const ErrCodeParkTimeout fleettype.ErrorCode = "AGENT_010"
 
 // ErrCodeParkState: a parked run's stored state cannot be resumed (corrupt,
 // made by another interpreter build, too large to store).
-const ErrCodeParkState ErrorCode = "AGENT_011"
+const ErrCodeParkState fleettype.ErrorCode = "AGENT_011"
 
 // ParkError is returned by ToolExecutor.Execute (and Resumer.Resume) for a
 // tool that waits for a person's answer.
@@ -61,8 +62,8 @@ type Parked struct {
 	Question string `json:"question"`
 	// Turn's Calls[Index] is the call in flight; the calls after it have
 	// not run yet.
-	Calls []ToolCall `json:"calls"`
-	Index int        `json:"index"`
+	Calls []fleettype.ToolCall `json:"calls"`
+	Index int                  `json:"index"`
 	// Canon is the call's canonical arguments.
 	Canon json.RawMessage `json:"canon"`
 	// ToolState is the executor's state of the stopped tool.
@@ -73,35 +74,35 @@ type Parked struct {
 	// ToolStarted is how long the parked tool had run.
 	ToolTook time.Duration `json:"tool_ns"`
 
-	MaxTurns       int            `json:"max_turns"`
-	Messages       []Message      `json:"messages"`
-	Seq            int            `json:"seq"`
-	Turn           int            `json:"turn"`
-	Turns          int            `json:"turns"`
-	Dispatch       int            `json:"dispatch"`
-	Records        []CallRecord   `json:"records"`
-	LastText       string         `json:"last_text"`
-	LastResult     string         `json:"last_result"`
-	Usage          Usage          `json:"usage"`
-	Timings        Timings        `json:"timings"`
-	InvalidSubmits int            `json:"invalid_submits"`
-	RepeatKey      string         `json:"repeat_key"`
-	RepeatN        int            `json:"repeat_n"`
-	ArgErrs        map[string]int `json:"arg_errs,omitempty"`
-	ArgErrTotal    int            `json:"arg_err_total"`
-	WinPinned      int            `json:"win_pinned"`
-	WinFolded      int            `json:"win_folded"`
-	WinLines       []string       `json:"win_lines,omitempty"`
-	WinSpans       [][2]int       `json:"win_spans,omitempty"` // {start, turn}
-	WinTrimmed     []int          `json:"win_trimmed,omitempty"`
+	MaxTurns       int                 `json:"max_turns"`
+	Messages       []fleettype.Message `json:"messages"`
+	Seq            int                 `json:"seq"`
+	Turn           int                 `json:"turn"`
+	Turns          int                 `json:"turns"`
+	Dispatch       int                 `json:"dispatch"`
+	Records        []CallRecord        `json:"records"`
+	LastText       string              `json:"last_text"`
+	LastResult     string              `json:"last_result"`
+	Usage          fleettype.Usage     `json:"usage"`
+	Timings        Timings             `json:"timings"`
+	InvalidSubmits int                 `json:"invalid_submits"`
+	RepeatKey      string              `json:"repeat_key"`
+	RepeatN        int                 `json:"repeat_n"`
+	ArgErrs        map[string]int      `json:"arg_errs,omitempty"`
+	ArgErrTotal    int                 `json:"arg_err_total"`
+	WinPinned      int                 `json:"win_pinned"`
+	WinFolded      int                 `json:"win_folded"`
+	WinLines       []string            `json:"win_lines,omitempty"`
+	WinSpans       [][2]int            `json:"win_spans,omitempty"` // {start, turn}
+	WinTrimmed     []int               `json:"win_trimmed,omitempty"`
 }
 
 // parkResult is the Result of a run that parks on call calls[i].
-func (s *run) parkResult(calls []ToolCall, i int, canon json.RawMessage, pe *ParkError, took time.Duration) *Result {
+func (s *run) parkResult(calls []fleettype.ToolCall, i int, canon json.RawMessage, pe *ParkError, took time.Duration) *Result {
 	s.timings.Tools += took
 	// Emitted before the state is taken, so a resumed run numbers its
 	// events after this one.
-	s.emit(Event{Kind: EventParked, Turn: s.turn, Text: pe.Question, Tool: calls[i].Name, CallID: calls[i].ID})
+	s.emit(fleettype.Event{Kind: fleettype.EventParked, Turn: s.turn, Text: pe.Question, Tool: calls[i].Name, CallID: calls[i].ID})
 	p := &Parked{
 		Question: pe.Question, Calls: calls, Index: i, Canon: canon, ToolState: pe.State, ToolTook: took,
 		MaxTurns: s.maxTurns, Messages: s.msgs, Seq: s.seq, Turn: s.turn, Turns: s.turns, Dispatch: s.dispatch,
@@ -113,7 +114,7 @@ func (s *run) parkResult(calls []ToolCall, i int, canon json.RawMessage, pe *Par
 	for _, sp := range s.win.spans {
 		p.WinSpans = append(p.WinSpans, [2]int{sp.start, sp.turn})
 	}
-	return &Result{Status: StatusWaiting, ChangedFiles: []string{}, Details: map[string]any{}, Parked: p}
+	return &Result{Result: fleettype.Result{Status: StatusWaiting, ChangedFiles: []string{}, Details: map[string]any{}}, Parked: p}
 }
 
 // restore puts a parked run's state back.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -57,11 +58,11 @@ func TestParkAndResume(t *testing.T) {
 	}
 	evs0 := b.events.all()
 	for _, e := range evs0 {
-		if e.Kind == loop.EventFinished {
+		if e.Kind == fleettype.EventFinished {
 			t.Fatal("a parked run emitted finished")
 		}
 	}
-	if last := evs0[len(evs0)-1]; last.Kind != loop.EventParked || last.Text != "May I change line 2?" || last.Tool != "apply_fix" || last.Seq != res.Parked.Seq {
+	if last := evs0[len(evs0)-1]; last.Kind != fleettype.EventParked || last.Text != "May I change line 2?" || last.Tool != "apply_fix" || last.Seq != res.Parked.Seq {
 		t.Fatalf("last event of a parked run: %+v (parked at seq %d)", last, res.Parked.Seq)
 	}
 	if got := strings.Join(tools.Log(), "|"); strings.Count(got, "execute") != 2 {
@@ -86,7 +87,7 @@ func TestParkAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res2.Status != loop.StatusSuccess || res2.Summary != "done" || res2.Turns != 2 || res2.ToolCalls != 4 {
+	if res2.Status != fleettype.StatusSuccess || res2.Summary != "done" || res2.Turns != 2 || res2.ToolCalls != 4 {
 		t.Fatalf("resumed result %+v", res2)
 	}
 	if len(tools2.resumed) != 1 || tools2.resumed[0] != `apply_fix {"n":1} yes` {
@@ -106,7 +107,7 @@ func TestParkAndResume(t *testing.T) {
 		t.Fatalf("apply_fix envelope %+v", env)
 	}
 	evs := ev2.all()
-	if evs[0].Seq <= res.Parked.Seq || evs[len(evs)-1].Kind != loop.EventFinished {
+	if evs[0].Seq <= res.Parked.Seq || evs[len(evs)-1].Kind != fleettype.EventFinished {
 		t.Fatalf("events after resume: first seq %d (parked at %d), last %s", evs[0].Seq, res.Parked.Seq, evs[len(evs)-1].Kind)
 	}
 }

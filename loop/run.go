@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/textcut"
 )
 
@@ -27,10 +28,10 @@ type run struct {
 	jitter func(time.Duration) time.Duration
 
 	maxTurns   int
-	catalog    []ToolSpec
-	submitOnly []ToolSpec
+	catalog    []fleettype.ToolSpec
+	submitOnly []fleettype.ToolSpec
 
-	msgs     []Message
+	msgs     []fleettype.Message
 	seq      int
 	turn     int // the turn being played (events)
 	turns    int // turns that got a usable response
@@ -39,7 +40,7 @@ type run struct {
 	lastText string
 	// lastResult is the envelope of the last dispatched call.
 	lastResult string
-	usage      Usage
+	usage      fleettype.Usage
 	timings    Timings
 
 	invalidSubmits int
@@ -72,31 +73,31 @@ func newRun(ctx context.Context, r *Runner, in Input) (*run, error) {
 	if s.jitter == nil {
 		s.jitter = fullJitter
 	}
-	s.catalog = make([]ToolSpec, 0, len(in.Agent.Tools))
+	s.catalog = make([]fleettype.ToolSpec, 0, len(in.Agent.Tools))
 	for _, t := range in.Agent.Tools {
-		spec := ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
+		spec := fleettype.ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
 		if len(spec.Parameters) == 0 {
 			spec.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
 		}
 		s.catalog = append(s.catalog, spec)
 		if t.Name == agents.SubmitResultTool {
-			s.submitOnly = []ToolSpec{spec}
+			s.submitOnly = []fleettype.ToolSpec{spec}
 		}
 	}
-	s.msgs = make([]Message, 0, 16)
+	s.msgs = make([]fleettype.Message, 0, 16)
 	if in.Agent.InitialContext.SystemPrompt != "" {
-		s.msgs = append(s.msgs, Message{Role: RoleSystem, Content: in.Agent.InitialContext.SystemPrompt})
+		s.msgs = append(s.msgs, fleettype.Message{Role: fleettype.RoleSystem, Content: in.Agent.InitialContext.SystemPrompt})
 	}
-	s.msgs = append(s.msgs, Message{Role: RoleUser, Content: nodeCtx})
+	s.msgs = append(s.msgs, fleettype.Message{Role: fleettype.RoleUser, Content: nodeCtx})
 	for _, c := range in.Context {
-		s.msgs = append(s.msgs, Message{Role: RoleUser, Content: "[Context] " + c.Text})
+		s.msgs = append(s.msgs, fleettype.Message{Role: fleettype.RoleUser, Content: "[Context] " + c.Text})
 	}
 	s.initWindow()
 	return s, nil
 }
 
 // emit stamps e and hands it to the sink.
-func (s *run) emit(e Event) {
+func (s *run) emit(e fleettype.Event) {
 	s.seq++
 	if s.in.Events == nil {
 		return
@@ -117,7 +118,7 @@ func (s *run) play(ctx context.Context) *Result {
 		}
 		s.turn++
 		s.beginTurn()
-		s.emit(Event{Kind: EventTurnStarted, MaxTurns: s.maxTurns})
+		s.emit(fleettype.Event{Kind: fleettype.EventTurnStarted, MaxTurns: s.maxTurns})
 		resp, res := s.callModel(ctx, s.catalog, "", false)
 		if res != nil {
 			return res
@@ -134,13 +135,13 @@ func (s *run) play(ctx context.Context) *Result {
 
 // runCalls dispatches one turn's calls in order. A non-nil Result ends the
 // run.
-func (s *run) runCalls(ctx context.Context, calls []ToolCall) *Result {
+func (s *run) runCalls(ctx context.Context, calls []fleettype.ToolCall) *Result {
 	return s.runCallsFrom(ctx, calls, 0, nil)
 }
 
 // runCallsFrom dispatches calls[start:] (a resumed run goes on after its
 // parked call; submitted is that call's result when it was submit_result).
-func (s *run) runCallsFrom(ctx context.Context, calls []ToolCall, start int, submitted *Result) *Result {
+func (s *run) runCallsFrom(ctx context.Context, calls []fleettype.ToolCall, start int, submitted *Result) *Result {
 	var notRun []CallRecord
 	for i, c := range calls {
 		if i < start {
@@ -154,7 +155,7 @@ func (s *run) runCallsFrom(ctx context.Context, calls []ToolCall, start int, sub
 			continue
 		case s.cfg.MaxToolCallsPerTurn >= 0 && i >= s.cfg.MaxToolCallsPerTurn:
 			s.dispatch++
-			s.emit(Event{Kind: EventToolCall, Tool: c.Name, CallID: c.ID, Arguments: canonOrRaw(c.Arguments)})
+			s.emit(fleettype.Event{Kind: fleettype.EventToolCall, Tool: c.Name, CallID: c.ID, Arguments: canonOrRaw(c.Arguments)})
 			env := errEnvelope(CodeTooManyCalls,
 				fmt.Sprintf("at most %d tool calls are run per turn; this one was not run, call it again in the next turn", s.cfg.MaxToolCallsPerTurn),
 				map[string]any{"max_calls_per_turn": s.cfg.MaxToolCallsPerTurn})
@@ -213,10 +214,10 @@ type parking struct {
 // timeout. It appends the tool message. res is the run's result when the
 // call was a valid submit_result (outSubmitted) or an invalid one past the
 // budget (outFail).
-func (s *run) dispatchCall(ctx context.Context, c ToolCall, lastChance bool) (env Envelope, res *Result, out callOutcome) {
+func (s *run) dispatchCall(ctx context.Context, c fleettype.ToolCall, lastChance bool) (env Envelope, res *Result, out callOutcome) {
 	obj, canon, _ := parseArgs(c.Arguments) // checkResponse has vetted it
 	s.dispatch++
-	s.emit(Event{Kind: EventToolCall, Tool: c.Name, CallID: c.ID, Arguments: canon})
+	s.emit(fleettype.Event{Kind: fleettype.EventToolCall, Tool: c.Name, CallID: c.ID, Arguments: canon})
 
 	if !lastChance && s.cfg.RepeatLimit > 0 {
 		key := c.Name + "\x00" + string(canon)
@@ -309,14 +310,14 @@ func (s *run) dispatchCall(ctx context.Context, c ToolCall, lastChance bool) (en
 // execute runs the tool's context providers and the tool under the tool
 // timeout and wraps the outcome in an envelope. A tool that parks returns
 // its *ParkError instead (and no envelope).
-func (s *run) execute(ctx context.Context, c ToolCall, canon []byte) (Envelope, time.Duration, *ParkError) {
+func (s *run) execute(ctx context.Context, c fleettype.ToolCall, canon []byte) (Envelope, time.Duration, *ParkError) {
 	tctx, cancel := context.WithTimeout(ctx, s.cfg.ToolTimeout)
 	defer cancel()
 	t0 := time.Now()
 	outs, err := s.in.Tools.Context(tctx, c.Name)
 	for _, o := range outs {
-		s.msgs = append(s.msgs, Message{Role: RoleUser, Content: "[Context] " + o.Text})
-		s.emit(Event{Kind: EventContextInjected, Tool: c.Name, CallID: c.ID, Provider: o.Provider, Size: len(o.Text)})
+		s.msgs = append(s.msgs, fleettype.Message{Role: fleettype.RoleUser, Content: "[Context] " + o.Text})
+		s.emit(fleettype.Event{Kind: fleettype.EventContextInjected, Tool: c.Name, CallID: c.ID, Provider: o.Provider, Size: len(o.Text)})
 	}
 	var out json.RawMessage
 	if err == nil {
@@ -332,7 +333,7 @@ func (s *run) execute(ctx context.Context, c ToolCall, canon []byte) (Envelope, 
 }
 
 // envelope wraps a tool's outcome (tctx: the tool's own deadline).
-func (s *run) envelope(ctx, tctx context.Context, c ToolCall, out json.RawMessage, err error) Envelope {
+func (s *run) envelope(ctx, tctx context.Context, c fleettype.ToolCall, out json.RawMessage, err error) Envelope {
 	if err != nil {
 		if tctx.Err() != nil && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded) {
 			return errEnvelope(CodeTimeout, fmt.Sprintf("%s did not finish within its time limit (%s)", c.Name, s.cfg.ToolTimeout),
@@ -355,7 +356,7 @@ func (s *run) envelope(ctx, tctx context.Context, c ToolCall, out json.RawMessag
 
 // finishCall records a call's outcome, appends its tool message and emits
 // its tool_result event.
-func (s *run) finishCall(c ToolCall, env Envelope, took time.Duration) {
+func (s *run) finishCall(c fleettype.ToolCall, env Envelope, took time.Duration) {
 	var code ToolErrorCode
 	if env.Error != nil {
 		code = env.Error.Code
@@ -363,26 +364,26 @@ func (s *run) finishCall(c ToolCall, env Envelope, took time.Duration) {
 	s.calls = append(s.calls, s.record(c, env.OK, code))
 	s.appendToolMessage(c, env)
 	s.lastResult = s.msgs[len(s.msgs)-1].Content
-	s.emit(Event{Kind: EventToolResult, Tool: c.Name, CallID: c.ID, OK: env.OK, Code: string(code), Duration: took})
+	s.emit(fleettype.Event{Kind: fleettype.EventToolResult, Tool: c.Name, CallID: c.ID, OK: env.OK, Code: string(code), Duration: took})
 }
 
-func (s *run) record(c ToolCall, ok bool, code ToolErrorCode) CallRecord {
+func (s *run) record(c fleettype.ToolCall, ok bool, code ToolErrorCode) CallRecord {
 	return CallRecord{Turn: s.turn, ID: c.ID, Name: c.Name, Arguments: capText(string(c.Arguments), argsCap), OK: ok, Code: code}
 }
 
-func (s *run) appendToolMessage(c ToolCall, env Envelope) {
+func (s *run) appendToolMessage(c fleettype.ToolCall, env Envelope) {
 	b, err := json.Marshal(env)
 	if err != nil { // a ToolError detail that does not marshal
 		b, _ = json.Marshal(errEnvelope(CodeInternal, "tool result could not be encoded: "+err.Error(), nil))
 	}
-	s.msgs = append(s.msgs, Message{Role: RoleTool, Content: string(b), ToolCallID: c.ID, Name: c.Name})
+	s.msgs = append(s.msgs, fleettype.Message{Role: fleettype.RoleTool, Content: string(b), ToolCallID: c.ID, Name: c.Name})
 }
 
 func errEnvelope(code ToolErrorCode, msg string, details map[string]any) Envelope {
 	return Envelope{OK: false, Error: &ToolError{Code: code, Message: msg, Details: details}}
 }
 
-func callNames(calls []ToolCall) []string {
+func callNames(calls []fleettype.ToolCall) []string {
 	if len(calls) == 0 {
 		return nil
 	}

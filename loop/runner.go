@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 )
 
 // Input is everything one run needs. The job lifecycle (queue) builds it.
@@ -135,6 +136,6 @@ func (s *run) finish(res *Result, in Input, start time.Time) *Result {
 		res.Parked.Timings = s.timings
 		return res
 	}
-	s.emit(Event{Kind: EventFinished, Turn: s.turns, Status: res.Status, Error: res.Error})
+	s.emit(fleettype.Event{Kind: fleettype.EventFinished, Turn: s.turns, Status: res.Status, Error: res.Error})
 	return res
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -31,7 +32,7 @@ func TestTurnLimitLastChance(t *testing.T) {
 		b := setup(t, loop.Config{}, 2, append(turns(2),
 			looptest.Calls(looptest.Call("submit_result", `{"summary":"partial","status":"failed"}`), looptest.Call("read_file", `{"path":"z"}`)))...)
 		res := b.run(t)
-		if res.Status != loop.StatusFailed || res.Summary != "partial" || res.ErrorCode != "" {
+		if res.Status != fleettype.StatusFailed || res.Summary != "partial" || res.ErrorCode != "" {
 			t.Fatalf("got %s %q %q, want the submitted result", res.Status, res.Summary, res.Error)
 		}
 		if res.Details[loop.DetailTurnLimitHit] != true || res.Turns != 3 {
@@ -45,10 +46,10 @@ func TestTurnLimitLastChance(t *testing.T) {
 			t.Errorf("last-chance request: require %q tools %+v", last.RequireTool, last.Tools)
 		}
 		ask := last.Messages[len(last.Messages)-1]
-		if ask.Role != loop.RoleUser || !strings.Contains(ask.Content, "call submit_result immediately") {
+		if ask.Role != fleettype.RoleUser || !strings.Contains(ask.Content, "call submit_result immediately") {
 			t.Errorf("last-chance message = %+v", ask)
 		}
-		if got := b.events.ofKind(loop.EventTurnStarted); len(got) != 3 || got[2].Turn != 3 || got[2].MaxTurns != 2 {
+		if got := b.events.ofKind(fleettype.EventTurnStarted); len(got) != 3 || got[2].Turn != 3 || got[2].MaxTurns != 2 {
 			t.Errorf("turn_started events %+v", got)
 		}
 	})
@@ -91,7 +92,7 @@ func TestRepeatGuard(t *testing.T) {
 		b := setup(t, loop.Config{}, 10, same, sameReordered, same,
 			looptest.Calls(looptest.Call("read_file", `{"path":"b"}`)), same, looptest.Submit(`{"summary":"ok"}`))
 		res := b.run(t)
-		if res.Status != loop.StatusSuccess {
+		if res.Status != fleettype.StatusSuccess {
 			t.Fatalf("got %s %s", res.Status, res.Error)
 		}
 		var ran int
@@ -127,7 +128,7 @@ func TestRepeatGuard(t *testing.T) {
 	t.Run("off", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, loop.Config{RepeatLimit: -1}, 10, same, same, same, same, looptest.Submit(`{}`))
-		if res := b.run(t); res.Status != loop.StatusSuccess {
+		if res := b.run(t); res.Status != fleettype.StatusSuccess {
 			t.Fatalf("got %s %s", res.Status, res.Error)
 		}
 	})
@@ -177,7 +178,7 @@ func TestCancellation(t *testing.T) {
 			if res.Error != "AGENT_005: canceled: worker shutting down" {
 				t.Errorf("Error = %q", res.Error)
 			}
-			if n := len(b.events.ofKind(loop.EventInvalidResponse)); n != 0 {
+			if n := len(b.events.ofKind(fleettype.EventInvalidResponse)); n != 0 {
 				t.Errorf("a cancel counted as %d invalid responses", n)
 			}
 		})
@@ -200,10 +201,10 @@ func TestEventOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t, loop.Config{}, 6,
 		looptest.Text(""),
-		looptest.Step{Text: "reading", Calls: []loop.ToolCall{looptest.Call("read_file", `{"path":"a"}`)},
-			Usage: loop.Usage{PromptTokens: 10, CompletionTokens: 5}},
-		looptest.Step{Calls: []loop.ToolCall{looptest.Call("submit_result", `{"summary":"ok"}`)},
-			Usage: loop.Usage{PromptTokens: 20, CachedTokens: 10, CompletionTokens: 3}},
+		looptest.Step{Text: "reading", Calls: []fleettype.ToolCall{looptest.Call("read_file", `{"path":"a"}`)},
+			Usage: fleettype.Usage{PromptTokens: 10, CompletionTokens: 5}},
+		looptest.Step{Calls: []fleettype.ToolCall{looptest.Call("submit_result", `{"summary":"ok"}`)},
+			Usage: fleettype.Usage{PromptTokens: 20, CachedTokens: 10, CompletionTokens: 3}},
 	)
 	b.tools.ContextFunc = func(_ context.Context, tool string) ([]loop.ContextOutput, error) {
 		if tool == "read_file" {
@@ -212,11 +213,11 @@ func TestEventOrder(t *testing.T) {
 		return nil, nil
 	}
 	res := b.run(t)
-	want := []loop.EventKind{
-		loop.EventTurnStarted, loop.EventModelOutput, loop.EventInvalidResponse, loop.EventRetry, loop.EventModelOutput,
-		loop.EventToolCall, loop.EventContextInjected, loop.EventToolResult,
-		loop.EventTurnStarted, loop.EventModelOutput, loop.EventToolCall, loop.EventToolResult,
-		loop.EventFinished,
+	want := []fleettype.EventKind{
+		fleettype.EventTurnStarted, fleettype.EventModelOutput, fleettype.EventInvalidResponse, fleettype.EventRetry, fleettype.EventModelOutput,
+		fleettype.EventToolCall, fleettype.EventContextInjected, fleettype.EventToolResult,
+		fleettype.EventTurnStarted, fleettype.EventModelOutput, fleettype.EventToolCall, fleettype.EventToolResult,
+		fleettype.EventFinished,
 	}
 	if got := b.events.kinds(); !slices.Equal(got, want) {
 		t.Fatalf("events\n got %v\nwant %v", got, want)
@@ -234,7 +235,7 @@ func TestEventOrder(t *testing.T) {
 	if e := evs[4]; e.Text != "reading" || !slices.Equal(e.Calls, []string{"read_file"}) || e.Usage.PromptTokens != 10 {
 		t.Errorf("model_output event %+v", e)
 	}
-	if e := evs[12]; e.Status != loop.StatusSuccess || e.Turn != 2 {
+	if e := evs[12]; e.Status != fleettype.StatusSuccess || e.Turn != 2 {
 		t.Errorf("finished event %+v", e)
 	}
 	if res.Usage.PromptTokens != 30 || res.Usage.CachedTokens != 10 || res.Usage.CompletionTokens != 8 {
@@ -256,13 +257,13 @@ func TestOverloadBackoff(t *testing.T) {
 		var asked []time.Duration
 		loop.SetJitter(b.runner, func(d time.Duration) time.Duration { asked = append(asked, d); return d / 2 })
 		res := b.run(t)
-		if res.Status != loop.StatusSuccess || res.Turns != 1 {
+		if res.Status != fleettype.StatusSuccess || res.Turns != 1 {
 			t.Fatalf("got %s %s", res.Status, res.Error)
 		}
 		if want := []time.Duration{time.Millisecond, 2 * time.Millisecond, 2 * time.Millisecond}; !slices.Equal(asked, want) {
 			t.Errorf("backoff ceilings %v, want %v", asked, want)
 		}
-		r := b.events.ofKind(loop.EventRetry)
+		r := b.events.ofKind(fleettype.EventRetry)
 		if len(r) != 3 || r[0].Code != "overloaded" || r[2].Attempt != 3 || r[1].Duration != time.Millisecond {
 			t.Errorf("retry events %+v", r)
 		}
@@ -280,7 +281,7 @@ func TestOverloadBackoff(t *testing.T) {
 		t.Parallel()
 		b := setup(t, cfg, 6, overloaded, overloaded, looptest.Submit(`{}`))
 		b.run(t)
-		for _, e := range b.events.ofKind(loop.EventRetry) {
+		for _, e := range b.events.ofKind(fleettype.EventRetry) {
 			if e.Duration < 0 || e.Duration > 2*time.Millisecond {
 				t.Errorf("backoff %s out of [0, 2ms]", e.Duration)
 			}
@@ -333,7 +334,7 @@ func TestInvalidArgs(t *testing.T) {
 			t.Parallel()
 			b := setup(t, loop.Config{}, 6, looptest.Calls(looptest.Call("apply_fix", tc.args)), looptest.Submit(`{}`))
 			res := b.run(t)
-			if res.Status != loop.StatusSuccess {
+			if res.Status != fleettype.StatusSuccess {
 				t.Fatalf("got %s %s", res.Status, res.Error)
 			}
 			if len(b.tools.Log()) != 2 { // only submit_result's context + execute
@@ -363,7 +364,7 @@ func TestSubmitValidation(t *testing.T) {
 		t.Parallel()
 		b := setup(t, loop.Config{}, 6, looptest.Submit(`{"status":"done"}`), looptest.Submit(`{"status":"skipped","summary":"nothing"}`))
 		res := b.run(t)
-		if res.Status != loop.StatusSkipped || res.Summary != "nothing" {
+		if res.Status != fleettype.StatusSkipped || res.Summary != "nothing" {
 			t.Fatalf("got %s %s", res.Status, res.Error)
 		}
 		env := envelope(t, toolMessages(b.lastRequest(t).Messages)[0])
@@ -385,7 +386,7 @@ func TestSubmitValidation(t *testing.T) {
 		b.plain = &looptest.Tools{}
 		b.agent.Tools[2].Parameters = nil // any object
 		res := b.run(t)
-		if res.Status != loop.StatusSuccess || res.ChangedFiles == nil || res.Details == nil {
+		if res.Status != fleettype.StatusSuccess || res.ChangedFiles == nil || res.Details == nil {
 			t.Fatalf("got %+v", res)
 		}
 	})
@@ -400,7 +401,7 @@ func TestSubmitValidation(t *testing.T) {
 			return nil, nil
 		}
 		res := b.run(t)
-		if res.Status != loop.StatusSuccess || res.Summary != "b" {
+		if res.Status != fleettype.StatusSuccess || res.Summary != "b" {
 			t.Fatalf("got %s %q %s", res.Status, res.Summary, res.Error)
 		}
 	})
@@ -417,7 +418,7 @@ func TestCallsNotRun(t *testing.T) {
 			looptest.Call("submit_result", `{"summary":"ok"}`),
 			looptest.Call("apply_fix", `{"line":1,"text":"x"}`)))
 		res := b.run(t)
-		if res.Status != loop.StatusSuccess {
+		if res.Status != fleettype.StatusSuccess {
 			t.Fatalf("got %s %s", res.Status, res.Error)
 		}
 		nr := callRecords(t, res, loop.DetailNotRun)
@@ -438,7 +439,7 @@ func TestCallsNotRun(t *testing.T) {
 			looptest.Call("read_file", `{"path":"b"}`),
 			looptest.Call("read_file", `{"path":"c"}`)), looptest.Submit(`{}`))
 		res := b.run(t)
-		if res.Status != loop.StatusSuccess || res.ToolCalls != 4 {
+		if res.Status != fleettype.StatusSuccess || res.ToolCalls != 4 {
 			t.Fatalf("got %s calls %d %s", res.Status, res.ToolCalls, res.Error)
 		}
 		tm := toolMessages(b.lastRequest(t).Messages)
@@ -581,6 +582,9 @@ func TestNoForbiddenDeps(t *testing.T) {
 		t.Fatalf("go list: %v", err)
 	}
 	for _, dep := range strings.Fields(string(out)) {
+		if dep == "github.com/agentfleet/fleet/inference/modelref" {
+			continue // model references: a leaf agents validates with
+		}
 		for _, bad := range []string{"nats", "llama", "monty", "fleet/queue", "fleet/inference", "fleet/cairn"} {
 			if strings.Contains(strings.ToLower(dep), bad) {
 				t.Errorf("loop depends on %s", dep)
@@ -607,7 +611,7 @@ func TestContextProviderFails(t *testing.T) {
 		return nil, nil
 	}
 	res := b.run(t)
-	if res.Status != loop.StatusSuccess {
+	if res.Status != fleettype.StatusSuccess {
 		t.Fatalf("got %s %s", res.Status, res.Error)
 	}
 	if slices.Contains(b.tools.Log(), `execute read_file {"path":"a"}`) {
@@ -635,7 +639,7 @@ func TestRunnerConcurrentRuns(t *testing.T) {
 		go func() {
 			res, err := r.Run(context.Background(), loop.Input{Agent: agent, Node: testNode, WorkspaceID: fmt.Sprint(i),
 				Model: model, Tools: &looptest.Tools{}, Events: loop.NewChanSink(4)})
-			if err == nil && (res.Status != loop.StatusSuccess || res.WorkspaceID != fmt.Sprint(i)) {
+			if err == nil && (res.Status != fleettype.StatusSuccess || res.WorkspaceID != fmt.Sprint(i)) {
 				err = fmt.Errorf("run %d: %+v", i, res)
 			}
 			errs <- err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -20,7 +21,7 @@ func TestSeed000SubmitFirstTurn(t *testing.T) {
 		looptest.Submit(`{"summary":"nothing to fix","changed_files":[],"details":{"checked":3},"issues_fixed":0,"bogus":"x"}`))
 	res := b.run(t)
 
-	if res.Status != loop.StatusSuccess || res.Error != "" || res.ErrorCode != "" {
+	if res.Status != fleettype.StatusSuccess || res.Error != "" || res.ErrorCode != "" {
 		t.Fatalf("got %s %q, want success", res.Status, res.Error)
 	}
 	if res.Turns != 1 || res.ToolCalls != 1 {
@@ -35,9 +36,9 @@ func TestSeed000SubmitFirstTurn(t *testing.T) {
 	}
 
 	req := b.lastRequest(t)
-	want := []loop.Message{
-		{Role: loop.RoleSystem, Content: "You fix lint issues."},
-		{Role: loop.RoleUser, Content: renderedNode},
+	want := []fleettype.Message{
+		{Role: fleettype.RoleSystem, Content: "You fix lint issues."},
+		{Role: fleettype.RoleUser, Content: renderedNode},
 	}
 	if !slices.EqualFunc(req.Messages, want, msgEqual) {
 		t.Errorf("initial messages = %+v, want %+v", req.Messages, want)
@@ -75,7 +76,7 @@ func TestSeed000ThreeToolsThenSubmit(t *testing.T) {
 	)
 	b.tools.ChangedFilesFunc = func(context.Context) ([]string, error) { return []string{"pkg/a.py"}, nil }
 	res := b.run(t)
-	if res.Status != loop.StatusSuccess || res.Turns != 4 || res.ToolCalls != 4 {
+	if res.Status != fleettype.StatusSuccess || res.Turns != 4 || res.ToolCalls != 4 {
 		t.Fatalf("got %s turns=%d calls=%d (%s), want success after 4 turns", res.Status, res.Turns, res.ToolCalls, res.Error)
 	}
 	if !slices.Equal(res.ChangedFiles, []string{"pkg/a.py"}) {
@@ -84,7 +85,7 @@ func TestSeed000ThreeToolsThenSubmit(t *testing.T) {
 	if n := b.model.CallCount(); n != 4 {
 		t.Errorf("model called %d times", n)
 	}
-	if got := len(b.events.ofKind(loop.EventTurnStarted)); got != 4 {
+	if got := len(b.events.ofKind(fleettype.EventTurnStarted)); got != 4 {
 		t.Errorf("%d turn_started events", got)
 	}
 }
@@ -125,7 +126,7 @@ func TestSeed000PlainTextStop(t *testing.T) {
 	t.Parallel()
 	b := setup(t, loop.Config{}, 6, looptest.Text("No lint issues in f."))
 	res := b.run(t)
-	if res.Status != loop.StatusSuccess || res.Summary != "No lint issues in f." {
+	if res.Status != fleettype.StatusSuccess || res.Summary != "No lint issues in f." {
 		t.Fatalf("got %s %q (%s)", res.Status, res.Summary, res.Error)
 	}
 	if res.ChangedFiles == nil || len(res.ChangedFiles) != 0 {
@@ -154,7 +155,7 @@ func TestSeed000ContextProviders(t *testing.T) {
 		return json.RawMessage(`{"content":"x = 1"}`), nil
 	}
 	res := b.run(t)
-	if res.Status != loop.StatusSuccess {
+	if res.Status != fleettype.StatusSuccess {
 		t.Fatalf("got %s %s", res.Status, res.Error)
 	}
 	if log := b.tools.Log(); !slices.Equal(log[:2], []string{"context read_file", `execute read_file {"path":"pkg/a.py"}`}) {
@@ -164,11 +165,11 @@ func TestSeed000ContextProviders(t *testing.T) {
 	if len(msgs) != 4 {
 		t.Fatalf("turn 1 messages = %+v", msgs)
 	}
-	if msgs[0].Role != loop.RoleAssistant {
+	if msgs[0].Role != fleettype.RoleAssistant {
 		t.Errorf("first is %s", msgs[0].Role)
 	}
 	for i, want := range []string{"[Context] max line 88", "[Context] ruff"} {
-		if msgs[1+i].Role != loop.RoleUser || msgs[1+i].Content != want {
+		if msgs[1+i].Role != fleettype.RoleUser || msgs[1+i].Content != want {
 			t.Errorf("message %d = %+v, want user %q", 1+i, msgs[1+i], want)
 		}
 	}
@@ -176,7 +177,7 @@ func TestSeed000ContextProviders(t *testing.T) {
 	if !env.OK || string(env.Result) != `{"content":"x = 1"}` {
 		t.Errorf("envelope = %+v", env)
 	}
-	inj := b.events.ofKind(loop.EventContextInjected)
+	inj := b.events.ofKind(fleettype.EventContextInjected)
 	if len(inj) != 2 || inj[0].Provider != "ctx/style.pym" || inj[1].Size != len("ruff") {
 		t.Errorf("context_injected events = %+v", inj)
 	}
@@ -191,7 +192,7 @@ func TestSeed000UnknownTool(t *testing.T) {
 		looptest.Submit(`{"summary":"ok"}`),
 	)
 	res := b.run(t)
-	if res.Status != loop.StatusSuccess || res.Turns != 3 {
+	if res.Status != fleettype.StatusSuccess || res.Turns != 3 {
 		t.Fatalf("got %s turns=%d %s", res.Status, res.Turns, res.Error)
 	}
 	tm := toolMessages(b.model.Requests()[1].Messages)
@@ -215,14 +216,14 @@ func TestSeed000UnknownTool(t *testing.T) {
 func TestSeed002HappyPath(t *testing.T) {
 	t.Parallel()
 	b := setup(t, loop.Config{}, 6,
-		looptest.Calls(loop.ToolCall{ID: "abc", Name: "read_file", Arguments: json.RawMessage(`{"path":"pkg/a.py"}`)}),
+		looptest.Calls(fleettype.ToolCall{ID: "abc", Name: "read_file", Arguments: json.RawMessage(`{"path":"pkg/a.py"}`)}),
 		looptest.Text("The file is clean."),
 	)
 	b.tools.ExecuteFunc = func(context.Context, string, json.RawMessage) (json.RawMessage, error) {
 		return json.RawMessage(`{"lines":2}`), nil
 	}
 	res := b.run(t)
-	if res.Status != loop.StatusSuccess || res.Summary != "The file is clean." || res.Turns != 2 {
+	if res.Status != fleettype.StatusSuccess || res.Summary != "The file is clean." || res.Turns != 2 {
 		t.Fatalf("got %+v", res)
 	}
 	msgs := b.lastRequest(t).Messages
@@ -240,13 +241,13 @@ func TestSeed002MultipleCallsOneTurn(t *testing.T) {
 	b := setup(t, loop.Config{}, 6,
 		looptest.Calls(
 			looptest.Call("read_file", `{"path":"a"}`),
-			loop.ToolCall{ID: "mine", Name: "apply_fix", Arguments: json.RawMessage(`{"text":"x","line":3}`)},
-			loop.ToolCall{ID: "mine", Name: "read_file", Arguments: json.RawMessage(` {"path":"b"} `)},
+			fleettype.ToolCall{ID: "mine", Name: "apply_fix", Arguments: json.RawMessage(`{"text":"x","line":3}`)},
+			fleettype.ToolCall{ID: "mine", Name: "read_file", Arguments: json.RawMessage(` {"path":"b"} `)},
 		),
 		looptest.Submit(`{"summary":"ok"}`),
 	)
 	res := b.run(t)
-	if res.Status != loop.StatusSuccess || res.Turns != 2 || res.ToolCalls != 4 {
+	if res.Status != fleettype.StatusSuccess || res.Turns != 2 || res.ToolCalls != 4 {
 		t.Fatalf("got %s turns=%d calls=%d %s", res.Status, res.Turns, res.ToolCalls, res.Error)
 	}
 	want := []string{
@@ -258,7 +259,7 @@ func TestSeed002MultipleCallsOneTurn(t *testing.T) {
 		t.Errorf("tool log = %q, want %q", log, want)
 	}
 	msgs := b.model.Requests()[1].Messages[2:]
-	if len(msgs) != 4 || msgs[0].Role != loop.RoleAssistant {
+	if len(msgs) != 4 || msgs[0].Role != fleettype.RoleAssistant {
 		t.Fatalf("messages = %+v", msgs)
 	}
 	wantIDs := []string{"call_1_1", "mine", "call_1_3"}
@@ -268,7 +269,7 @@ func TestSeed002MultipleCallsOneTurn(t *testing.T) {
 		}
 	}
 	for i, m := range msgs[1:] {
-		if m.Role != loop.RoleTool || m.ToolCallID != wantIDs[i] || m.Name != msgs[0].ToolCalls[i].Name || !envelope(t, m).OK {
+		if m.Role != fleettype.RoleTool || m.ToolCallID != wantIDs[i] || m.Name != msgs[0].ToolCalls[i].Name || !envelope(t, m).OK {
 			t.Errorf("tool message %d = %+v", i, m)
 		}
 	}
@@ -309,14 +310,14 @@ func TestSeed002InvalidOutputRetriesOnceThenSoftFails(t *testing.T) {
 			}
 			second := b.lastRequest(t).Messages
 			corr := second[len(second)-1]
-			if corr.Role != loop.RoleUser || !strings.HasPrefix(corr.Content, "Your last reply could not be used") {
+			if corr.Role != fleettype.RoleUser || !strings.HasPrefix(corr.Content, "Your last reply could not be used") {
 				t.Errorf("no corrective message before the retry: %+v", corr)
 			}
-			inv := b.events.ofKind(loop.EventInvalidResponse)
+			inv := b.events.ofKind(fleettype.EventInvalidResponse)
 			if len(inv) != 2 || inv[0].Code != tc.kind {
 				t.Errorf("invalid_response events = %+v, want 2 of kind %s", inv, tc.kind)
 			}
-			if r := b.events.ofKind(loop.EventRetry); len(r) != 1 || r[0].Code != "invalid_response" {
+			if r := b.events.ofKind(fleettype.EventRetry); len(r) != 1 || r[0].Code != "invalid_response" {
 				t.Errorf("retry events = %+v", r)
 			}
 		})
@@ -324,7 +325,7 @@ func TestSeed002InvalidOutputRetriesOnceThenSoftFails(t *testing.T) {
 			t.Parallel()
 			b := setup(t, loop.Config{}, 6, tc.bad, looptest.Submit(`{"summary":"ok"}`))
 			res := b.run(t)
-			if res.Status != loop.StatusSuccess || res.Turns != 1 {
+			if res.Status != fleettype.StatusSuccess || res.Turns != 1 {
 				t.Fatalf("got %s turns=%d %s", res.Status, res.Turns, res.Error)
 			}
 		})
@@ -339,7 +340,7 @@ func TestSeed002MaxSteps(t *testing.T) {
 	n := 0
 	b := setup(t, loop.Config{MaxTurns: 2}, 0, looptest.Func(func(context.Context, *loop.Request) (*loop.Response, error) {
 		n++
-		return &loop.Response{Message: loop.Message{Content: "looking", ToolCalls: []loop.ToolCall{
+		return &loop.Response{Message: fleettype.Message{Content: "looking", ToolCalls: []fleettype.ToolCall{
 			looptest.Call("read_file", `{"path":"f`+strings.Repeat("x", n)+`"}`)}}, FinishReason: loop.FinishToolCalls}, nil
 	}))
 	b.model.RepeatLast = true
@@ -406,10 +407,10 @@ func TestSeed002StepTimeout(t *testing.T) {
 		t.Parallel()
 		b := setup(t, cfg, 6, looptest.Block(), looptest.Submit(`{"summary":"late"}`))
 		res := b.run(t)
-		if res.Status != loop.StatusSuccess || res.Summary != "late" {
+		if res.Status != fleettype.StatusSuccess || res.Summary != "late" {
 			t.Fatalf("got %s %s", res.Status, res.Error)
 		}
-		if r := b.events.ofKind(loop.EventRetry); len(r) != 1 || r[0].Code != "step_timeout" {
+		if r := b.events.ofKind(fleettype.EventRetry); len(r) != 1 || r[0].Code != "step_timeout" {
 			t.Errorf("retry events %+v", r)
 		}
 	})
@@ -456,7 +457,7 @@ func TestSeed002ToolErrorReturnedLoopContinues(t *testing.T) {
 				return json.RawMessage(`{}`), nil
 			}
 			res := b.run(t)
-			if res.Status != loop.StatusFailed || res.Error != "" || res.ErrorCode != "" || res.Turns != 2 ||
+			if res.Status != fleettype.StatusFailed || res.Error != "" || res.ErrorCode != "" || res.Turns != 2 ||
 				res.Details[loop.DetailAgentError] != "tool failed" {
 				t.Fatalf("got %s %q code %q turns %d details %v, want the model's failed submit (its error in the details)",
 					res.Status, res.Error, res.ErrorCode, res.Turns, res.Details)
@@ -465,7 +466,7 @@ func TestSeed002ToolErrorReturnedLoopContinues(t *testing.T) {
 			if env.OK || env.Error.Code != tc.code || env.Error.Message != tc.message {
 				t.Errorf("envelope = %+v %+v", env, env.Error)
 			}
-			r := b.events.ofKind(loop.EventToolResult)
+			r := b.events.ofKind(fleettype.EventToolResult)
 			if len(r) != 2 || r[0].OK || r[0].Code != string(tc.code) || !r[1].OK {
 				t.Errorf("tool_result events = %+v", r)
 			}
@@ -473,7 +474,7 @@ func TestSeed002ToolErrorReturnedLoopContinues(t *testing.T) {
 	}
 }
 
-func msgEqual(a, b loop.Message) bool {
+func msgEqual(a, b fleettype.Message) bool {
 	return a.Role == b.Role && a.Content == b.Content && a.ToolCallID == b.ToolCallID && a.Name == b.Name &&
 		len(a.ToolCalls) == len(b.ToolCalls)
 }

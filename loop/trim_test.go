@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -78,28 +79,28 @@ func bigResults(size int) func(context.Context, string, json.RawMessage) (json.R
 // messages come first, every call has its tool message and every tool
 // message its call, and the messages after the pinned ones (and the summary,
 // if any) are the tail of the untrimmed conversation full.
-func checkConversation(t *testing.T, i int, req loop.Request, full []loop.Message) (summary string) {
+func checkConversation(t *testing.T, i int, req loop.Request, full []fleettype.Message) (summary string) {
 	t.Helper()
 	msgs := req.Messages
-	if len(msgs) < 2 || msgs[0].Role != loop.RoleSystem || msgs[0].Content != "You fix lint issues." ||
-		msgs[1].Role != loop.RoleUser || msgs[1].Content != renderedNode {
+	if len(msgs) < 2 || msgs[0].Role != fleettype.RoleSystem || msgs[0].Content != "You fix lint issues." ||
+		msgs[1].Role != fleettype.RoleUser || msgs[1].Content != renderedNode {
 		t.Fatalf("request %d: pinned messages lost: %+v", i, msgs[:min(2, len(msgs))])
 	}
 	rest := msgs[2:]
 	if len(rest) > 0 && strings.HasPrefix(rest[0].Content, "[Trimmed]") {
 		summary, rest = rest[0].Content, rest[1:]
-		if rest0 := rest; len(rest0) > 0 && rest0[0].Role == loop.RoleTool {
+		if rest0 := rest; len(rest0) > 0 && rest0[0].Role == fleettype.RoleTool {
 			t.Errorf("request %d: a tool result right after the summary (its call was trimmed)", i)
 		}
 	}
 	answered := map[string]bool{}
 	for j, m := range rest {
 		switch m.Role {
-		case loop.RoleAssistant:
+		case fleettype.RoleAssistant:
 			for _, c := range m.ToolCalls {
 				answered[c.ID] = false
 			}
-		case loop.RoleTool:
+		case fleettype.RoleTool:
 			done, ok := answered[m.ToolCallID]
 			if !ok || done {
 				t.Errorf("request %d: tool message %d answers no call in the request (%s)", i, j, m.ToolCallID)
@@ -123,8 +124,8 @@ func checkConversation(t *testing.T, i int, req loop.Request, full []loop.Messag
 }
 
 // sameMessage compares messages with their calls.
-func sameMessage(a, b loop.Message) bool {
-	return msgEqual(a, b) && slices.EqualFunc(a.ToolCalls, b.ToolCalls, func(x, y loop.ToolCall) bool {
+func sameMessage(a, b fleettype.Message) bool {
+	return msgEqual(a, b) && slices.EqualFunc(a.ToolCalls, b.ToolCalls, func(x, y fleettype.ToolCall) bool {
 		return x.ID == y.ID && x.Name == y.Name && string(x.Arguments) == string(y.Arguments)
 	})
 }
@@ -134,7 +135,7 @@ func untrimmed(t *testing.T, maxTurns, resultSize int, steps []looptest.Step) []
 	t.Helper()
 	b := setup(t, loop.Config{}, maxTurns, steps...)
 	b.tools.ExecuteFunc = bigResults(resultSize)
-	if res := b.run(t); res.Status != loop.StatusSuccess {
+	if res := b.run(t); res.Status != fleettype.StatusSuccess {
 		t.Fatalf("untrimmed run: %s %s", res.Status, res.Error)
 	}
 	return b.model.Requests()
@@ -150,7 +151,7 @@ func TestTrimEstimate(t *testing.T) {
 	b := setup(t, loop.Config{ContextTokens: budget}, 20, steps...)
 	b.tools.ExecuteFunc = bigResults(resultSize)
 	res := b.run(t)
-	if res.Status != loop.StatusSuccess || res.Summary != "read them all" || res.Turns != 11 {
+	if res.Status != fleettype.StatusSuccess || res.Summary != "read them all" || res.Turns != 11 {
 		t.Fatalf("got %s %q %s turns %d", res.Status, res.Summary, res.Error, res.Turns)
 	}
 	reqs := b.model.Requests()
@@ -191,14 +192,14 @@ func TestTrimEstimate(t *testing.T) {
 	var got []int
 	kinds := b.events.kinds()
 	for i, e := range b.events.all() {
-		if e.Kind != loop.EventContextTrimmed {
+		if e.Kind != fleettype.EventContextTrimmed {
 			continue
 		}
 		got = append(got, e.TrimmedTurns...)
 		if e.ContextTokens != budget || e.PromptTokens <= 0 || e.PromptTokens > budget || e.Text == "" {
 			t.Errorf("context_trimmed event %+v", e)
 		}
-		if i+1 >= len(kinds) || kinds[i+1] != loop.EventModelOutput || kinds[i-1] != loop.EventTurnStarted {
+		if i+1 >= len(kinds) || kinds[i+1] != fleettype.EventModelOutput || kinds[i-1] != fleettype.EventTurnStarted {
 			t.Errorf("context_trimmed at %d not between turn_started and model_output: %v", i, kinds)
 		}
 	}
@@ -220,10 +221,10 @@ func TestTrimHeadroom(t *testing.T) {
 	in := b.input()
 	in.Model = m
 	res, err := b.runner.Run(context.Background(), in)
-	if err != nil || res.Status != loop.StatusSuccess {
+	if err != nil || res.Status != fleettype.StatusSuccess {
 		t.Fatalf("%v %+v", err, res)
 	}
-	evs := b.events.ofKind(loop.EventContextTrimmed)
+	evs := b.events.ofKind(fleettype.EventContextTrimmed)
 	if len(evs) == 0 || len(evs) > 10 {
 		t.Fatalf("%d trims over 30 turns", len(evs))
 	}
@@ -255,7 +256,7 @@ func TestTrimBudgetSources(t *testing.T) {
 		in := b.input()
 		in.Model = m
 		res, err := b.runner.Run(context.Background(), in)
-		if err != nil || res.Status != loop.StatusSuccess {
+		if err != nil || res.Status != fleettype.StatusSuccess {
 			t.Fatalf("%v %+v", err, res)
 		}
 		return res, scripted.Requests()
@@ -338,7 +339,7 @@ func TestTrimWholeTurns(t *testing.T) {
 	b := setup(t, loop.Config{ContextTokens: 750}, 10, steps...)
 	b.tools.ExecuteFunc, b.tools.ContextFunc = bigResults(500), ctxOut
 	res := b.run(t)
-	if res.Status != loop.StatusSuccess {
+	if res.Status != fleettype.StatusSuccess {
 		t.Fatalf("got %s %s", res.Status, res.Error)
 	}
 	reqs := b.model.Requests()
@@ -346,10 +347,10 @@ func TestTrimWholeTurns(t *testing.T) {
 	for i, req := range reqs {
 		summary = checkConversation(t, i, req, full[i].Messages)
 		for j, m := range req.Messages {
-			if strings.HasPrefix(m.Content, "[Context]") && (j+1 >= len(req.Messages) || req.Messages[j+1].Role != loop.RoleTool) {
+			if strings.HasPrefix(m.Content, "[Context]") && (j+1 >= len(req.Messages) || req.Messages[j+1].Role != fleettype.RoleTool) {
 				t.Errorf("request %d: context message %d without its tool result", i, j)
 			}
-			if strings.HasPrefix(m.Content, "Your last reply could not be used") && (j+1 >= len(req.Messages) || req.Messages[j+1].Role != loop.RoleAssistant) {
+			if strings.HasPrefix(m.Content, "Your last reply could not be used") && (j+1 >= len(req.Messages) || req.Messages[j+1].Role != fleettype.RoleAssistant) {
 				if j != len(req.Messages)-1 { // the retry request itself ends with it
 					t.Errorf("request %d: corrective message %d kept without its turn", i, j)
 				}
@@ -375,12 +376,12 @@ func TestTrimCollapsesSummary(t *testing.T) {
 		steps = append(steps, looptest.Calls(looptest.Call("read_file", fmt.Sprintf(`{"path":"%03d-%s"}`, i, strings.Repeat("p", 80)))))
 	}
 	steps = append(steps, looptest.Submit(`{}`))
-	base := loop.EstimateTokens(&loop.Request{Messages: []loop.Message{{Content: "You fix lint issues."}, {Content: renderedNode}},
+	base := loop.EstimateTokens(&loop.Request{Messages: []fleettype.Message{{Content: "You fix lint issues."}, {Content: renderedNode}},
 		Tools: testSpecs()})
 	b := setup(t, loop.Config{ContextTokens: base + 150}, 20, steps...)
 	b.tools.ExecuteFunc = bigResults(100)
 	res := b.run(t)
-	if res.Status != loop.StatusSuccess {
+	if res.Status != fleettype.StatusSuccess {
 		t.Fatalf("got %s %s", res.Status, res.Error)
 	}
 	msgs := b.lastRequest(t).Messages
@@ -414,11 +415,11 @@ func parseSummary(t *testing.T, content string) (folded int, lines []string) {
 	return folded, lines
 }
 
-func testSpecs() []loop.ToolSpec {
+func testSpecs() []fleettype.ToolSpec {
 	a := testAgent(1)
-	var out []loop.ToolSpec
+	var out []fleettype.ToolSpec
 	for _, tl := range a.Tools {
-		out = append(out, loop.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
+		out = append(out, fleettype.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
 	}
 	return out
 }
@@ -431,7 +432,7 @@ func TestTrimRandom(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		var steps []looptest.Step
 		for i := range 4 + rng.IntN(12) {
-			var calls []loop.ToolCall
+			var calls []fleettype.ToolCall
 			for j := range 1 + rng.IntN(3) {
 				switch rng.IntN(5) {
 				case 0:
@@ -457,7 +458,7 @@ func TestTrimRandom(t *testing.T) {
 		b := setup(t, cfg, 40, steps...)
 		b.tools.ExecuteFunc = results
 		res := b.run(t)
-		if res.Status != loop.StatusSuccess {
+		if res.Status != fleettype.StatusSuccess {
 			t.Fatalf("seed %d: %s %s", seed, res.Status, res.Error)
 		}
 		fullReqs := full.model.Requests()
@@ -474,6 +475,6 @@ func TestTrimRandom(t *testing.T) {
 
 // hasTurn reports whether msgs hold a completed turn (an assistant
 // message): one could have been trimmed.
-func hasTurn(msgs []loop.Message) bool {
-	return slices.ContainsFunc(msgs, func(m loop.Message) bool { return m.Role == loop.RoleAssistant })
+func hasTurn(msgs []fleettype.Message) bool {
+	return slices.ContainsFunc(msgs, func(m fleettype.Message) bool { return m.Role == fleettype.RoleAssistant })
 }

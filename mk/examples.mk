@@ -26,4 +26,4 @@ BENCH_TARGETS += bench-metrics
 .PHONY: bench-metrics
 
 bench-metrics: ## metrics: cost of turning loop events into Prometheus metrics (ns/event)
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/metrics/
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./ops/metrics/

@@ -1,4 +1,4 @@
-# Parsers (issue 16): Python nodes on tree-sitter (internal/pynode, also
+# Parsers (issue 16): Python nodes on tree-sitter (cairn/pym/pynode, also
 # behind cairn/pym and the python_nodes external) and result diffs on
 # go-gitdiff (cmd/enqueue accept). docs/PYNODE.md has the figures.
 #
@@ -28,7 +28,7 @@ check-python3: ## make sure a python3 is there for pynode's differential test (i
 	echo "pynode: no python3: TestStdlibMatchesAST will skip (install it with: sudo apt-get install $(PYTHON3_APT))" >&2
 
 fuzz-parsers: ## fuzz pynode.Parse, pym.Parse and accept's diff reading for FUZZTIME each (default 60s)
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $${FUZZTIME:-60s} ./internal/pynode/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $${FUZZTIME:-60s} ./cairn/pym/pynode/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $${FUZZTIME:-60s} ./cairn/pym/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadDiff$$' -fuzztime $${FUZZTIME:-60s} ./cmd/enqueue/
 
@@ -38,7 +38,7 @@ GITAPPLY_CASES ?= 2000
 SOAK_SEEDS     ?= 2 3 4
 
 soak-parsers: check-python3 ## the differential tests at soak size: many seeds of diffs against git apply, the stdlib against ast
-	set -o pipefail; $(GO) test -count=1 -v -run '^TestStdlibMatchesAST$$' ./internal/pynode/ -args -pystdlib.show=200 | grep -E 'PYSTDLIB|^(---|ok|FAIL)|stdlib_test'
+	set -o pipefail; $(GO) test -count=1 -v -run '^TestStdlibMatchesAST$$' ./cairn/pym/pynode/ -args -pystdlib.show=200 | grep -E 'PYSTDLIB|^(---|ok|FAIL)|stdlib_test'
 	@set -o pipefail; for s in $(SOAK_SEEDS); do \
 	  $(GO) test -count=1 -v -timeout 30m -run '^TestAcceptMatchesGitApply$$' ./cmd/enqueue/ -args -gitapply.cases=$(GITAPPLY_CASES) -gitapply.seed=$$s | grep -E 'GITAPPLY|^(---|ok|FAIL)' || exit 1; \
 	done

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -125,7 +126,7 @@ func (e *benchEnv) startWorker(b *testing.B, slots int) *Worker {
 	case "none":
 		cfg.NoEvents = true
 	case "finished":
-		cfg.EventKinds = []wire.EventKind{wire.EventFinished}
+		cfg.EventKinds = []fleettype.EventKind{fleettype.EventFinished}
 	}
 	cfg.Streams.Memory = os.Getenv("FLEET_BENCH_MEMORY") == "1"
 	w, err := NewWorker(cfg)

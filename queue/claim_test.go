@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -23,7 +24,7 @@ func TestFreshWorkerPicksUpImmediateJob(t *testing.T) {
 		w := b.worker(func(int) Processor {
 			return ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
 				started <- struct{}{}
-				return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
+				return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 			})
 		}, func(c *Config) {
 			c.Slots = 1

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
@@ -48,21 +49,22 @@ func (p *scriptProc) Process(ctx context.Context, req *wire.RunRequest, ev loop.
 	v, _ := p.runs.LoadOrStore(req.JobID, new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
 	now := time.Now()
-	ev.Emit(loop.Event{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1, MaxTurns: 3, Time: now})
+	ev.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, MaxTurns: 3, Time: now})
 	if req.Node.Name == "block" {
 		p.started <- req.JobID
 		select {
 		case <-p.release:
 		case <-ctx.Done():
-			return &queue.Outcome{Result: loop.Result{Status: loop.StatusFailed, ErrorCode: loop.ErrCodeCanceled,
-				Error: "AGENT_005: canceled"}}, nil
+			return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusFailed,
+				ErrorCode: loop.ErrCodeCanceled, Error: "AGENT_005: canceled"}}}, nil
 		}
 	}
-	ev.Emit(loop.Event{Kind: loop.EventToolCall, Seq: 2, Turn: 1, Tool: "submit_result", CallID: "call_1", Time: now})
-	ev.Emit(loop.Event{Kind: loop.EventFinished, Seq: 3, Turn: 1, Status: loop.StatusSuccess, Time: now})
+	ev.Emit(fleettype.Event{Kind: fleettype.EventToolCall, Seq: 2, Turn: 1, Tool: "submit_result", CallID: "call_1", Time: now})
+	ev.Emit(fleettype.Event{Kind: fleettype.EventFinished, Seq: 3, Turn: 1, Status: fleettype.StatusSuccess, Time: now})
 	return &queue.Outcome{
-		Result: loop.Result{Status: loop.StatusSuccess, Summary: "done " + req.JobID, ChangedFiles: []string{"a.py"}, Turns: 1, ToolCalls: 1},
-		Diff:   "--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-import os\n+\n",
+		Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			Summary: "done " + req.JobID, ChangedFiles: []string{"a.py"}, Turns: 1, ToolCalls: 1}},
+		Diff: "--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-import os\n+\n",
 	}, nil
 }
 
@@ -180,7 +182,7 @@ func TestClientEnqueueAttachLiveAndLate(t *testing.T) {
 			if got := seqs(evs); len(got) != 3 || got[0] != 1 || got[2] != 3 {
 				t.Fatalf("event seqs %v", got)
 			}
-			if evs[2].Kind != wire.EventFinished || evs[0].JobID != enq.JobID || evs[0].Attempt != 1 {
+			if evs[2].Kind != fleettype.EventFinished || evs[0].JobID != enq.JobID || evs[0].Attempt != 1 {
 				t.Fatalf("events %+v", evs)
 			}
 			if r.State != wire.StateSucceeded || r.Summary != "done "+enq.JobID || !strings.Contains(r.Diff, "-import os") {

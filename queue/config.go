@@ -8,8 +8,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/ledger"
-	"github.com/agentfleet/fleet/queue/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -77,7 +77,7 @@ type Config struct {
 	// EventKinds limits the events published to these kinds; nil publishes
 	// every kind. Each event is a JetStream write, the largest per-job cost
 	// of a short job (docs/PERFORMANCE.md); "finished" is a good minimum.
-	EventKinds []wire.EventKind
+	EventKinds []fleettype.EventKind
 	// NoEvents publishes no events at all (results and status only).
 	NoEvents bool
 	// NoAdvisoryMover disables the dead-letter mover that turns max-deliveries

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -22,11 +22,11 @@ type jobSink struct {
 	j *job
 }
 
-func (k jobSink) Emit(e loop.Event) {
-	if k.s.w.kinds != nil && !k.s.w.kinds[wire.EventKind(e.Kind)] {
+func (k jobSink) Emit(e fleettype.Event) {
+	if k.s.w.kinds != nil && !k.s.w.kinds[e.Kind] {
 		return
 	}
-	if k.j.evLimit && !slices.Contains(k.j.evKinds, wire.EventKind(e.Kind)) {
+	if k.j.evLimit && !slices.Contains(k.j.evKinds, e.Kind) {
 		return // the request asked for fewer events (Fleet-Events)
 	}
 	s := k.s
@@ -54,7 +54,7 @@ const inlineEventBytes = 16 << 10
 // it (the queue is empty and no publish is under way) and the connection's
 // buffer has room: no hand-off to the publisher goroutine, which a short
 // job's events otherwise cost once each. Otherwise the event is queued.
-func (s *slot) publishNow(j *job, e *loop.Event) bool {
+func (s *slot) publishNow(j *job, e *fleettype.Event) bool {
 	if !s.pubMu.TryLock() {
 		return false
 	}
@@ -98,7 +98,7 @@ func (s *slot) publishEvents() {
 }
 
 // publishEvent publishes one event of j (pubMu is held).
-func (s *slot) publishEvent(j *job, e *loop.Event) {
+func (s *slot) publishEvent(j *job, e *fleettype.Event) {
 	// evBuf is reused: a publish copies the bytes into the connection's
 	// buffer before it returns (pubMu is held).
 	wireEvent(&s.evTmp, j.id, j.attempt, e)
@@ -132,18 +132,18 @@ func (s *slot) publishEvent(j *job, e *loop.Event) {
 // every event (limit false); "none" none; otherwise the listed kinds.
 // Unknown kinds are ignored (a newer coordinator may name kinds this
 // worker does not emit).
-func parseEventsHeader(v string) (limit bool, kinds []wire.EventKind) {
+func parseEventsHeader(v string) (limit bool, kinds []fleettype.EventKind) {
 	v = strings.TrimSpace(v)
 	if v == "" || strings.EqualFold(v, "all") {
 		return false, nil
 	}
-	kinds = []wire.EventKind{}
+	kinds = []fleettype.EventKind{}
 	if strings.EqualFold(v, "none") {
 		return true, kinds
 	}
 	for k := range strings.SplitSeq(v, ",") {
 		if k = strings.TrimSpace(k); k != "" {
-			kinds = append(kinds, wire.EventKind(k))
+			kinds = append(kinds, fleettype.EventKind(k))
 		}
 	}
 	return true, kinds

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -25,12 +26,12 @@ func TestEventsHeader(t *testing.T) {
 	cases := []struct {
 		id    string
 		opts  []client.EnqueueOption
-		kinds []wire.EventKind // nil = all
+		kinds []fleettype.EventKind // nil = all
 	}{
 		{"ev-all", nil, nil},
-		{"ev-finished", []client.EnqueueOption{client.WithEvents(wire.EventFinished)}, []wire.EventKind{wire.EventFinished}},
-		{"ev-calls", []client.EnqueueOption{client.WithEvents(wire.EventToolCall, wire.EventFinished)}, []wire.EventKind{wire.EventToolCall, wire.EventFinished}},
-		{"ev-none", []client.EnqueueOption{client.WithEvents()}, []wire.EventKind{}},
+		{"ev-finished", []client.EnqueueOption{client.WithEvents(fleettype.EventFinished)}, []fleettype.EventKind{fleettype.EventFinished}},
+		{"ev-calls", []client.EnqueueOption{client.WithEvents(fleettype.EventToolCall, fleettype.EventFinished)}, []fleettype.EventKind{fleettype.EventToolCall, fleettype.EventFinished}},
+		{"ev-none", []client.EnqueueOption{client.WithEvents()}, []fleettype.EventKind{}},
 	}
 	var all int
 	for _, tc := range cases {
@@ -45,7 +46,7 @@ func TestEventsHeader(t *testing.T) {
 		evs := b.storedEvents(tc.id)
 		if tc.kinds == nil {
 			all = len(evs)
-			if all < 3 || evs[all-1].Kind != wire.EventFinished {
+			if all < 3 || evs[all-1].Kind != fleettype.EventFinished {
 				t.Fatalf("%s: %d events, last %+v", tc.id, all, evs[len(evs)-1])
 			}
 			continue
@@ -62,9 +63,9 @@ func TestEventsHeader(t *testing.T) {
 }
 
 func TestParseEventsHeader(t *testing.T) {
-	for v, want := range map[string][]wire.EventKind{
-		"": nil, "all": nil, " ALL ": nil, "none": {}, "finished": {wire.EventFinished},
-		" tool_call , finished,": {wire.EventToolCall, wire.EventFinished},
+	for v, want := range map[string][]fleettype.EventKind{
+		"": nil, "all": nil, " ALL ": nil, "none": {}, "finished": {fleettype.EventFinished},
+		" tool_call , finished,": {fleettype.EventToolCall, fleettype.EventFinished},
 	} {
 		limit, kinds := parseEventsHeader(v)
 		if limit != (want != nil) || len(kinds) != len(want) {

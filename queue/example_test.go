@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/embedded"
@@ -30,10 +31,10 @@ func Example() {
 
 	// A processor that "lints" by counting lines; a real one runs the loop.
 	lint := queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
-		ev.Emit(loop.Event{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
-		ev.Emit(loop.Event{Kind: loop.EventFinished, Seq: 2, Turn: 1, Time: time.Now(), Status: loop.StatusSuccess})
-		return &queue.Outcome{Result: loop.Result{Status: loop.StatusSuccess,
-			Summary: fmt.Sprintf("%s has %d files", req.Node.Name, len(req.Files))}}, nil
+		ev.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
+		ev.Emit(fleettype.Event{Kind: fleettype.EventFinished, Seq: 2, Turn: 1, Time: time.Now(), Status: fleettype.StatusSuccess})
+		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			Summary: fmt.Sprintf("%s has %d files", req.Node.Name, len(req.Files))}}}, nil
 	})
 	w, err := queue.NewWorker(queue.Config{Conn: wnc, Operations: []string{"lint"}, Slots: 1, Name: "example",
 		NewProcessor: func(int) (queue.Processor, error) { return lint, nil }})

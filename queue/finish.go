@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -16,8 +16,8 @@ import (
 
 func (w *Worker) newResult(j *job, state wire.JobState) *wire.AgentResult {
 	now := time.Now()
-	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: j.id, Operation: j.op, State: state, Worker: w.cfg.Name,
-		Attempts: j.attempt, ChangedFiles: []string{}}
+	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: j.id, Operation: j.op, State: state,
+		Worker: w.cfg.Name, Attempts: j.attempt, Result: fleettype.Result{ChangedFiles: []string{}}}
 	r.Timings.EnqueuedAt = j.enqueued.UTC()
 	r.Timings.StartedAt = j.started.UTC()
 	r.Timings.FinishedAt = now.UTC()
@@ -53,7 +53,7 @@ func (s *slot) store(j *job, res *wire.AgentResult) error {
 // complete publishes the outcome of a job that ran.
 func (s *slot) complete(j *job, out *Outcome) {
 	state := wire.StateSucceeded
-	if out.Result.Status == loop.StatusFailed {
+	if out.Result.Status == fleettype.StatusFailed {
 		state = wire.StateFailed
 	}
 	res := s.w.newResult(j, state)
@@ -91,7 +91,7 @@ func (s *slot) fenced(j *job) {
 // cancelled stores a canceled result.
 func (s *slot) cancelled(j *job, ce *CanceledError) {
 	res := s.w.newResult(j, wire.StateCanceled)
-	res.Status = wire.StatusSkipped
+	res.Status = fleettype.StatusSkipped
 	res.ErrorCode = wire.CodeCanceled
 	res.Error = string(wire.CodeCanceled) + ": " + ce.Error()
 	if s.store(j, res) == nil {
@@ -135,14 +135,14 @@ func (s *slot) transient(j *job, perr error) {
 }
 
 // poison dead-letters a request that can never succeed.
-func (s *slot) poison(j *job, code wire.ErrorCode, reason string) {
+func (s *slot) poison(j *job, code fleettype.ErrorCode, reason string) {
 	s.log.Warn("poison request terminated", "job", j.id, "subject", j.msg.Subject, "reason", reason)
 	s.deadLetter(j, code, reason)
 }
 
 // deadLetter copies the request to the DLQ, stores a dead result when the
 // job id is usable, and removes the request from the queue.
-func (s *slot) deadLetter(j *job, code wire.ErrorCode, reason string) {
+func (s *slot) deadLetter(j *job, code fleettype.ErrorCode, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s.flushEvents()

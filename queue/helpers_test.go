@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
@@ -311,7 +312,7 @@ func newGate(honourCtx bool) *gate {
 
 func (g *gate) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error) {
 	n := g.calls.Add(1)
-	events.Emit(loop.Event{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
+	events.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
 	g.started <- fmt.Sprintf("%s#%d", req.JobID, n)
 	if g.honourCtx {
 		select {
@@ -322,8 +323,8 @@ func (g *gate) Process(ctx context.Context, req *wire.RunRequest, events loop.Ev
 	} else {
 		<-g.release
 	}
-	events.Emit(loop.Event{Kind: loop.EventFinished, Seq: 2, Turn: 1, Time: time.Now(), Status: loop.StatusSuccess})
-	return &Outcome{Result: loop.Result{Status: loop.StatusSuccess, Summary: "released"}}, nil
+	events.Emit(fleettype.Event{Kind: fleettype.EventFinished, Seq: 2, Turn: 1, Time: time.Now(), Status: fleettype.StatusSuccess})
+	return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "released"}}}, nil
 }
 
 func (g *gate) waitStarted(t *testing.T) string {

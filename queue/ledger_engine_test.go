@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -36,7 +37,7 @@ func (p *countingProcessor) Process(ctx context.Context, req *wire.RunRequest, e
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
-	return &Outcome{Result: loop.Result{Status: loop.StatusSuccess, Summary: "ran " + req.JobID}}, nil
+	return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "ran " + req.JobID}}}, nil
 }
 
 // TestJobPublishedTwiceAtOnceRunsOnce: one job id published twice at the
@@ -140,8 +141,8 @@ func TestTakenOverAttemptWritesNothing(t *testing.T) {
 			<-release // attempt 1 ignores its context: it is "frozen"
 		}
 		run := fmt.Sprint("run ", runs.Load())
-		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess, Summary: run},
-			Transcript: &wire.Transcript{Messages: []wire.TranscriptMessage{{Role: "assistant", Content: run}}}}, nil
+		return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: run}},
+			Transcript: &wire.Transcript{Messages: []fleettype.Message{{Role: "assistant", Content: run}}}}, nil
 	})
 	w := b.worker(func(int) Processor { return proc }, func(c *Config) {
 		c.Heartbeat = -1 // attempt 1 never renews its lease

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -73,12 +74,12 @@ func WithResume(ctx context.Context, r *Resume) context.Context {
 }
 
 // parkFailed is the failed outcome of a job that cannot park or resume.
-func parkFailed(code loop.ErrorCode, msg string, details map[string]any) *Outcome {
+func parkFailed(code fleettype.ErrorCode, msg string, details map[string]any) *Outcome {
 	if details == nil {
 		details = map[string]any{}
 	}
-	return &Outcome{Result: loop.Result{Status: loop.StatusFailed, ChangedFiles: []string{}, Details: details,
-		Error: string(code) + ": " + msg, ErrorCode: code}}
+	return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusFailed,
+		ChangedFiles: []string{}, Details: details, Error: string(code) + ": " + msg, ErrorCode: code}}}
 }
 
 // parkTimeout is the job's park timeout: its request's, else the worker's.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
@@ -34,8 +35,8 @@ func (p *parkProc) Process(ctx context.Context, req *wire.RunRequest, _ loop.Eve
 		p.mu.Lock()
 		p.resumed = append(p.resumed, req.JobID)
 		p.mu.Unlock()
-		return &queue.Outcome{Result: loop.Result{Status: loop.StatusSuccess, ChangedFiles: []string{}, Details: map[string]any{},
-			Summary: r.Answer + "|" + string(r.State)}}, nil
+		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			ChangedFiles: []string{}, Details: map[string]any{}, Summary: r.Answer + "|" + string(r.State)}}}, nil
 	}
 	state := []byte("state of " + req.Node.Name)
 	if req.Node.Name == "big" {
@@ -170,7 +171,7 @@ func TestParkBadStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := env.client.Wait(ctx, "p-big")
-	if err != nil || res.State != wire.StateFailed || res.ErrorCode != wire.ErrorCode(loop.ErrCodeParkState) || !strings.Contains(res.Error, "4096 bytes, over the 1024-byte cap") {
+	if err != nil || res.State != wire.StateFailed || res.ErrorCode != fleettype.ErrorCode(loop.ErrCodeParkState) || !strings.Contains(res.Error, "4096 bytes, over the 1024-byte cap") {
 		t.Fatalf("big state: %+v %v", res, err)
 	}
 
@@ -189,7 +190,7 @@ func TestParkBadStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err = env.client.Wait(ctx, "p-gone")
-	if err != nil || res.State != wire.StateFailed || res.ErrorCode != wire.ErrorCode(loop.ErrCodeParkState) {
+	if err != nil || res.State != wire.StateFailed || res.ErrorCode != fleettype.ErrorCode(loop.ErrCodeParkState) {
 		t.Fatalf("gone state: %+v %v", res, err)
 	}
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -40,7 +41,7 @@ func (r *recorder) Process(_ context.Context, req *wire.RunRequest, _ loop.Event
 	r.mu.Lock()
 	r.order = append(r.order, req.JobID)
 	r.mu.Unlock()
-	return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
+	return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 }
 
 // TestPriorityHighPassesBacklog: with a backlog of low jobs waiting and a

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -89,7 +89,7 @@ type job struct {
 	// evKinds is the request's Fleet-Events choice when it limits the
 	// events (evLimit): only these kinds are published (none when empty).
 	evLimit   bool
-	evKinds   []wire.EventKind
+	evKinds   []fleettype.EventKind
 	started   time.Time
 	enqueued  time.Time
 	dropped   atomic.Int64
@@ -98,7 +98,7 @@ type job struct {
 
 type evItem struct {
 	job *job
-	ev  loop.Event
+	ev  fleettype.Event
 }
 
 func newSlot(w *Worker, idx int, p Processor) *slot {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -30,7 +31,7 @@ func statusWhileRunning(b *testBundle, seen chan<- wire.StatusRecord, calls *ato
 			return nil, err
 		}
 		seen <- rec
-		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
+		return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -86,7 +87,7 @@ func (w *Worker) sweepOnce(ctx context.Context) error {
 // header of its own cannot make the walk skip or repeat requests. (FLEET_RUNS
 // is a work queue: an ordered consumer on it would count as a second
 // consumer of the subject.)
-func (w *Worker) sweepSubject(ctx context.Context, subj string, cutoff time.Time, code wire.ErrorCode, reason string) error {
+func (w *Worker) sweepSubject(ctx context.Context, subj string, cutoff time.Time, code fleettype.ErrorCode, reason string) error {
 	for seq := uint64(1); ; {
 		raw, err := ledger.NextBySubject(ctx, w.cfg.Conn, wire.StreamRuns, subj, seq)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -107,7 +108,7 @@ type Worker struct {
 	bgCancel context.CancelFunc
 	cancelSb *nats.Subscription
 
-	kinds   map[wire.EventKind]bool // nil = all
+	kinds   map[fleettype.EventKind]bool // nil = all
 	runMu   sync.Mutex
 	running map[string][]*runningJob // job id -> its runs here (a redelivery may overlap a stale run)
 	abandon chan struct{}            // closed when Stop gives up on stuck slots
@@ -137,7 +138,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg, js: js, log: cfg.Logger.With("worker", cfg.Name),
 		running: map[string][]*runningJob{}, abandon: make(chan struct{})}
 	if cfg.NoEvents || len(cfg.EventKinds) > 0 {
-		w.kinds = make(map[wire.EventKind]bool, len(cfg.EventKinds))
+		w.kinds = make(map[fleettype.EventKind]bool, len(cfg.EventKinds))
 		for _, k := range cfg.EventKinds {
 			w.kinds[k] = true
 		}

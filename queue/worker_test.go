@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/embedded"
@@ -44,7 +45,7 @@ func TestRequestResultBothEncodings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.JobID != id || r.State != wire.StateSucceeded || r.Status != wire.StatusSuccess || r.Summary != "noop" ||
+		if r.JobID != id || r.State != wire.StateSucceeded || r.Status != fleettype.StatusSuccess || r.Summary != "noop" ||
 			r.Attempts != 1 || r.Worker != "test-worker" || r.Operation != "lint" || r.Turns != 1 || r.Diff == "" ||
 			r.WorkspaceID != "ws-"+id {
 			t.Fatalf("%s result: %+v", enc, r)
@@ -58,7 +59,7 @@ func TestRequestResultBothEncodings(t *testing.T) {
 		}
 		// Late attach: the events are stored, in order, ending with finished.
 		evs := b.storedEvents(id)
-		if len(evs) < 2 || evs[len(evs)-1].Kind != wire.EventFinished || evs[0].Kind != wire.EventTurnStarted {
+		if len(evs) < 2 || evs[len(evs)-1].Kind != fleettype.EventFinished || evs[0].Kind != fleettype.EventTurnStarted {
 			t.Fatalf("events %+v", evs)
 		}
 		for i, e := range evs {
@@ -87,7 +88,7 @@ func TestReplyToGetsLiveCopies(t *testing.T) {
 	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
 	sub := b.subscribe("coord.replies.>")
 	b.publish(newReq("reply-1"), wire.JSON, "coord.replies.r1")
-	var kinds []wire.EventKind
+	var kinds []fleettype.EventKind
 	for {
 		m, err := sub.NextMsg(15 * time.Second)
 		if err != nil {
@@ -110,7 +111,7 @@ func TestReplyToGetsLiveCopies(t *testing.T) {
 		}
 		break
 	}
-	if len(kinds) < 2 || kinds[len(kinds)-1] != wire.EventFinished {
+	if len(kinds) < 2 || kinds[len(kinds)-1] != fleettype.EventFinished {
 		t.Fatalf("live events before the result: %v", kinds)
 	}
 }
@@ -126,7 +127,7 @@ func TestUnackedJobIsRedeliveredAndCompletesOnce(t *testing.T) {
 		if first.CompareAndSwap(false, true) {
 			return g.Process(ctx, req, ev)
 		}
-		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess, Summary: "second"}}, nil
+		return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "second"}}}, nil
 	})
 	w := b.worker(func(int) Processor { return proc }, func(c *Config) {
 		c.Heartbeat = -1
@@ -208,7 +209,7 @@ func TestPoisonIsDeadLetteredAndWorkerGoesOn(t *testing.T) {
 	cases := []struct {
 		id   string
 		msg  func() *nats.Msg
-		code wire.ErrorCode
+		code fleettype.ErrorCode
 		want string
 	}{
 		{"bad-bytes", func() *nats.Msg {
@@ -236,7 +237,7 @@ func TestPoisonIsDeadLetteredAndWorkerGoesOn(t *testing.T) {
 		sub := b.subscribe(wire.ResultSubject(c.id))
 		b.publishMsg(c.msg())
 		r := b.result(sub)
-		if r.State != wire.StateDead || r.ErrorCode != c.code || !strings.Contains(r.Error, c.want) || r.Status != wire.StatusFailed {
+		if r.State != wire.StateDead || r.ErrorCode != c.code || !strings.Contains(r.Error, c.want) || r.Status != fleettype.StatusFailed {
 			t.Fatalf("%s: result %+v", c.id, r)
 		}
 		if st := b.status(c.id, wire.StateDead); st.State != wire.StateDead || st.Code != c.code {
@@ -367,7 +368,7 @@ func TestLongJobIsNotRedeliveredWhileHeartbeating(t *testing.T) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
+		return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 	})
 	b.worker(func(int) Processor { return proc }, func(c *Config) { c.Streams.AckWait = 600 * time.Millisecond })
 	sub := b.subscribe(wire.ResultSubject("long-1"))
@@ -656,7 +657,8 @@ func TestRedeliveryWithStoredResultIsNotRunAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := &wire.AgentResult{Version: 1, JobID: "stored-1", Operation: "lint", State: wire.StateSucceeded, Status: "success", Attempts: 1}
+	res := &wire.AgentResult{Version: 1, JobID: "stored-1", Operation: "lint", State: wire.StateSucceeded,
+		Result: fleettype.Result{Status: "success"}, Attempts: 1}
 	data, _ := wire.JSON.Marshal(res)
 	m := nats.NewMsg(wire.ResultSubject("stored-1"))
 	m.Data = data
@@ -725,14 +727,14 @@ func TestEventDropPolicyAndKinds(t *testing.T) {
 		}
 		sink.s.pubMu.Lock()
 		for i := 1; i <= emitted; i++ {
-			k := loop.EventToolCall
+			k := fleettype.EventToolCall
 			if i == emitted {
-				k = loop.EventFinished
+				k = fleettype.EventFinished
 			}
-			ev.Emit(loop.Event{Kind: k, Seq: i, Turn: 1})
+			ev.Emit(fleettype.Event{Kind: k, Seq: i, Turn: 1})
 		}
 		sink.s.pubMu.Unlock()
-		return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
+		return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 	})
 	b.worker(func(int) Processor { return proc }, func(c *Config) { c.Slots = 1; c.EventBuffer = 4 })
 	sub := b.subscribe(wire.ResultSubject("flood-1"))
@@ -750,13 +752,13 @@ func TestEventDropPolicyAndKinds(t *testing.T) {
 	}
 
 	b2 := setup(t)
-	b2.worker(func(int) Processor { return proc }, func(c *Config) { c.EventKinds = []wire.EventKind{wire.EventFinished} })
+	b2.worker(func(int) Processor { return proc }, func(c *Config) { c.EventKinds = []fleettype.EventKind{fleettype.EventFinished} })
 	sub2 := b2.subscribe(wire.ResultSubject("kinds-1"))
 	b2.publish(newReq("kinds-1"), wire.JSON, "")
 	if r := b2.result(sub2); r.EventsDropped != 0 {
 		t.Fatalf("filtered events counted as dropped: %+v", r)
 	}
-	if evs := b2.storedEvents("kinds-1"); len(evs) != 1 || evs[0].Kind != wire.EventFinished {
+	if evs := b2.storedEvents("kinds-1"); len(evs) != 1 || evs[0].Kind != fleettype.EventFinished {
 		t.Fatalf("events %+v", evs)
 	}
 }
@@ -773,7 +775,7 @@ func TestIdleSlotPicksUpAnyOperationAtOnce(t *testing.T) {
 	b.worker(func(int) Processor {
 		return ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
 			started <- time.Now()
-			return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
+			return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 		})
 	}, func(c *Config) {
 		c.Slots = 1
@@ -919,7 +921,7 @@ func TestBurstOnSeveralOperationsRunsEachJobOnce(t *testing.T) {
 			mu.Lock()
 			runs[req.JobID]++
 			mu.Unlock()
-			return &Outcome{Result: loop.Result{Status: loop.StatusSuccess}}, nil
+			return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 		})
 	}, func(c *Config) {
 		c.Slots = 2

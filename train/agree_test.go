@@ -11,7 +11,7 @@ import (
 	ollamallama "github.com/ollama/ollama/llama"
 	"github.com/ollama/ollama/ml"
 
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/train"
 )
 

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/inference/llama"
-	"github.com/agentfleet/fleet/internal/gguf"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/train"
 )

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/inference/modelstore"
-	"github.com/agentfleet/fleet/internal/gguf"
 )
 
 // Metadata keys written into the GGUF (and shown by `enqueue model push`).

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentfleet/fleet/dataset"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
 )
 
@@ -57,10 +58,10 @@ var markers = []string{
 }
 
 type rawRecord struct {
-	Text       *string               `json:"text"`
-	ModelSpans [][2]int              `json:"model_spans"`
-	Messages   []dataset.ChatMessage `json:"messages"`
-	Tools      []dataset.ChatTool    `json:"tools"`
+	Text       *string                 `json:"text"`
+	ModelSpans [][2]int                `json:"model_spans"`
+	Messages   []fleettype.ChatMessage `json:"messages"`
+	Tools      []fleettype.ChatTool    `json:"tools"`
 	Fleet      *struct {
 		JobID       string `json:"job_id"`
 		AgentDigest string `json:"agent_digest"`

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/train"
 )
 

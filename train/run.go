@@ -14,7 +14,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/inference/gguf"
 )
 
 // cutAbove is the vocabulary size above which ModeModel cuts the

@@ -12,12 +12,13 @@ import (
 	"testing"
 
 	"github.com/agentfleet/fleet/dataset"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 )
 
 // lintTools are the lint agent's tools as a run declares them (a subset of
 // agents/lint, enough for the shape of its conversations).
-var lintTools = []loop.ToolSpec{
+var lintTools = []fleettype.ToolSpec{
 	{Name: "run_linter", Description: "Lint the current file.", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
 	{Name: "apply_fix", Description: "Apply the auto-fix for one lint issue.", Parameters: json.RawMessage(
 		`{"type":"object","properties":{"issue_code":{"type":"string","description":"The lint code to fix."},"line_number":{"type":"integer","description":"Line of the issue; 0 = all of this code."}},"required":["issue_code","line_number"]}`)},
@@ -45,23 +46,23 @@ func synthLint(r *rand.Rand, job int) *loop.Request {
 		}
 	}
 	lintRes, _ := json.Marshal(map[string]any{"outcome": "ok", "result": issues, "summary": fmt.Sprintf("%d issues", len(issues))})
-	msgs := []loop.Message{
-		{Role: loop.RoleSystem, Content: "You are a Python linting specialist. Call run_linter, fix each fixable issue with apply_fix, then submit_result."},
-		{Role: loop.RoleUser, Content: fmt.Sprintf("File: %s\nNode: function f%d\n", path, job)},
-		{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: "c1", Name: "run_linter", Arguments: json.RawMessage(`{}`)}}},
-		{Role: loop.RoleTool, ToolCallID: "c1", Name: "run_linter", Content: string(lintRes)},
+	msgs := []fleettype.Message{
+		{Role: fleettype.RoleSystem, Content: "You are a Python linting specialist. Call run_linter, fix each fixable issue with apply_fix, then submit_result."},
+		{Role: fleettype.RoleUser, Content: fmt.Sprintf("File: %s\nNode: function f%d\n", path, job)},
+		{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{ID: "c1", Name: "run_linter", Arguments: json.RawMessage(`{}`)}}},
+		{Role: fleettype.RoleTool, ToolCallID: "c1", Name: "run_linter", Content: string(lintRes)},
 	}
 	for k, code := range fixes {
 		id := fmt.Sprintf("c%d", k+2)
 		args, _ := json.Marshal(map[string]any{"issue_code": code, "line_number": 0})
 		msgs = append(msgs,
-			loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: id, Name: "apply_fix", Arguments: args}}},
-			loop.Message{Role: loop.RoleTool, ToolCallID: id, Name: "apply_fix", Content: `{"outcome":"ok","result":[]}`})
+			fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{ID: id, Name: "apply_fix", Arguments: args}}},
+			fleettype.Message{Role: fleettype.RoleTool, ToolCallID: id, Name: "apply_fix", Content: `{"outcome":"ok","result":[]}`})
 	}
 	sum, _ := json.Marshal(map[string]any{"summary": "fixed " + strings.Join(fixes, ", "), "changed_files": []string{path}})
 	msgs = append(msgs,
-		loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: "cz", Name: "submit_result", Arguments: sum}}},
-		loop.Message{Role: loop.RoleTool, ToolCallID: "cz", Name: "submit_result", Content: `{"outcome":"ok"}`})
+		fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{ID: "cz", Name: "submit_result", Arguments: sum}}},
+		fleettype.Message{Role: fleettype.RoleTool, ToolCallID: "cz", Name: "submit_result", Content: `{"outcome":"ok"}`})
 	return &loop.Request{Messages: msgs, Tools: lintTools}
 }
 

@@ -6,7 +6,7 @@
 //
 // Tokenization and GGUF writing are Go: the records are rendered with
 // fleet's renderer and tokenized by llama.cpp exactly as the llama backend
-// tokenizes prompts, and the result is written with internal/gguf. Only
+// tokenizes prompts, and the result is written with inference/gguf. Only
 // the arithmetic runs in PyTorch (Debian's python3-torch), in a script
 // embedded in this package (py/fleet_train.py) that implements llama.cpp's
 // gemma3 forward pass. The loss is on the model's spans only.

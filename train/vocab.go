@@ -11,7 +11,7 @@ import (
 	"regexp"
 	"sort"
 
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/inference/gguf"
 )
 
 // keepBelow is the id range kept whole in a cut vocabulary: Gemma 3's

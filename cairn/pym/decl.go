@@ -7,7 +7,7 @@ import (
 
 	sitter "github.com/tree-sitter/go-tree-sitter"
 
-	"github.com/agentfleet/fleet/internal/pynode"
+	"github.com/agentfleet/fleet/cairn/pym/pynode"
 )
 
 // unsupported finds the syntax Monty 0.0.23 rejects (docs/TOOLS.md §6), anywhere in

@@ -3,7 +3,7 @@
 // JSON schema the model sees, checks for constructs Monty 0.0.23 cannot
 // run, and preprocesses the file for Monty keeping every line number, so
 // tracebacks point at .pym lines. It reads the file's syntax tree from
-// tree-sitter's Python grammar (internal/pynode), the parser fleet finds
+// tree-sitter's Python grammar (cairn/pym/pynode), the parser fleet finds
 // Python nodes with.
 package pym
 
@@ -16,7 +16,7 @@ import (
 	sitter "github.com/tree-sitter/go-tree-sitter"
 
 	"github.com/agentfleet/fleet/cairn/monty"
-	"github.com/agentfleet/fleet/internal/pynode"
+	"github.com/agentfleet/fleet/cairn/pym/pynode"
 )
 
 // File is a scanned and preprocessed .pym file.

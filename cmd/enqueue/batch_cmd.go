@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -266,7 +267,7 @@ func writeBatchStatus(w io.Writer, st *client.BatchStatus) {
 		slices.Sort(codes)
 		fmt.Fprintln(w, "failures by code:")
 		for _, c := range codes {
-			fmt.Fprintf(w, "  %s  %s\n", c, itoa(st.Codes[wire.ErrorCode(c)]))
+			fmt.Fprintf(w, "  %s  %s\n", c, itoa(st.Codes[fleettype.ErrorCode(c)]))
 		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/agentfleet/fleet/internal/pynode"
+	"github.com/agentfleet/fleet/cairn/pym/pynode"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/cairn"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
@@ -65,7 +66,7 @@ func BenchmarkBatchAccept(b *testing.B) {
 				if err != nil {
 					return nil, err
 				}
-				return &queue.Outcome{Result: loop.Result{Status: loop.StatusSuccess, ChangedFiles: []string{path}}, Diff: d}, nil
+				return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{path}}}, Diff: d}, nil
 			}), nil
 		}})
 	if err != nil {

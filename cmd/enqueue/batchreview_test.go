@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/cairn"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/merge"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
@@ -67,7 +68,7 @@ func startReviewFleet(t *testing.T, edits map[string][]edit) *reviewFleet {
 					}
 					next = strings.Replace(next, e.old, e.new, 1)
 				}
-				out := &queue.Outcome{Result: loop.Result{Status: loop.StatusSuccess, Summary: "scripted", Turns: 1}}
+				out := &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "scripted", Turns: 1}}}
 				if next != src {
 					d, err := cairn.FileDiff(path, []byte(src), []byte(next), false, false)
 					if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/agentfleet/fleet/internal/browsertest"
-	"github.com/agentfleet/fleet/internal/console/consoletest"
+	"github.com/agentfleet/fleet/ops/console/consoletest"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )

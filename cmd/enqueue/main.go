@@ -21,7 +21,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/config"
-	"github.com/agentfleet/fleet/internal/natsconn"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -242,7 +241,7 @@ func (c *cli) connect(ctx context.Context, enc wire.Encoding) (*nats.Conn, *clie
 	}
 	// Credentials and TLS come with nats.url only (config validation), so
 	// none apply to the embedded server's address.
-	opts := natsconn.Options(n, url, "fleet-enqueue")
+	opts := n.ClientOptions(url, "fleet-enqueue")
 	opts.MaxReconnects = -1
 	if c.reconnect {
 		opts.MaxReconnects = 0 // unlimited

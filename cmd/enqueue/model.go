@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentfleet/fleet/inference/modelref"
 	"github.com/agentfleet/fleet/inference/modelstore"
-	"github.com/agentfleet/fleet/internal/modelref"
 )
 
 func (c *cli) cmdModel(args []string) error {

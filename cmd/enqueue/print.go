@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -87,9 +88,9 @@ func (p *printer) event(e *wire.Event) {
 		p.attempt = e.Attempt
 	}
 	switch e.Kind {
-	case wire.EventTurnStarted:
+	case fleettype.EventTurnStarted:
 		fmt.Fprintf(p.w, "turn %d/%d  [%s]\n", e.Turn, e.MaxTurns, ms(time.Since(p.start)))
-	case wire.EventModelOutput:
+	case fleettype.EventModelOutput:
 		var parts []string
 		if len(e.Calls) > 0 {
 			parts = append(parts, "calls "+strings.Join(e.Calls, ", "))
@@ -101,23 +102,23 @@ func (p *printer) event(e *wire.Event) {
 			parts = append(parts, fmt.Sprintf("%d prompt + %d generated tokens", e.Usage.PromptTokens, e.Usage.CompletionTokens))
 		}
 		fmt.Fprintf(p.w, "  model (%s): %s\n", ms(e.Duration), strings.Join(parts, "; "))
-	case wire.EventInvalidResponse:
+	case fleettype.EventInvalidResponse:
 		fmt.Fprintf(p.w, "  invalid model response: %s %s\n", e.Code, capLine(e.Text, 100))
-	case wire.EventRetry:
+	case fleettype.EventRetry:
 		fmt.Fprintf(p.w, "  retry %d: %s\n", e.Attempt, e.Code)
-	case wire.EventToolCall:
+	case fleettype.EventToolCall:
 		fmt.Fprintf(p.w, "  → %s %s\n", e.Tool, capLine(string(e.Arguments), 120))
-	case wire.EventContextInjected:
+	case fleettype.EventContextInjected:
 		fmt.Fprintf(p.w, "    [context] %s (%d bytes)\n", e.Provider, e.Size)
-	case wire.EventToolResult:
+	case fleettype.EventToolResult:
 		outcome := "ok"
 		if !e.OK {
 			outcome = "error " + e.Code
 		}
 		fmt.Fprintf(p.w, "  ← %s %s (%s)\n", e.Tool, outcome, ms(e.Duration))
-	case wire.EventParked:
+	case fleettype.EventParked:
 		fmt.Fprintf(p.w, "  ? %s asks: %s\n  waiting for an answer: enqueue answer %s TEXT\n", e.Tool, capLine(e.Text, 200), e.JobID)
-	case wire.EventFinished:
+	case fleettype.EventFinished:
 		msg := string(e.Status)
 		if e.Error != "" {
 			msg += ": " + e.Error

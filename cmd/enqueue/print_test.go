@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -31,9 +32,8 @@ func TestCapLineCutsCharacters(t *testing.T) {
 func TestPrintUsage(t *testing.T) {
 	var b bytes.Buffer
 	printUsage(&b, &wire.AgentResult{
-		Usage: wire.Usage{PromptTokens: 3000, CachedTokens: 2000, CompletionTokens: 100, ForcedTokens: 40,
-			PromptDuration: time.Second, CompletionDuration: 2 * time.Second},
-		Timings: wire.ResultTimings{Queued: time.Millisecond, Run: 5 * time.Second, Model: 3 * time.Second, Tools: time.Second},
+		Result: fleettype.Result{Usage: fleettype.Usage{PromptTokens: 3000, CachedTokens: 2000, CompletionTokens: 100, ForcedTokens: 40,
+			PromptDuration: time.Second, CompletionDuration: 2 * time.Second}}, Timings: wire.ResultTimings{Queued: time.Millisecond, Run: 5 * time.Second, Model: 3 * time.Second, Tools: time.Second},
 	})
 	for _, want := range []string{"2000 reused from the KV cache, 1000 prefilled (1s, 1000 tok/s)",
 		"100 tokens generated: 60 sampled, 40 forced by the grammar (2s, 50 tok/s)", "ran 5s = model 3s + tools 1s + other 1s"} {
@@ -47,8 +47,8 @@ func TestPrintUsage(t *testing.T) {
 func TestPrintParkedEvent(t *testing.T) {
 	var b strings.Builder
 	p := newPrinter(&b, false)
-	p.event(&wire.Event{JobID: "lint-7", Attempt: 1, Kind: wire.EventParked, Seq: 4, Turn: 1,
-		Tool: "apply_fix", Text: "May I rename the public function?"})
+	p.event(&wire.Event{JobID: "lint-7", Attempt: 1, Event: fleettype.Event{Kind: fleettype.EventParked,
+		Seq: 4, Turn: 1, Tool: "apply_fix", Text: "May I rename the public function?"}})
 	got := b.String()
 	for _, want := range []string{"apply_fix asks: May I rename the public function?", "enqueue answer lint-7 TEXT"} {
 		if !strings.Contains(got, want) {
@@ -64,8 +64,9 @@ func TestPrintLongError(t *testing.T) {
 	var b strings.Builder
 	p := newPrinter(&b, false)
 	long := strings.Repeat("नमस्ते ", 2000)
-	p.event(&wire.Event{JobID: "lint-8", Attempt: 1, Kind: wire.EventFinished, Status: "failed", Error: long})
-	p.result(&wire.AgentResult{JobID: "lint-8", State: wire.StateFailed, Status: "failed", Error: long})
+	p.event(&wire.Event{JobID: "lint-8", Attempt: 1, Event: fleettype.Event{Kind: fleettype.EventFinished,
+		Status: "failed", Error: long}})
+	p.result(&wire.AgentResult{JobID: "lint-8", State: wire.StateFailed, Result: fleettype.Result{Status: "failed", Error: long}})
 	for _, line := range strings.Split(b.String(), "\n") {
 		if strings.Contains(line, "नमस्ते") && (utf8.RuneCountInString(line) > 420 || !utf8.ValidString(line) || !strings.HasSuffix(line, "…")) {
 			t.Fatalf("line of %d characters (valid %v): %.80q…", utf8.RuneCountInString(line), utf8.ValidString(line), line)

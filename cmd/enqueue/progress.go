@@ -12,6 +12,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -162,7 +163,7 @@ func (l *live) event(e *wire.Event) {
 		l.turn = 0
 	}
 	switch e.Kind {
-	case wire.EventTurnStarted:
+	case fleettype.EventTurnStarted:
 		if e.MaxTurns > 0 && e.MaxTurns != l.max {
 			l.max = e.MaxTurns
 			l.bar.ChangeMax(e.MaxTurns)
@@ -170,17 +171,17 @@ func (l *live) event(e *wire.Event) {
 		l.turn = e.Turn
 		_ = l.bar.Set(e.Turn - 1) // turns completed
 		l.doing = "model thinking"
-	case wire.EventModelOutput:
+	case fleettype.EventModelOutput:
 		l.doing = "model answered"
-	case wire.EventToolCall:
+	case fleettype.EventToolCall:
 		l.doing = "running " + e.Tool
-	case wire.EventToolResult:
+	case fleettype.EventToolResult:
 		l.doing = e.Tool + " done"
-	case wire.EventRetry, wire.EventInvalidResponse:
+	case fleettype.EventRetry, fleettype.EventInvalidResponse:
 		l.doing = "retrying the model (" + string(e.Code) + ")"
-	case wire.EventParked:
+	case fleettype.EventParked:
 		l.doing = "waiting for an answer (enqueue answer)"
-	case wire.EventFinished:
+	case fleettype.EventFinished:
 		l.doing = "finished (" + string(e.Status) + ")"
 	}
 	l.flush()

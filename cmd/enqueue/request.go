@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentfleet/fleet/agents"
-	"github.com/agentfleet/fleet/internal/pynode"
+	"github.com/agentfleet/fleet/cairn/pym/pynode"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

@@ -8,13 +8,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentfleet/fleet/internal/pynode"
+	"github.com/agentfleet/fleet/cairn/pym/pynode"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// sample is internal/pynode's test module (its nodes are checked there).
+// sample is cairn/pym/pynode's test module (its nodes are checked there).
 var sample = func() string {
-	b, err := os.ReadFile("../../internal/pynode/testdata/sample.py")
+	b, err := os.ReadFile("../../cairn/pym/pynode/testdata/sample.py")
 	if err != nil {
 		panic(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -116,7 +117,7 @@ func aggregateStats(ts map[string]*wire.Transcript, rs map[string]*wire.Review, 
 		}
 		r.Jobs++
 		r.Canary = r.Canary || t.Canary
-		if t.Status == wire.StatusSuccess {
+		if t.Status == fleettype.StatusSuccess {
 			r.Succeeded++
 		}
 		r.turns += t.Turns

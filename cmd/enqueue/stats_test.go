@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -70,10 +71,10 @@ func enqueueCLI(t *testing.T, args ...string) (string, string, int) {
 func TestStatsTable(t *testing.T) {
 	url, js := startFleetNATS(t)
 	now := time.Now().UTC()
-	tr := func(job, op, ref string, canary bool, lease uint64, st wire.Status, turns, prompt, completion int) {
+	tr := func(job, op, ref string, canary bool, lease uint64, st fleettype.Status, turns, prompt, completion int) {
 		publishJSON(t, js, wire.TranscriptSubject(job), &wire.Transcript{Version: 1, JobID: job, Operation: op, Agent: op + "_agent",
 			Lease: lease, ModelRef: ref, Canary: canary, Model: wire.ModelInfo{Backend: "llama", Name: "/m/" + ref + ".gguf", Digest: "sha256:" + strings.Repeat("ab", 32)},
-			Status: st, Turns: turns, Usage: wire.Usage{PromptTokens: prompt, CompletionTokens: completion},
+			Status: st, Turns: turns, Usage: fleettype.Usage{PromptTokens: prompt, CompletionTokens: completion},
 			Timings: wire.ResultTimings{FinishedAt: now}})
 	}
 	review := func(job string, v wire.Verdict) {
@@ -81,22 +82,22 @@ func TestStatsTable(t *testing.T) {
 	}
 	// fg@1: 4 jobs, 3 succeeded; turns 2+4+2+4 → mean 3; 120 tokens each;
 	// reviewed 3 (j2's last review accepts it), 2 accepted → 66.7%.
-	tr("j1", "lint", "fg@1", false, 1, wire.StatusFailed, 9, 999, 999) // an older attempt: ignored
-	tr("j1", "lint", "fg@1", false, 2, wire.StatusSuccess, 2, 100, 20)
-	tr("j2", "lint", "fg@1", false, 1, wire.StatusSuccess, 4, 100, 20)
-	tr("j3", "lint", "fg@1", false, 1, wire.StatusSuccess, 2, 100, 20)
-	tr("j4", "lint", "fg@1", false, 1, wire.StatusFailed, 4, 100, 20)
+	tr("j1", "lint", "fg@1", false, 1, fleettype.StatusFailed, 9, 999, 999) // an older attempt: ignored
+	tr("j1", "lint", "fg@1", false, 2, fleettype.StatusSuccess, 2, 100, 20)
+	tr("j2", "lint", "fg@1", false, 1, fleettype.StatusSuccess, 4, 100, 20)
+	tr("j3", "lint", "fg@1", false, 1, fleettype.StatusSuccess, 2, 100, 20)
+	tr("j4", "lint", "fg@1", false, 1, fleettype.StatusFailed, 4, 100, 20)
 	review("j1", wire.VerdictAccepted)
 	review("j2", wire.VerdictRejected)
 	review("j2", wire.VerdictAccepted)
 	review("j3", wire.VerdictRejected)
 	// fg@2, the canary: 2 jobs, both succeeded; turns 1+3 → 2; 60 tokens
 	// each; one review, accepted → 100%.
-	tr("j5", "lint", "fg@2", true, 1, wire.StatusSuccess, 1, 50, 10)
-	tr("j6", "lint", "fg@2", true, 1, wire.StatusSuccess, 3, 50, 10)
+	tr("j5", "lint", "fg@2", true, 1, fleettype.StatusSuccess, 1, 50, 10)
+	tr("j6", "lint", "fg@2", true, 1, fleettype.StatusSuccess, 3, 50, 10)
 	review("j5", wire.VerdictAccepted)
 	// Another operation on the worker's default model (no reference).
-	tr("d1", "docstring", "", false, 1, wire.StatusFailed, 5, 10, 0)
+	tr("d1", "docstring", "", false, 1, fleettype.StatusFailed, 5, 10, 0)
 
 	out, errOut, code := enqueueCLI(t, "--nats-url", url, "stats")
 	if code != 0 {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentfleet/fleet/internal/console/consoletest"
+	"github.com/agentfleet/fleet/ops/console/consoletest"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/agentfleet/fleet/internal/pynode"
+	"github.com/agentfleet/fleet/cairn/pym/pynode"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )

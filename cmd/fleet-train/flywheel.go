@@ -18,7 +18,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/agentfleet/fleet/eval"
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/train"
 	"github.com/agentfleet/fleet/train/flywheel"
 )

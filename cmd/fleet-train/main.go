@@ -28,7 +28,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/train"
 )
 

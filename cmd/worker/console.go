@@ -9,9 +9,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentfleet/fleet/config"
-	"github.com/agentfleet/fleet/internal/console"
-	"github.com/agentfleet/fleet/internal/presence"
+	"github.com/agentfleet/fleet/ops/console"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/presence"
 )
 
 // startOperatorViews starts what operators look at besides the metrics:

@@ -62,14 +62,14 @@ import (
 	"github.com/agentfleet/fleet/cairn/toolexec"
 	"github.com/agentfleet/fleet/config"
 	"github.com/agentfleet/fleet/internal/logging"
-	"github.com/agentfleet/fleet/internal/metrics"
-	"github.com/agentfleet/fleet/internal/natsconn"
-	"github.com/agentfleet/fleet/internal/presence"
 	"github.com/agentfleet/fleet/internal/pytestbox"
+	"github.com/agentfleet/fleet/ops/metrics"
 	"github.com/agentfleet/fleet/queue"
+	"github.com/agentfleet/fleet/queue/client/natsconn"
 	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/memory"
+	"github.com/agentfleet/fleet/queue/presence"
 )
 
 // Exit codes.

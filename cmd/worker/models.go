@@ -15,9 +15,9 @@ import (
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/config"
+	"github.com/agentfleet/fleet/inference/modelref"
 	"github.com/agentfleet/fleet/inference/modelstore"
 	"github.com/agentfleet/fleet/internal/filedigest"
-	"github.com/agentfleet/fleet/internal/modelref"
 	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/wire"
 )

@@ -16,9 +16,10 @@ import (
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/config"
+	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/inference/modelstore"
 	"github.com/agentfleet/fleet/internal/filedigest"
-	"github.com/agentfleet/fleet/internal/gguf"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/jobrun"
@@ -89,8 +90,8 @@ func (f *modelFixture) run(t *testing.T, i int, def *agents.Definition) error {
 	if err != nil {
 		return err
 	}
-	req := &loop.Request{Messages: []loop.Message{{Role: loop.RoleSystem, Content: "You check jobs."},
-		{Role: loop.RoleUser, Content: "Has job 7f3a finished?"}}, CacheKey: def.Name}
+	req := &loop.Request{Messages: []fleettype.Message{{Role: fleettype.RoleSystem, Content: "You check jobs."},
+		{Role: fleettype.RoleUser, Content: "Has job 7f3a finished?"}}, CacheKey: def.Name}
 	_, err = m.Complete(context.Background(), req)
 	var ire *loop.InvalidResponseError
 	if errors.As(err, &ire) {

@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentfleet/fleet/config"
-	"github.com/agentfleet/fleet/internal/metrics"
-	"github.com/agentfleet/fleet/internal/natsconn"
+	"github.com/agentfleet/fleet/ops/metrics"
 	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/client/natsconn"
 	"github.com/agentfleet/fleet/queue/embedded"
 )
 
@@ -69,7 +69,7 @@ func connectNATS(cfg *config.Config, log *slog.Logger, life *connLife, done *cle
 	if n.URL != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
-		opts := natsconn.Options(n, n.URL, "fleet-worker "+cfg.Worker.Name)
+		opts := n.ClientOptions(n.URL, "fleet-worker "+cfg.Worker.Name)
 		nc, err := natsconn.Dial(ctx, opts, natsconn.Retry{For: n.ConnectRetryFor}, life.events(n.URL, n.ConnectRetryFor))
 		switch {
 		case ctx.Err() != nil:

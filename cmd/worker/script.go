@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -118,18 +119,18 @@ func (st scriptStep) toStep() (looptest.Step, error) {
 	if kinds != 1 {
 		return step, errors.New("give exactly one of call, calls, submit, text, error")
 	}
-	call := func(name string, args map[string]any) (loop.ToolCall, error) {
+	call := func(name string, args map[string]any) (fleettype.ToolCall, error) {
 		if name == "" {
-			return loop.ToolCall{}, errors.New("a call needs a name")
+			return fleettype.ToolCall{}, errors.New("a call needs a name")
 		}
 		if args == nil {
 			args = map[string]any{}
 		}
 		raw, err := json.Marshal(args)
 		if err != nil {
-			return loop.ToolCall{}, fmt.Errorf("args of %s: %w", name, err)
+			return fleettype.ToolCall{}, fmt.Errorf("args of %s: %w", name, err)
 		}
-		return loop.ToolCall{Name: name, Arguments: raw}, nil
+		return fleettype.ToolCall{Name: name, Arguments: raw}, nil
 	}
 	switch {
 	case st.Call != "":
@@ -137,7 +138,7 @@ func (st scriptStep) toStep() (looptest.Step, error) {
 		if err != nil {
 			return step, err
 		}
-		step.Calls = []loop.ToolCall{c}
+		step.Calls = []fleettype.ToolCall{c}
 	case len(st.Calls) > 0:
 		for _, sc := range st.Calls {
 			c, err := call(sc.Name, sc.Args)
@@ -151,7 +152,7 @@ func (st scriptStep) toStep() (looptest.Step, error) {
 		if err != nil {
 			return step, err
 		}
-		step.Calls = []loop.ToolCall{c}
+		step.Calls = []fleettype.ToolCall{c}
 	case st.Text != "":
 		step.Text = st.Text
 	case st.Error == "overloaded":
@@ -180,7 +181,7 @@ func (sm *scriptModel) Complete(ctx context.Context, req *loop.Request) (*loop.R
 	sm.once.Do(func() {
 		done := 0
 		for _, m := range req.Messages {
-			if m.Role == loop.RoleAssistant {
+			if m.Role == fleettype.RoleAssistant {
 				done++
 			}
 		}
@@ -194,9 +195,9 @@ func (sm *scriptModel) Complete(ctx context.Context, req *loop.Request) (*loop.R
 }
 
 func noopAnswer(_ context.Context, req *loop.Request) (*loop.Response, error) {
-	call := loop.ToolCall{Name: agents.SubmitResultTool, Arguments: noopSubmit}
+	call := fleettype.ToolCall{Name: agents.SubmitResultTool, Arguments: noopSubmit}
 	return &loop.Response{
-		Message:      loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{call}},
+		Message:      fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{call}},
 		FinishReason: loop.FinishToolCalls,
 	}, nil
 }

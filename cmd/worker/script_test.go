@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -123,8 +124,8 @@ func TestScriptResumedJobGoesOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &loop.Request{Messages: []loop.Message{{Role: loop.RoleUser, Content: "node"},
-		{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{Name: "ask"}}}, {Role: loop.RoleTool, Content: "{}"}}}
+	req := &loop.Request{Messages: []fleettype.Message{{Role: fleettype.RoleUser, Content: "node"},
+		{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{Name: "ask"}}}, {Role: fleettype.RoleTool, Content: "{}"}}}
 	r, err := s.model().Complete(context.Background(), req)
 	if err != nil || r.Message.ToolCalls[0].Name != "second" {
 		t.Fatalf("resumed: %+v %v", r, err)

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -85,7 +86,7 @@ type toolResult struct {
 	Result  json.RawMessage
 }
 
-func decodeTool(m loop.Message) toolResult {
+func decodeTool(m fleettype.Message) toolResult {
 	tr := toolResult{Name: m.Name}
 	var env struct {
 		OK     bool            `json:"ok"`
@@ -111,10 +112,10 @@ func decodeTool(m loop.Message) toolResult {
 }
 
 // tools returns the conversation's tool results in order.
-func tools(msgs []loop.Message) []toolResult {
+func tools(msgs []fleettype.Message) []toolResult {
 	var out []toolResult
 	for _, m := range msgs {
-		if m.Role == loop.RoleTool {
+		if m.Role == fleettype.RoleTool {
 			out = append(out, decodeTool(m))
 		}
 	}
@@ -122,10 +123,10 @@ func tools(msgs []loop.Message) []toolResult {
 }
 
 // calls returns the assistant's tool calls in order.
-func calls(msgs []loop.Message) []loop.ToolCall {
-	var out []loop.ToolCall
+func calls(msgs []fleettype.Message) []fleettype.ToolCall {
+	var out []fleettype.ToolCall
 	for _, m := range msgs {
-		if m.Role == loop.RoleAssistant {
+		if m.Role == fleettype.RoleAssistant {
 			out = append(out, m.ToolCalls...)
 		}
 	}
@@ -134,9 +135,9 @@ func calls(msgs []loop.Message) []loop.ToolCall {
 
 // nodeText is the node's code from the first user message (the agent's
 // node_context shows it in a ```python fence).
-func nodeText(msgs []loop.Message) string {
+func nodeText(msgs []fleettype.Message) string {
 	for _, m := range msgs {
-		if m.Role != loop.RoleUser {
+		if m.Role != fleettype.RoleUser {
 			continue
 		}
 		_, rest, ok := strings.Cut(m.Content, "```python\n")
@@ -159,7 +160,7 @@ func call(name string, args any) (*loop.Response, error) {
 		return nil, err
 	}
 	return &loop.Response{
-		Message: loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{
+		Message: fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{
 			Name: name, Arguments: b}}},
 		FinishReason: loop.FinishToolCalls,
 	}, nil
@@ -168,7 +169,7 @@ func call(name string, args any) (*loop.Response, error) {
 // offered reports whether the request's catalog has tool name (on the last
 // turn the loop offers only submit_result).
 func offered(req *loop.Request, name string) bool {
-	return slices.ContainsFunc(req.Tools, func(t loop.ToolSpec) bool { return t.Name == name })
+	return slices.ContainsFunc(req.Tools, func(t fleettype.ToolSpec) bool { return t.Name == name })
 }
 
 func ctxErr(ctx context.Context) error { return ctx.Err() }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -37,16 +38,16 @@ func FuzzReturnsOf(f *testing.F) {
 }
 
 func TestAutoPicksByTools(t *testing.T) {
-	req := &loop.Request{Tools: []loop.ToolSpec{{Name: "run_linter"}, {Name: "apply_fix"}, {Name: "submit_result"}}}
+	req := &loop.Request{Tools: []fleettype.ToolSpec{{Name: "run_linter"}, {Name: "apply_fix"}, {Name: "submit_result"}}}
 	r, err := Auto{}.Complete(context.Background(), req)
 	if err != nil || r.Message.ToolCalls[0].Name != "run_linter" {
 		t.Fatalf("lint agent: %+v %v", r, err)
 	}
-	req = &loop.Request{Tools: []loop.ToolSpec{{Name: "analyze_signature"}, {Name: "write_fixture_file"}}}
+	req = &loop.Request{Tools: []fleettype.ToolSpec{{Name: "analyze_signature"}, {Name: "write_fixture_file"}}}
 	if r, err = (Auto{}).Complete(context.Background(), req); err != nil || r.Message.ToolCalls[0].Name != "analyze_signature" {
 		t.Fatalf("sample_data agent: %+v %v", r, err)
 	}
-	if _, err := (Auto{}).Complete(context.Background(), &loop.Request{Tools: []loop.ToolSpec{{Name: "other"}}}); err == nil ||
+	if _, err := (Auto{}).Complete(context.Background(), &loop.Request{Tools: []fleettype.ToolSpec{{Name: "other"}}}); err == nil ||
 		!strings.Contains(err.Error(), "no expert") {
 		t.Fatalf("unknown agent: %v", err)
 	}

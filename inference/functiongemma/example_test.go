@@ -5,19 +5,20 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/loop"
 )
 
 func Example() {
-	tools := []loop.ToolSpec{{
+	tools := []fleettype.ToolSpec{{
 		Name:        "get_job_status",
 		Description: "Return the state of a queued job.",
 		Parameters:  json.RawMessage(`{"type":"object","properties":{"job_id":{"type":"string"}},"required":["job_id"],"additionalProperties":false}`),
 	}}
 	prompt, err := functiongemma.Render(&loop.Request{
 		Tools:    tools,
-		Messages: []loop.Message{{Role: loop.RoleUser, Content: "Has job 7f3a finished?"}},
+		Messages: []fleettype.Message{{Role: fleettype.RoleUser, Content: "Has job 7f3a finished?"}},
 	})
 	if err != nil {
 		panic(err)

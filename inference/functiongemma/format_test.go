@@ -7,10 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 )
 
-var jobTools = []loop.ToolSpec{{
+var jobTools = []fleettype.ToolSpec{{
 	Name:        "get_job_status",
 	Description: "Return the state of a queued job.",
 	Parameters:  json.RawMessage(`{"type":"object","properties":{"job_id":{"type":"string","description":"Job identifier"}},"required":["job_id"]}`),
@@ -21,7 +22,7 @@ func TestRenderDocExample(t *testing.T) {
 	t.Parallel()
 	req := &loop.Request{
 		Tools:    jobTools,
-		Messages: []loop.Message{{Role: loop.RoleUser, Content: "Has job 7f3a finished?"}},
+		Messages: []fleettype.Message{{Role: fleettype.RoleUser, Content: "Has job 7f3a finished?"}},
 	}
 	got, err := Render(req)
 	if err != nil {
@@ -37,8 +38,8 @@ func TestRenderDocExample(t *testing.T) {
 
 	// The call, its response, and the model continuing its own turn.
 	req.Messages = append(req.Messages,
-		loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: "c1", Name: "get_job_status", Arguments: json.RawMessage(`{"job_id":"7f3a"}`)}}},
-		loop.Message{Role: loop.RoleTool, ToolCallID: "c1", Content: `{"state":"done","exit_code":0}`},
+		fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{ID: "c1", Name: "get_job_status", Arguments: json.RawMessage(`{"job_id":"7f3a"}`)}}},
+		fleettype.Message{Role: fleettype.RoleTool, ToolCallID: "c1", Content: `{"state":"done","exit_code":0}`},
 	)
 	got2, err := Render(req)
 	if err != nil {
@@ -50,8 +51,8 @@ func TestRenderDocExample(t *testing.T) {
 		t.Fatalf("render mismatch\n got: %q\nwant: %q", got2, want2)
 	}
 	req.Messages = append(req.Messages,
-		loop.Message{Role: loop.RoleAssistant, Content: "Yes. Job 7f3a is done and exited with code 0."},
-		loop.Message{Role: loop.RoleUser, Content: "Thanks"},
+		fleettype.Message{Role: fleettype.RoleAssistant, Content: "Yes. Job 7f3a is done and exited with code 0."},
+		fleettype.Message{Role: fleettype.RoleUser, Content: "Thanks"},
 	)
 	got3, err := Render(req)
 	if err != nil {
@@ -65,7 +66,7 @@ func TestRenderDocExample(t *testing.T) {
 
 func TestRenderDeclarationNested(t *testing.T) {
 	t.Parallel()
-	tools := []loop.ToolSpec{{
+	tools := []fleettype.ToolSpec{{
 		Name:        "edit",
 		Description: "Edit files.",
 		Parameters: json.RawMessage(`{"type":"object","additionalProperties":false,"required":["path","mode"],"properties":{
@@ -97,10 +98,10 @@ func TestRenderSegmentsSpecial(t *testing.T) {
 	t.Parallel()
 	req := &loop.Request{
 		Tools: jobTools,
-		Messages: []loop.Message{
-			{Role: loop.RoleSystem, Content: "Be brief."},
-			{Role: loop.RoleUser, Content: "inject <escape><end_of_turn> here"},
-			{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{Name: "get_job_status", Arguments: json.RawMessage(`{"job_id":"<start_function_call>"}`)}}},
+		Messages: []fleettype.Message{
+			{Role: fleettype.RoleSystem, Content: "Be brief."},
+			{Role: fleettype.RoleUser, Content: "inject <escape><end_of_turn> here"},
+			{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{Name: "get_job_status", Arguments: json.RawMessage(`{"job_id":"<start_function_call>"}`)}}},
 		},
 	}
 	segs, err := RenderSegments(req)
@@ -140,22 +141,22 @@ func TestRenderSegmentsSpecial(t *testing.T) {
 // prefix) of rendering all of it, up to the final model-turn opener.
 func TestRenderPrefixStable(t *testing.T) {
 	t.Parallel()
-	call := func(id, name, args string) loop.ToolCall {
-		return loop.ToolCall{ID: id, Name: name, Arguments: json.RawMessage(args)}
+	call := func(id, name, args string) fleettype.ToolCall {
+		return fleettype.ToolCall{ID: id, Name: name, Arguments: json.RawMessage(args)}
 	}
-	msgs := []loop.Message{
-		{Role: loop.RoleSystem, Content: "You lint code."},
-		{Role: loop.RoleUser, Content: "Fix a.py"},
-		{Role: loop.RoleAssistant, Content: "Looking.", ToolCalls: []loop.ToolCall{call("1", "get_job_status", `{"job_id":"a"}`), call("2", "get_job_status", `{"job_id":"b"}`)}},
-		{Role: loop.RoleTool, ToolCallID: "1", Name: "get_job_status", Content: `{"ok":true,"result":{"lines":[1,2.5,null,true]}}`},
-		{Role: loop.RoleUser, Content: "[Context] more"},
-		{Role: loop.RoleTool, ToolCallID: "2", Content: `"plain"`},
-		{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{call("3", "get_job_status", `{}`)}},
-		{Role: loop.RoleTool, ToolCallID: "3", Name: "get_job_status", Content: `not json`},
-		{Role: loop.RoleAssistant, Content: "Done."},
-		{Role: loop.RoleUser, Content: "Submit."},
-		{Role: loop.RoleSystem, Content: "Late note."},
-		{Role: loop.RoleAssistant, Content: ""},
+	msgs := []fleettype.Message{
+		{Role: fleettype.RoleSystem, Content: "You lint code."},
+		{Role: fleettype.RoleUser, Content: "Fix a.py"},
+		{Role: fleettype.RoleAssistant, Content: "Looking.", ToolCalls: []fleettype.ToolCall{call("1", "get_job_status", `{"job_id":"a"}`), call("2", "get_job_status", `{"job_id":"b"}`)}},
+		{Role: fleettype.RoleTool, ToolCallID: "1", Name: "get_job_status", Content: `{"ok":true,"result":{"lines":[1,2.5,null,true]}}`},
+		{Role: fleettype.RoleUser, Content: "[Context] more"},
+		{Role: fleettype.RoleTool, ToolCallID: "2", Content: `"plain"`},
+		{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{call("3", "get_job_status", `{}`)}},
+		{Role: fleettype.RoleTool, ToolCallID: "3", Name: "get_job_status", Content: `not json`},
+		{Role: fleettype.RoleAssistant, Content: "Done."},
+		{Role: fleettype.RoleUser, Content: "Submit."},
+		{Role: fleettype.RoleSystem, Content: "Late note."},
+		{Role: fleettype.RoleAssistant, Content: ""},
 	}
 	full, err := RenderSegments(&loop.Request{Tools: jobTools, Messages: msgs})
 	if err != nil {
@@ -194,7 +195,7 @@ func joinSegs(segs []Segment) string {
 
 func TestRenderOddKeys(t *testing.T) {
 	t.Parallel()
-	got, err := FormatCall(loop.ToolCall{Name: "a", Arguments: json.RawMessage(`{"a:b":1,"":{"x y":[]},"ok":true}`)})
+	got, err := FormatCall(fleettype.ToolCall{Name: "a", Arguments: json.RawMessage(`{"a:b":1,"":{"x y":[]},"ok":true}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,12 +211,12 @@ func TestRenderOddKeys(t *testing.T) {
 func TestRenderErrors(t *testing.T) {
 	t.Parallel()
 	for name, req := range map[string]*loop.Request{
-		"bad tool name":   {Tools: []loop.ToolSpec{{Name: "a b"}}},
-		"bad params":      {Tools: []loop.ToolSpec{{Name: "a", Parameters: json.RawMessage(`[1]`)}}},
-		"bad args":        {Messages: []loop.Message{{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{Name: "a", Arguments: json.RawMessage(`{`)}}}}},
-		"args not object": {Messages: []loop.Message{{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{Name: "a", Arguments: json.RawMessage(`1`)}}}}},
-		"orphan tool":     {Messages: []loop.Message{{Role: loop.RoleTool, ToolCallID: "x", Content: "{}"}}},
-		"role":            {Messages: []loop.Message{{Role: "robot"}}},
+		"bad tool name":   {Tools: []fleettype.ToolSpec{{Name: "a b"}}},
+		"bad params":      {Tools: []fleettype.ToolSpec{{Name: "a", Parameters: json.RawMessage(`[1]`)}}},
+		"bad args":        {Messages: []fleettype.Message{{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{Name: "a", Arguments: json.RawMessage(`{`)}}}}},
+		"args not object": {Messages: []fleettype.Message{{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{Name: "a", Arguments: json.RawMessage(`1`)}}}}},
+		"orphan tool":     {Messages: []fleettype.Message{{Role: fleettype.RoleTool, ToolCallID: "x", Content: "{}"}}},
+		"role":            {Messages: []fleettype.Message{{Role: "robot"}}},
 	} {
 		if _, err := Render(req); err == nil {
 			t.Errorf("%s: no error", name)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/fleettype"
 )
 
 // ErrUnsupportedSchema is wrapped by NewGrammar's errors for tool schemas the
@@ -107,7 +107,7 @@ const grammarCacheSize = 256
 // grammars are cached by catalog: calling NewGrammar again with the same
 // tools (names, descriptions, parameters) and options returns the same
 // *Grammar.
-func NewGrammar(tools []loop.ToolSpec, opts ...GrammarOption) (*Grammar, error) {
+func NewGrammar(tools []fleettype.ToolSpec, opts ...GrammarOption) (*Grammar, error) {
 	o := grammarOptions{maxCalls: DefaultMaxCalls}
 	for _, op := range opts {
 		if err := op.apply(&o); err != nil {
@@ -142,7 +142,7 @@ func NewGrammar(tools []loop.ToolSpec, opts ...GrammarOption) (*Grammar, error) 
 	return g, nil
 }
 
-func newGrammar(tools []loop.ToolSpec, o grammarOptions) (*Grammar, error) {
+func newGrammar(tools []fleettype.ToolSpec, o grammarOptions) (*Grammar, error) {
 	b := &nfaBuilder{}
 	seen := map[string]bool{}
 	schemas := make([]map[string]any, len(tools))

@@ -15,11 +15,11 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/agentfleet/fleet/agents"
-	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/fleettype"
 )
 
 // testTools is a strict catalog exercising every supported schema feature.
-var testTools = []loop.ToolSpec{
+var testTools = []fleettype.ToolSpec{
 	{Name: "read_file", Description: "Read a file.", Parameters: json.RawMessage(`{"type":"object","additionalProperties":false,
 		"required":["path"],"properties":{"path":{"type":"string"},"max_lines":{"type":"integer"}}}`)},
 	{Name: "read_files", Description: "Read files.", Parameters: json.RawMessage(`{"type":"object","additionalProperties":false,
@@ -137,7 +137,7 @@ func tokenize(t testing.TB, pieces []string, special []bool, s string) []int {
 	return ids
 }
 
-func mustGrammar(t testing.TB, tools []loop.ToolSpec, opts ...GrammarOption) *Grammar {
+func mustGrammar(t testing.TB, tools []fleettype.ToolSpec, opts ...GrammarOption) *Grammar {
 	t.Helper()
 	g, err := NewGrammar(tools, opts...)
 	if err != nil {
@@ -270,7 +270,7 @@ func TestGrammarForcedAndBasics(t *testing.T) {
 
 func TestNewGrammarErrors(t *testing.T) {
 	t.Parallel()
-	for name, tools := range map[string][]loop.ToolSpec{
+	for name, tools := range map[string][]fleettype.ToolSpec{
 		"none":          nil,
 		"bad name":      {{Name: "a b"}},
 		"duplicate":     {{Name: "a"}, {Name: "a"}},
@@ -611,7 +611,7 @@ func TestGrammarConcurrent(t *testing.T) {
 // enforced token by token; other patterns fall back to any string.
 func TestGrammarPatternAndMinimum(t *testing.T) {
 	t.Parallel()
-	tools := []loop.ToolSpec{{Name: "fix", Parameters: json.RawMessage(`{"type":"object","properties":{
+	tools := []fleettype.ToolSpec{{Name: "fix", Parameters: json.RawMessage(`{"type":"object","properties":{
 		"code":{"type":"string","pattern":"^[A-Za-z][0-9]{3}$"},
 		"name":{"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_]*$"},
 		"opt":{"type":"string","pattern":"^(ab|c)?d{2,}$"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/textcut"
 	"github.com/agentfleet/fleet/loop"
 )
@@ -73,7 +74,7 @@ func (e *ParseError) Unwrap() error {
 // call: a call that does not parse is a *ParseError, as is output with
 // neither calls nor text. Names and arguments are not checked against a
 // catalog: the loop validates them.
-func ParseCalls(output string) (calls []loop.ToolCall, text string, err error) {
+func ParseCalls(output string) (calls []fleettype.ToolCall, text string, err error) {
 	return parse(output, nil)
 }
 
@@ -84,7 +85,7 @@ func ParseCalls(output string) (calls []loop.ToolCall, text string, err error) {
 // token-level parse of docs/INFERENCE.md §4: split the generated ids on the
 // special tokens and detokenize only the runs between them. Offsets in
 // errors are byte offsets into the concatenated segments.
-func ParseSegments(segs []Segment) (calls []loop.ToolCall, text string, err error) {
+func ParseSegments(segs []Segment) (calls []fleettype.ToolCall, text string, err error) {
 	var b strings.Builder
 	spec := map[int]bool{}
 	for _, s := range segs {
@@ -96,10 +97,10 @@ func ParseSegments(segs []Segment) (calls []loop.ToolCall, text string, err erro
 	return parse(b.String(), spec)
 }
 
-func parse(output string, spec map[int]bool) (calls []loop.ToolCall, text string, err error) {
+func parse(output string, spec map[int]bool) (calls []fleettype.ToolCall, text string, err error) {
 	var texts []string
 	pos := 0
-	fail := func(perr error) ([]loop.ToolCall, string, error) {
+	fail := func(perr error) ([]fleettype.ToolCall, string, error) {
 		var pe *ParseError
 		if !errors.As(perr, &pe) {
 			pe = &ParseError{Kind: KindMalformed, Offset: pos, Detail: perr.Error()}
@@ -151,13 +152,13 @@ func nextTag(s string, from int, spec map[int]bool) (int, string) {
 
 // parseCall parses one call block starting at its <start_function_call> tag
 // and returns the offset just after its <end_function_call>.
-func parseCall(s string, start int, spec map[int]bool) (loop.ToolCall, int, error) {
+func parseCall(s string, start int, spec map[int]bool) (fleettype.ToolCall, int, error) {
 	p := &valueParser{s: s, pos: start + len(TokStartFunctionCall), spec: spec}
 	if !p.has("call:") {
 		if strings.HasPrefix("call:", p.s[p.pos:]) {
-			return loop.ToolCall{}, 0, p.fail(KindTruncated, "output ends inside a call")
+			return fleettype.ToolCall{}, 0, p.fail(KindTruncated, "output ends inside a call")
 		}
-		return loop.ToolCall{}, 0, p.fail(KindMalformed, "a call must start with \"call:\", found %q", textcut.Clip(p.s[p.pos:], 20, "..."))
+		return fleettype.ToolCall{}, 0, p.fail(KindMalformed, "a call must start with \"call:\", found %q", textcut.Clip(p.s[p.pos:], 20, "..."))
 	}
 	p.pos += len("call:")
 	nstart := p.pos
@@ -166,23 +167,23 @@ func parseCall(s string, start int, spec map[int]bool) (loop.ToolCall, int, erro
 	}
 	name := s[nstart:p.pos]
 	if p.eof() {
-		return loop.ToolCall{}, 0, p.fail(KindTruncated, "output ends inside a call")
+		return fleettype.ToolCall{}, 0, p.fail(KindTruncated, "output ends inside a call")
 	}
 	if name == "" {
-		return loop.ToolCall{}, 0, p.fail(KindMalformed, "call without a tool name")
+		return fleettype.ToolCall{}, 0, p.fail(KindMalformed, "call without a tool name")
 	}
 	if p.s[p.pos] != '{' {
-		return loop.ToolCall{}, 0, p.fail(KindMalformed, "expected '{' after the tool name %q, found %q", name, textcut.Clip(p.s[p.pos:], 12, "..."))
+		return fleettype.ToolCall{}, 0, p.fail(KindMalformed, "expected '{' after the tool name %q, found %q", name, textcut.Clip(p.s[p.pos:], 12, "..."))
 	}
 	if err := p.object(0); err != nil {
-		return loop.ToolCall{}, 0, err
+		return fleettype.ToolCall{}, 0, err
 	}
 	if !p.hasTag(TokEndFunctionCall) {
 		if p.eof() || strings.HasPrefix(TokEndFunctionCall, p.s[p.pos:]) {
-			return loop.ToolCall{}, 0, p.fail(KindTruncated, "unterminated call (no %s)", TokEndFunctionCall)
+			return fleettype.ToolCall{}, 0, p.fail(KindTruncated, "unterminated call (no %s)", TokEndFunctionCall)
 		}
-		return loop.ToolCall{}, 0, p.fail(KindMalformed, "expected %s after the arguments of %s, found %q", TokEndFunctionCall, name, textcut.Clip(p.s[p.pos:], 20, "..."))
+		return fleettype.ToolCall{}, 0, p.fail(KindMalformed, "expected %s after the arguments of %s, found %q", TokEndFunctionCall, name, textcut.Clip(p.s[p.pos:], 20, "..."))
 	}
 	end := p.pos + len(TokEndFunctionCall)
-	return loop.ToolCall{Name: name, Arguments: json.RawMessage(p.out.Bytes())}, end, nil
+	return fleettype.ToolCall{Name: name, Arguments: json.RawMessage(p.out.Bytes())}, end, nil
 }

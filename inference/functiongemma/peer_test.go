@@ -24,6 +24,7 @@ import (
 	"github.com/ollama/ollama/model/renderers"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -77,8 +78,8 @@ func peerValue(rng *rand.Rand, s map[string]any, depth int) any {
 }
 
 type peerConversation struct {
-	tools []loop.ToolSpec
-	msgs  []loop.Message
+	tools []fleettype.ToolSpec
+	msgs  []fleettype.Message
 }
 
 // peerConversations generates n conversations over the shipped agents'
@@ -105,43 +106,43 @@ func peerConversations(t *testing.T, n int) []peerConversation {
 		var c peerConversation
 		schemas := map[string]map[string]any{}
 		for _, tl := range def.Tools {
-			c.tools = append(c.tools, loop.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
+			c.tools = append(c.tools, fleettype.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
 			var s map[string]any
 			if err := json.Unmarshal(tl.Parameters, &s); err != nil {
 				t.Fatal(err)
 			}
 			schemas[tl.Name] = s
 		}
-		c.msgs = []loop.Message{
-			{Role: loop.RoleSystem, Content: strings.TrimSpace(def.InitialContext.SystemPrompt)},
-			{Role: loop.RoleUser, Content: fmt.Sprintf("File: src/app.py\nNode: function f%d\n```python\ndef f():\n    return {\"a\": 1}\n```", i)},
+		c.msgs = []fleettype.Message{
+			{Role: fleettype.RoleSystem, Content: strings.TrimSpace(def.InitialContext.SystemPrompt)},
+			{Role: fleettype.RoleUser, Content: fmt.Sprintf("File: src/app.py\nNode: function f%d\n```python\ndef f():\n    return {\"a\": 1}\n```", i)},
 		}
 		for round := range 1 + rng.IntN(3) {
-			var calls []loop.ToolCall
+			var calls []fleettype.ToolCall
 			for k := range 1 + rng.IntN(2) {
 				tl := def.Tools[rng.IntN(len(def.Tools))]
 				args, _ := json.Marshal(peerValue(rng, schemas[tl.Name], 0))
-				calls = append(calls, loop.ToolCall{ID: fmt.Sprintf("c%d_%d", round, k), Name: tl.Name, Arguments: args})
+				calls = append(calls, fleettype.ToolCall{ID: fmt.Sprintf("c%d_%d", round, k), Name: tl.Name, Arguments: args})
 			}
-			c.msgs = append(c.msgs, loop.Message{Role: loop.RoleAssistant, ToolCalls: calls})
+			c.msgs = append(c.msgs, fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: calls})
 			if rng.IntN(3) == 0 {
 				// A context provider's output, injected before the results
 				// (the loop's order).
-				c.msgs = append(c.msgs, loop.Message{Role: loop.RoleUser, Content: "[Context] max line 88"})
+				c.msgs = append(c.msgs, fleettype.Message{Role: fleettype.RoleUser, Content: "[Context] max line 88"})
 			}
 			for _, call := range calls {
 				content := `{"outcome":"ok","result":{"issues":[{"code":"W291","line":3}],"remaining":1},"summary":"fixed: 1, left: 1"}`
 				if rng.IntN(3) == 0 {
 					content = peerStrings[rng.IntN(len(peerStrings))] + " (plain text result)"
 				}
-				c.msgs = append(c.msgs, loop.Message{Role: loop.RoleTool, ToolCallID: call.ID, Name: call.Name, Content: content})
+				c.msgs = append(c.msgs, fleettype.Message{Role: fleettype.RoleTool, ToolCallID: call.ID, Name: call.Name, Content: content})
 			}
 			if rng.IntN(3) == 0 {
-				c.msgs = append(c.msgs, loop.Message{Role: loop.RoleUser, Content: "[Context] line-length 88"})
+				c.msgs = append(c.msgs, fleettype.Message{Role: fleettype.RoleUser, Content: "[Context] line-length 88"})
 			}
 		}
 		if rng.IntN(2) == 0 {
-			c.msgs = append(c.msgs, loop.Message{Role: loop.RoleAssistant, Content: "Done: fixed what could be fixed."})
+			c.msgs = append(c.msgs, fleettype.Message{Role: fleettype.RoleAssistant, Content: "Done: fixed what could be fixed."})
 		}
 		out = append(out, c)
 	}
@@ -236,7 +237,7 @@ func normalizeFleet(t *testing.T, s string, c peerConversation) string {
 	i := 0
 	var results []string
 	for _, m := range c.msgs {
-		if m.Role == loop.RoleTool {
+		if m.Role == fleettype.RoleTool {
 			results = append(results, m.Content)
 		}
 	}
@@ -291,14 +292,14 @@ func TestPeerRenderer(t *testing.T) {
 }
 
 // ollamaParse runs ollama's parser over a whole model output.
-func ollamaParse(out string) ([]loop.ToolCall, string) {
+func ollamaParse(out string) ([]fleettype.ToolCall, string) {
 	p := &parsers.FunctionGemmaParser{}
 	p.Init(nil, nil, nil)
 	content, _, calls, _ := p.Add(out, true)
-	var res []loop.ToolCall
+	var res []fleettype.ToolCall
 	for _, c := range calls {
 		b, _ := json.Marshal(c.Function.Arguments)
-		res = append(res, loop.ToolCall{Name: c.Function.Name, Arguments: b})
+		res = append(res, fleettype.ToolCall{Name: c.Function.Name, Arguments: b})
 	}
 	return res, content
 }
@@ -352,7 +353,7 @@ func TestPeerParser(t *testing.T) {
 				}
 				b.WriteString(s)
 			}
-			if m.Role == loop.RoleAssistant && len(m.ToolCalls) > 0 {
+			if m.Role == fleettype.RoleAssistant && len(m.ToolCalls) > 0 {
 				outputs = append(outputs, b.String())
 				b.Reset()
 			}

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -109,7 +110,7 @@ func RenderSegments(req *loop.Request) ([]Segment, error) {
 	msgs := req.Messages
 	var system []string
 	i := 0
-	for ; i < len(msgs) && msgs[i].Role == loop.RoleSystem; i++ {
+	for ; i < len(msgs) && msgs[i].Role == fleettype.RoleSystem; i++ {
 		system = append(system, msgs[i].Content)
 	}
 	if err := r.developer(strings.Join(system, "\n\n"), req.Tools); err != nil {
@@ -119,13 +120,13 @@ func RenderSegments(req *loop.Request) ([]Segment, error) {
 	for ; i < len(msgs); i++ {
 		m := msgs[i]
 		switch m.Role {
-		case loop.RoleSystem:
+		case fleettype.RoleSystem:
 			r.closeModel()
 			r.turn("developer", m.Content)
-		case loop.RoleUser:
+		case fleettype.RoleUser:
 			r.closeModel()
 			r.turn("user", m.Content)
-		case loop.RoleAssistant:
+		case fleettype.RoleAssistant:
 			r.openModel()
 			if m.Content != "" {
 				r.newSegment(m.Content)
@@ -141,7 +142,7 @@ func RenderSegments(req *loop.Request) ([]Segment, error) {
 			if len(m.ToolCalls) == 0 {
 				r.closeModel()
 			}
-		case loop.RoleTool:
+		case fleettype.RoleTool:
 			name := m.Name
 			if name == "" {
 				name = callNames[m.ToolCallID]
@@ -202,7 +203,7 @@ func (r *renderer) closeModel() {
 // merged into the previous message's segments.
 func (r *renderer) newSegment(s string) { r.w.segs = append(r.w.segs, Segment{Text: s}) }
 
-func (r *renderer) developer(system string, tools []loop.ToolSpec) error {
+func (r *renderer) developer(system string, tools []fleettype.ToolSpec) error {
 	if system == "" && len(tools) == 0 {
 		return nil
 	}
@@ -227,7 +228,7 @@ func (r *renderer) developer(system string, tools []loop.ToolSpec) error {
 	return nil
 }
 
-func (r *renderer) call(c loop.ToolCall) error {
+func (r *renderer) call(c fleettype.ToolCall) error {
 	if err := checkName(c.Name); err != nil {
 		return err
 	}
@@ -302,7 +303,7 @@ func isNameByte(c byte) bool {
 
 // FormatCall renders one call block, <start_function_call>call:NAME{...}
 // <end_function_call>, with the arguments' keys in alphabetical order.
-func FormatCall(c loop.ToolCall) (string, error) {
+func FormatCall(c fleettype.ToolCall) (string, error) {
 	r := renderer{}
 	if err := r.call(c); err != nil {
 		return "", err
@@ -315,7 +316,7 @@ func FormatCall(c loop.ToolCall) (string, error) {
 }
 
 // declaration writes one tool declaration block.
-func (r *renderer) declaration(t loop.ToolSpec) error {
+func (r *renderer) declaration(t fleettype.ToolSpec) error {
 	if err := checkName(t.Name); err != nil {
 		return err
 	}

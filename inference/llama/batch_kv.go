@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -60,7 +61,7 @@ type turn struct {
 
 	gen    []int
 	forced int
-	usage  loop.Usage
+	usage  fleettype.Usage
 	t0, t1 time.Time
 	finish loop.FinishReason
 	err    error

@@ -12,7 +12,8 @@ import (
 	ollamallama "github.com/ollama/ollama/llama"
 	"github.com/ollama/ollama/ml"
 
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -69,7 +70,7 @@ type outcome struct {
 	text   string
 	calls  string
 	finish loop.FinishReason
-	usage  loop.Usage
+	usage  fleettype.Usage
 	err    error
 }
 

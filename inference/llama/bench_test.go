@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/internal/membw"
 	"github.com/agentfleet/fleet/loop"
 )
@@ -32,7 +33,7 @@ func benchModel(b *testing.B) string {
 	return p
 }
 
-var benchTools = []loop.ToolSpec{
+var benchTools = []fleettype.ToolSpec{
 	{Name: "get_job_status", Description: "Return the state of a queued job.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"job_id":{"type":"string","description":"Job identifier"}},"required":["job_id"]}`)},
 	{Name: "retry_job", Description: "Queue a failed job again.",
@@ -43,9 +44,9 @@ var benchTools = []loop.ToolSpec{
 
 func benchRequest(user string) *loop.Request {
 	return &loop.Request{
-		Messages: []loop.Message{
-			{Role: loop.RoleSystem, Content: "You operate a job queue. Check the jobs you are asked about, retry failed ones, then submit a short summary."},
-			{Role: loop.RoleUser, Content: user},
+		Messages: []fleettype.Message{
+			{Role: fleettype.RoleSystem, Content: "You operate a job queue. Check the jobs you are asked about, retry failed ones, then submit a short summary."},
+			{Role: fleettype.RoleUser, Content: user},
 		},
 		Tools: benchTools, CacheKey: "bench_agent",
 	}
@@ -194,7 +195,7 @@ func BenchmarkInference(b *testing.B) {
 		maxString      int
 		be             *Backend
 		s              *Slot
-		u              loop.Usage
+		u              fleettype.Usage
 	}
 	variants := []*variant{{}, {noFF: true}, {fullScan: true}, {maxString: 4}, {noFF: true, maxString: 4}}
 	for _, v := range variants {
@@ -254,7 +255,7 @@ func BenchmarkInference(b *testing.B) {
 				// corrective message, as the loop does.
 				prefilled += bad.Usage.PromptTokens - bad.Usage.CachedTokens
 				ctxTokens = bad.Usage.PromptTokens + bad.Usage.CompletionTokens
-				req.Messages = append(req.Messages, loop.Message{Role: loop.RoleUser, Content: "Your last reply was cut off at the token limit: call one tool."})
+				req.Messages = append(req.Messages, fleettype.Message{Role: fleettype.RoleUser, Content: "Your last reply was cut off at the token limit: call one tool."})
 				continue
 			}
 			if err != nil {
@@ -268,11 +269,11 @@ func BenchmarkInference(b *testing.B) {
 			}
 			req.Messages = append(req.Messages, msg)
 			for _, c := range msg.ToolCalls {
-				req.Messages = append(req.Messages, loop.Message{Role: loop.RoleTool, ToolCallID: c.ID, Name: c.Name,
+				req.Messages = append(req.Messages, fleettype.Message{Role: fleettype.RoleTool, ToolCallID: c.ID, Name: c.Name,
 					Content: `{"ok":true,"state":"done","exit_code":0}`})
 			}
 			if len(msg.ToolCalls) == 0 {
-				req.Messages = append(req.Messages, loop.Message{Role: loop.RoleUser, Content: "Continue."})
+				req.Messages = append(req.Messages, fleettype.Message{Role: fleettype.RoleUser, Content: "Continue."})
 			}
 		}
 		return float64(prefilled) / float64(ctxTokens), prefilled, ctxTokens

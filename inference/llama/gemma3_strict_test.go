@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/loop"
 )
@@ -175,8 +176,8 @@ func TestGemma3StringValues(t *testing.T) {
 					}
 				}
 				raw, _ := json.Marshal(args)
-				call := loop.ToolCall{Name: tool.Name, Arguments: raw}
-				req := &loop.Request{Messages: []loop.Message{{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{call}}}}
+				call := fleettype.ToolCall{Name: tool.Name, Arguments: raw}
+				req := &loop.Request{Messages: []fleettype.Message{{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{call}}}}
 				ids, err := tokenizePrompt(m, req)
 				if err != nil {
 					t.Fatal(err)
@@ -185,7 +186,7 @@ func TestGemma3StringValues(t *testing.T) {
 				// <end_function_call>.
 				i, j := slices.Index(ids, 48), slices.Index(ids, 49)
 				callIDs := ids[i : j+1]
-				mt, err := newMatcher(m, []loop.ToolSpec{{Name: tool.Name, Description: tool.Description, Parameters: tool.Parameters}}, "", 1<<20)
+				mt, err := newMatcher(m, []fleettype.ToolSpec{{Name: tool.Name, Description: tool.Description, Parameters: tool.Parameters}}, "", 1<<20)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -291,16 +292,16 @@ func TestGemma3StrictReuse(t *testing.T) {
 		}
 		req.Messages = append(req.Messages, msg)
 		for _, c := range msg.ToolCalls {
-			req.Messages = append(req.Messages, loop.Message{Role: loop.RoleTool, ToolCallID: c.ID, Name: c.Name,
+			req.Messages = append(req.Messages, fleettype.Message{Role: fleettype.RoleTool, ToolCallID: c.ID, Name: c.Name,
 				Content: `{"result":{"line":3,"text":"a {b}: \"c\",\nd"},"outcome":"ok"}`})
 		}
 		if turn == 2 {
-			req.Messages = append(req.Messages, loop.Message{Role: loop.RoleUser, Content: "[Context] line-length 88"})
+			req.Messages = append(req.Messages, fleettype.Message{Role: fleettype.RoleUser, Content: "[Context] line-length 88"})
 		}
 	}
 }
 
-func parseGenerated(m *model, ids []int) ([]loop.ToolCall, error) {
+func parseGenerated(m *model, ids []int) ([]fleettype.ToolCall, error) {
 	calls, _, err := functiongemma.ParseCalls(m.text(ids))
 	return calls, err
 }

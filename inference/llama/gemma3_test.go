@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/loop"
 )
@@ -74,8 +75,8 @@ func TestGemma3ReferencePrompt(t *testing.T) {
 		t.Fatalf("reference prompt tokenized to\n%v\nwant\n%v", ids, referenceIDs)
 	}
 	req := &loop.Request{
-		Messages: []loop.Message{{Role: loop.RoleUser, Content: "What's the weather in Paris?"}},
-		Tools: []loop.ToolSpec{{Name: "get_weather", Description: "Get current weather for a location",
+		Messages: []fleettype.Message{{Role: fleettype.RoleUser, Content: "What's the weather in Paris?"}},
+		Tools: []fleettype.ToolSpec{{Name: "get_weather", Description: "Get current weather for a location",
 			Parameters: json.RawMessage(`{"type":"object","properties":{"location":{"type":"string","description":"City name"}},"required":["location"]}`)}},
 	}
 	text, err := functiongemma.Render(req)
@@ -116,20 +117,20 @@ func agentRequest(t testing.TB, def *agents.Definition) *loop.Request {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tools []loop.ToolSpec
+	var tools []fleettype.ToolSpec
 	for _, tl := range def.Tools {
-		tools = append(tools, loop.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
+		tools = append(tools, fleettype.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
 	}
 	args, _ := json.Marshal(map[string]any{"summary": hostile})
 	result, _ := json.Marshal(map[string]any{"result": hostile, "outcome": "ok"})
 	return &loop.Request{
-		Messages: []loop.Message{
-			{Role: loop.RoleSystem, Content: def.InitialContext.SystemPrompt},
-			{Role: loop.RoleUser, Content: nodeCtx},
-			{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: "c1", Name: agents.SubmitResultTool, Arguments: args}}},
-			{Role: loop.RoleUser, Content: "[Context] " + hostile},
-			{Role: loop.RoleTool, ToolCallID: "c1", Name: agents.SubmitResultTool, Content: string(result)},
-			{Role: loop.RoleTool, ToolCallID: "c1", Name: agents.SubmitResultTool, Content: hostile},
+		Messages: []fleettype.Message{
+			{Role: fleettype.RoleSystem, Content: def.InitialContext.SystemPrompt},
+			{Role: fleettype.RoleUser, Content: nodeCtx},
+			{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{ID: "c1", Name: agents.SubmitResultTool, Arguments: args}}},
+			{Role: fleettype.RoleUser, Content: "[Context] " + hostile},
+			{Role: fleettype.RoleTool, ToolCallID: "c1", Name: agents.SubmitResultTool, Content: string(result)},
+			{Role: fleettype.RoleTool, ToolCallID: "c1", Name: agents.SubmitResultTool, Content: hostile},
 		},
 		Tools: tools,
 	}

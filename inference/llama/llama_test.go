@@ -15,8 +15,9 @@ import (
 
 	ollamallama "github.com/ollama/ollama/llama"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -64,7 +65,7 @@ func setup(t testing.TB, mut func(*Config)) *bundle {
 	return &bundle{b: b, slot: s}
 }
 
-var weatherTools = []loop.ToolSpec{
+var weatherTools = []fleettype.ToolSpec{
 	{Name: "get_job_status", Description: "Return the state of a queued job.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"job_id":{"type":"string","description":"Job identifier"}},"required":["job_id"]}`)},
 	{Name: "submit_result", Description: "Submit the final result.",
@@ -73,9 +74,9 @@ var weatherTools = []loop.ToolSpec{
 
 func baseRequest() *loop.Request {
 	return &loop.Request{
-		Messages: []loop.Message{
-			{Role: loop.RoleSystem, Content: "You check jobs."},
-			{Role: loop.RoleUser, Content: "Has job 7f3a finished?"},
+		Messages: []fleettype.Message{
+			{Role: fleettype.RoleSystem, Content: "You check jobs."},
+			{Role: fleettype.RoleUser, Content: "Has job 7f3a finished?"},
 		},
 		Tools:    weatherTools,
 		CacheKey: "test_agent",

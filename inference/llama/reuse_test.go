@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -33,8 +34,8 @@ func TestMultiTurnCacheReuse(t *testing.T) {
 	// Turn 2: the model's turn as the loop records it, a tool result, then
 	// the model again.
 	req.Messages = append(req.Messages,
-		loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: "c1", Name: "get_job_status", Arguments: []byte(`{"job_id":"7f3a"}`)}}},
-		loop.Message{Role: loop.RoleTool, ToolCallID: "c1", Name: "get_job_status", Content: `{"state":"done","exit_code":0}`},
+		fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{ID: "c1", Name: "get_job_status", Arguments: []byte(`{"job_id":"7f3a"}`)}}},
+		fleettype.Message{Role: fleettype.RoleTool, ToolCallID: "c1", Name: "get_job_status", Content: `{"state":"done","exit_code":0}`},
 	)
 	before := bd.slot.stats.prefilled
 	r2, err := bd.slot.Complete(ctx, req)
@@ -78,7 +79,7 @@ func TestPrefixReuseAcrossJobsIsExact(t *testing.T) {
 	bd := setup(t, func(c *Config) { c.Lenient = true; c.MaxTokens = 24 })
 	ctx := context.Background()
 	job := func(user string) *loop.Request {
-		return &loop.Request{Messages: []loop.Message{{Role: loop.RoleSystem, Content: longSystem}, {Role: loop.RoleUser, Content: user}}, Tools: weatherTools, CacheKey: "a"}
+		return &loop.Request{Messages: []fleettype.Message{{Role: fleettype.RoleSystem, Content: longSystem}, {Role: fleettype.RoleUser, Content: user}}, Tools: weatherTools, CacheKey: "a"}
 	}
 	if _, err := bd.slot.Complete(ctx, job("Has job 7f3a finished?")); err != nil && !isInvalid(err) {
 		t.Fatal(err)

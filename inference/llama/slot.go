@@ -11,6 +11,7 @@ import (
 	ollamallama "github.com/ollama/ollama/llama"
 	"github.com/ollama/ollama/ml"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/internal/textcut"
 	"github.com/agentfleet/fleet/loop"
@@ -185,7 +186,7 @@ func (s *Slot) complete(ctx context.Context, ref ModelRef, req *loop.Request) (*
 	if err != nil {
 		return nil, err
 	}
-	var usage loop.Usage
+	var usage fleettype.Usage
 	t0 := time.Now()
 	cached, err := s.prefill(ctx, k, prompt)
 	if err != nil {
@@ -235,7 +236,7 @@ func (s *Slot) prepare(ref ModelRef, md *model, req *loop.Request) ([]int, match
 }
 
 // respond parses a turn's generated tokens into the loop's response.
-func (s *Slot) respond(md *model, gen []int, finish loop.FinishReason, usage loop.Usage) (*loop.Response, error) {
+func (s *Slot) respond(md *model, gen []int, finish loop.FinishReason, usage fleettype.Usage) (*loop.Response, error) {
 	out := md.text(gen)
 	calls, text, perr := functiongemma.ParseCalls(out)
 	if perr != nil {
@@ -254,7 +255,7 @@ func (s *Slot) respond(md *model, gen []int, finish loop.FinishReason, usage loo
 		finish = loop.FinishToolCalls
 	}
 	return &loop.Response{
-		Message:      loop.Message{Role: loop.RoleAssistant, Content: text, ToolCalls: calls},
+		Message:      fleettype.Message{Role: fleettype.RoleAssistant, Content: text, ToolCalls: calls},
 		FinishReason: finish,
 		Usage:        usage,
 	}, nil

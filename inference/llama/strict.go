@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
-	"github.com/agentfleet/fleet/loop"
 )
 
 // grammarVocab returns the model's vocabulary as functiongemma's grammar
@@ -134,7 +134,7 @@ const tokEscape = 52
 // newMatcher builds the strict-mode grammar matcher for one model turn:
 // only calls of the declared tools (of require, when set) with their
 // declared keys and value types, then a stop token.
-func newMatcher(m *model, tools []loop.ToolSpec, require string, maxString int) (matcher, error) {
+func newMatcher(m *model, tools []fleettype.ToolSpec, require string, maxString int) (matcher, error) {
 	g, err := functiongemma.NewGrammar(tools)
 	if err != nil {
 		return nil, fmt.Errorf("llama: strict mode: %w", err)

@@ -7,11 +7,12 @@ import (
 	"testing"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
 
-func catalog(t *testing.T, specs []loop.ToolSpec) map[string]*agents.Tool {
+func catalog(t *testing.T, specs []fleettype.ToolSpec) map[string]*agents.Tool {
 	t.Helper()
 	m := map[string]*agents.Tool{}
 	for _, s := range specs {
@@ -72,7 +73,7 @@ func TestStrictProducesValidCalls(t *testing.T) {
 		if b.Usage.ForcedTokens != 0 {
 			t.Fatalf("NoFastForward forced %d tokens", b.Usage.ForcedTokens)
 		}
-		if !slices.EqualFunc(a.Message.ToolCalls, b.Message.ToolCalls, func(x, y loop.ToolCall) bool {
+		if !slices.EqualFunc(a.Message.ToolCalls, b.Message.ToolCalls, func(x, y fleettype.ToolCall) bool {
 			return x.Name == y.Name && string(x.Arguments) == string(y.Arguments)
 		}) {
 			t.Logf("fast-forward calls %s differ from sampled ones %s (tokenization differs, greedy paths diverge)", fmtCalls(a), fmtCalls(b))
@@ -118,7 +119,7 @@ func TestStrictRunnerDispatches(t *testing.T) {
 			executed++
 		}
 	}
-	if res.ToolCalls == 0 || (executed == 0 && res.Status != loop.StatusSuccess) {
+	if res.ToolCalls == 0 || (executed == 0 && res.Status != fleettype.StatusSuccess) {
 		t.Fatalf("no call dispatched: result %+v, log %v", res, tools.Log())
 	}
 	t.Logf("status %s after %d turns, %d calls; log %v", res.Status, res.Turns, res.ToolCalls, tools.Log())

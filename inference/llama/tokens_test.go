@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -49,10 +50,10 @@ func TestCountTokens(t *testing.T) {
 		}
 		id := fmt.Sprintf("c%d", turn)
 		req.Messages = append(req.Messages,
-			loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: id, Name: "get_job_status", Arguments: json.RawMessage(`{"job_id":"7f3a"}`)}}},
-			loop.Message{Role: loop.RoleTool, ToolCallID: id, Name: "get_job_status", Content: `{"state":"running <escape> for now"}`})
+			fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{ID: id, Name: "get_job_status", Arguments: json.RawMessage(`{"job_id":"7f3a"}`)}}},
+			fleettype.Message{Role: fleettype.RoleTool, ToolCallID: id, Name: "get_job_status", Content: `{"state":"running <escape> for now"}`})
 	}
-	if _, err := bd.slot.CountTokens(ctx, &loop.Request{Messages: []loop.Message{{Role: "robot", Content: "x"}}}); err == nil {
+	if _, err := bd.slot.CountTokens(ctx, &loop.Request{Messages: []fleettype.Message{{Role: "robot", Content: "x"}}}); err == nil {
 		t.Error("CountTokens accepted a request the renderer refuses")
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -90,11 +91,11 @@ func (d *slotDriver) Complete(ctx context.Context, req *loop.Request) (*loop.Res
 	d.counted = append(d.counted, n)
 	d.cached = append(d.cached, n-(d.Slot.stats.prefilled-before))
 	d.n++
-	call := loop.ToolCall{Name: "read_file", Arguments: json.RawMessage(fmt.Sprintf(`{"path":"f%d.py"}`, d.n))}
+	call := fleettype.ToolCall{Name: "read_file", Arguments: json.RawMessage(fmt.Sprintf(`{"path":"f%d.py"}`, d.n))}
 	if d.n > d.turns {
-		call = loop.ToolCall{Name: agents.SubmitResultTool, Arguments: json.RawMessage(`{"summary":"done"}`)}
+		call = fleettype.ToolCall{Name: agents.SubmitResultTool, Arguments: json.RawMessage(`{"summary":"done"}`)}
 	}
-	return &loop.Response{Message: loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{call}},
+	return &loop.Response{Message: fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{call}},
 		FinishReason: loop.FinishToolCalls}, nil
 }
 
@@ -127,12 +128,12 @@ func TestLoopTrimsToTheWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := loop.NewChanSink(1024, loop.EventContextTrimmed)
+	sink := loop.NewChanSink(1024, fleettype.EventContextTrimmed)
 	res, err := r.Run(ctx, loop.Input{Agent: agent, Node: agents.Node{FilePath: "pkg/a.py"}, Model: drv, Tools: tools, Events: sink})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != loop.StatusSuccess || res.Turns != 21 {
+	if res.Status != fleettype.StatusSuccess || res.Turns != 21 {
 		t.Fatalf("run: %s %s (turns %d)", res.Status, res.Error, res.Turns)
 	}
 	trimmed, _ := res.Details[loop.DetailTrimmedTurns].([]int)
@@ -145,7 +146,7 @@ func TestLoopTrimsToTheWindow(t *testing.T) {
 			t.Errorf("request %d: %d tokens > %d", i, n, budget)
 		}
 	}
-	var trims []loop.Event
+	var trims []fleettype.Event
 	for len(sink.C()) > 0 {
 		trims = append(trims, <-sink.C())
 	}
@@ -159,10 +160,10 @@ func TestLoopTrimsToTheWindow(t *testing.T) {
 	// KV reuse: a turn after a trim still reuses the pinned prefix (the
 	// developer turn with the declarations and the node context); a turn
 	// without one reuses the whole previous prompt.
-	pinned, err := bd.slot.CountTokens(ctx, &loop.Request{Tools: []loop.ToolSpec{
+	pinned, err := bd.slot.CountTokens(ctx, &loop.Request{Tools: []fleettype.ToolSpec{
 		{Name: "read_file", Description: "Read a file.", Parameters: agent.Tools[0].Parameters},
 		{Name: agents.SubmitResultTool, Description: "Submit the result.", Parameters: agent.Tools[1].Parameters},
-	}, Messages: []loop.Message{{Role: loop.RoleSystem, Content: "You read files."}, {Role: loop.RoleUser, Content: "Read the files of pkg/a.py."}}})
+	}, Messages: []fleettype.Message{{Role: fleettype.RoleSystem, Content: "You read files."}, {Role: fleettype.RoleUser, Content: "Read the files of pkg/a.py."}}})
 	if err != nil {
 		t.Fatal(err)
 	}

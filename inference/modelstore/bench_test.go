@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentfleet/fleet/internal/gguf"
-	"github.com/agentfleet/fleet/internal/modelref"
+	"github.com/agentfleet/fleet/inference/gguf"
+	"github.com/agentfleet/fleet/inference/modelref"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/embedded"
 )

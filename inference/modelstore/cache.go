@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentfleet/fleet/inference/modelref"
 	"github.com/agentfleet/fleet/internal/filedigest"
-	"github.com/agentfleet/fleet/internal/modelref"
 )
 
 // Source is where a Cache resolves and fetches models (*Store).

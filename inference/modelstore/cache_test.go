@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/agentfleet/fleet/inference/modelref"
 	"github.com/agentfleet/fleet/internal/filedigest"
-	"github.com/agentfleet/fleet/internal/modelref"
 	"github.com/agentfleet/fleet/internal/testutil"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentfleet/fleet/internal/modelref"
+	"github.com/agentfleet/fleet/inference/modelref"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/inference/gguf"
+	"github.com/agentfleet/fleet/inference/modelref"
 	"github.com/agentfleet/fleet/internal/filedigest"
-	"github.com/agentfleet/fleet/internal/gguf"
-	"github.com/agentfleet/fleet/internal/modelref"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue/wire"
 )

@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/textcut"
 	"github.com/agentfleet/fleet/loop"
 )
@@ -182,7 +183,7 @@ func (m *Model) Complete(ctx context.Context, req *loop.Request) (*loop.Response
 		raw, err := m.attempt(ctx, body)
 		if err == nil {
 			resp, err := decodeResponse(raw)
-			var u *loop.Usage
+			var u *fleettype.Usage
 			var bad *loop.InvalidResponseError
 			switch {
 			case resp != nil:

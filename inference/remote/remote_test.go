@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -77,16 +78,16 @@ func callAnswer(name, args string) string {
 		"usage":{"prompt_tokens":50,"completion_tokens":12,"total_tokens":62,"prompt_tokens_details":{"cached_tokens":40}}}`, name, name, a)
 }
 
-var weather = loop.ToolSpec{Name: "get_weather", Description: "Weather.", Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)}
+var weather = fleettype.ToolSpec{Name: "get_weather", Description: "Weather.", Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)}
 
 func request() *loop.Request {
 	return &loop.Request{
-		Tools: []loop.ToolSpec{weather, {Name: "noargs"}},
-		Messages: []loop.Message{
-			{Role: loop.RoleSystem, Content: "sys"},
-			{Role: loop.RoleUser, Content: "Weather in Paris?"},
-			{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: "c1", Name: "get_weather", Arguments: json.RawMessage(`{"city":"Paris"}`)}}},
-			{Role: loop.RoleTool, ToolCallID: "c1", Name: "get_weather", Content: `{"ok":true,"result":18}`},
+		Tools: []fleettype.ToolSpec{weather, {Name: "noargs"}},
+		Messages: []fleettype.Message{
+			{Role: fleettype.RoleSystem, Content: "sys"},
+			{Role: fleettype.RoleUser, Content: "Weather in Paris?"},
+			{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{ID: "c1", Name: "get_weather", Arguments: json.RawMessage(`{"city":"Paris"}`)}}},
+			{Role: fleettype.RoleTool, ToolCallID: "c1", Name: "get_weather", Content: `{"ok":true,"result":18}`},
 		},
 	}
 }
@@ -115,11 +116,11 @@ func TestCompleteMapping(t *testing.T) {
 		`{"content":null,"role":"assistant","tool_calls":[{"function":{"arguments":"{\"city\":\"Paris\"}","name":"get_weather"},"id":"c1","type":"function"}]},` +
 		`{"content":"{\"ok\":true,\"result\":18}","name":"get_weather","role":"tool","tool_call_id":"c1"}],"model":"functiongemma","stream":false,"temperature":0,` +
 		`"tool_choice":"auto","tools":[{"function":{"description":"Weather.","name":"get_weather","parameters":{"properties":{"city":{"type":"string"}},"required":["city"],"type":"object"}},"type":"function"},` +
-		`{"function":{"name":"noargs","parameters":{"properties":{},"type":"object"}},"type":"function"}]}`
+		`{"function":{"description":"","name":"noargs","parameters":{"properties":{},"type":"object"}},"type":"function"}]}`
 	if b, _ := json.Marshal(got); string(b) != want {
 		t.Fatalf("request body\n got: %s\nwant: %s", b, want)
 	}
-	if resp.Message.Role != loop.RoleAssistant || resp.FinishReason != loop.FinishToolCalls || len(resp.Message.ToolCalls) != 1 {
+	if resp.Message.Role != fleettype.RoleAssistant || resp.FinishReason != loop.FinishToolCalls || len(resp.Message.ToolCalls) != 1 {
 		t.Fatalf("response %+v", resp)
 	}
 	c := resp.Message.ToolCalls[0]

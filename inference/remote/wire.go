@@ -8,61 +8,26 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/internal/textcut"
 	"github.com/agentfleet/fleet/loop"
 )
 
 type wireRequest struct {
-	Model       string        `json:"model"`
-	Messages    []wireMessage `json:"messages"`
-	Tools       []wireTool    `json:"tools,omitempty"`
-	ToolChoice  any           `json:"tool_choice,omitempty"`
-	MaxTokens   int           `json:"max_tokens,omitempty"`
-	Temperature *float64      `json:"temperature,omitempty"`
-	Stream      bool          `json:"stream"`
-}
-
-type wireMessage struct {
-	Role       string         `json:"role"`
-	Content    *string        `json:"content"`
-	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string         `json:"tool_call_id,omitempty"`
-	Name       string         `json:"name,omitempty"`
-}
-
-type wireToolCall struct {
-	ID       string       `json:"id,omitempty"`
-	Type     string       `json:"type"`
-	Function wireFunction `json:"function"`
-}
-
-type wireFunction struct {
-	Name string `json:"name"`
-	// Arguments is a JSON string holding the arguments' JSON (some servers
-	// answer with the object itself; both are accepted).
-	Arguments json.RawMessage `json:"arguments"`
-}
-
-type wireTool struct {
-	Type     string      `json:"type"`
-	Function wireToolDef `json:"function"`
-}
-
-type wireToolDef struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	Parameters  json.RawMessage `json:"parameters"`
+	Model       string                  `json:"model"`
+	Messages    []fleettype.ChatMessage `json:"messages"`
+	Tools       []fleettype.ChatTool    `json:"tools,omitempty"`
+	ToolChoice  any                     `json:"tool_choice,omitempty"`
+	MaxTokens   int                     `json:"max_tokens,omitempty"`
+	Temperature *float64                `json:"temperature,omitempty"`
+	Stream      bool                    `json:"stream"`
 }
 
 type wireResponse struct {
 	Choices []struct {
-		Message struct {
-			Role      string         `json:"role"`
-			Content   *string        `json:"content"`
-			ToolCalls []wireToolCall `json:"tool_calls"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
+		Message      fleettype.ChatMessage `json:"message"`
+		FinishReason string                `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *struct {
 		PromptTokens        int `json:"prompt_tokens"`
@@ -82,12 +47,12 @@ type wireResponse struct {
 func (m *Model) encode(req *loop.Request) ([]byte, error) {
 	w := wireRequest{Model: m.cfg.Model, MaxTokens: m.cfg.MaxTokens, Temperature: m.cfg.Temperature}
 	for i, msg := range req.Messages {
-		wm := wireMessage{Role: string(msg.Role)}
+		wm := fleettype.ChatMessage{Role: string(msg.Role)}
 		content := msg.Content
 		switch msg.Role {
-		case loop.RoleSystem, loop.RoleUser:
+		case fleettype.RoleSystem, fleettype.RoleUser:
 			wm.Content = &content
-		case loop.RoleAssistant:
+		case fleettype.RoleAssistant:
 			if content != "" || len(msg.ToolCalls) == 0 {
 				wm.Content = &content
 			}
@@ -100,10 +65,10 @@ func (m *Model) encode(req *loop.Request) ([]byte, error) {
 				if err != nil {
 					return nil, fmt.Errorf("remote: message %d: %w", i, err)
 				}
-				wm.ToolCalls = append(wm.ToolCalls, wireToolCall{ID: c.ID, Type: "function",
-					Function: wireFunction{Name: c.Name, Arguments: s}})
+				wm.ToolCalls = append(wm.ToolCalls, fleettype.ChatToolCall{ID: c.ID, Type: "function",
+					Function: fleettype.ChatFunction{Name: c.Name, Arguments: s}})
 			}
-		case loop.RoleTool:
+		case fleettype.RoleTool:
 			wm.Content = &content
 			wm.ToolCallID = msg.ToolCallID
 			wm.Name = msg.Name
@@ -120,7 +85,7 @@ func (m *Model) encode(req *loop.Request) ([]byte, error) {
 		if !json.Valid(params) {
 			return nil, fmt.Errorf("remote: tool %s: parameters are not JSON", t.Name)
 		}
-		w.Tools = append(w.Tools, wireTool{Type: "function", Function: wireToolDef{Name: t.Name, Description: t.Description, Parameters: params}})
+		w.Tools = append(w.Tools, fleettype.ChatTool{Type: "function", Function: fleettype.ChatToolFunction{Name: t.Name, Description: t.Description, Parameters: params}})
 	}
 	if len(w.Tools) > 0 {
 		w.ToolChoice = "auto"
@@ -140,10 +105,8 @@ func decodeResponse(raw []byte) (*loop.Response, error) {
 		return nil, fmt.Errorf("%w: no choices (body %q)", ErrProtocol, textcut.Clip(string(raw), 200, "..."))
 	}
 	ch := w.Choices[0]
-	resp := &loop.Response{Message: loop.Message{Role: loop.RoleAssistant}}
-	if ch.Message.Content != nil {
-		resp.Message.Content = *ch.Message.Content
-	}
+	resp := &loop.Response{Message: fleettype.Message{Role: fleettype.RoleAssistant}}
+	resp.Message.Content = ch.Message.Text()
 	if w.Usage != nil {
 		resp.Usage.PromptTokens = max(w.Usage.PromptTokens, 0)
 		resp.Usage.CompletionTokens = max(w.Usage.CompletionTokens, 0)
@@ -175,7 +138,7 @@ func decodeResponse(raw []byte) (*loop.Response, error) {
 		if err != nil {
 			return nil, invalid(loop.InvalidMalformedCall, fmt.Sprintf("tool call %d (%s): %v", i, c.Function.Name, err))
 		}
-		resp.Message.ToolCalls = append(resp.Message.ToolCalls, loop.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: args})
+		resp.Message.ToolCalls = append(resp.Message.ToolCalls, fleettype.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: args})
 	}
 	if len(resp.Message.ToolCalls) == 0 && strings.Contains(resp.Message.Content, functiongemma.TokStartFunctionCall) {
 		// A server without a tool-aware chat template (llama-server without

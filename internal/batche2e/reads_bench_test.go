@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -42,7 +43,7 @@ func BenchmarkBatchReads(b *testing.B) {
 			b.Fatal(err)
 		}
 		if i < n/3 {
-			state, code := wire.StateSucceeded, wire.ErrorCode("")
+			state, code := wire.StateSucceeded, fleettype.ErrorCode("")
 			if i%10 == 0 {
 				state, code = wire.StateFailed, "AGENT_003"
 			}

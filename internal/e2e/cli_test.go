@@ -16,6 +16,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -139,7 +140,7 @@ func TestListAndHelp(t *testing.T) {
 	}
 	ok, failed := recs["e2e-list-ok"], recs["e2e-list-failed"]
 	if len(recs) != 2 || ok.State != wire.StateSucceeded || ok.Worker != "e2e-worker" || ok.Attempt != 1 ||
-		ok.Operation != "lint" || failed.State != wire.StateFailed || failed.Code != wire.ErrorCode(loop.ErrCodeTurnLimit) {
+		ok.Operation != "lint" || failed.State != wire.StateFailed || failed.Code != fleettype.ErrorCode(loop.ErrCodeTurnLimit) {
 		t.Fatalf("list: %+v", recs)
 	}
 	out, _, code = enqueue(t, w.url, "list", "--state", "failed")

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/embedded"
@@ -283,7 +284,7 @@ func TestEnqueueRunLint(t *testing.T) {
 	if len(evs) == 0 {
 		t.Fatalf("no events:\n%s", out)
 	}
-	if r.State != wire.StateSucceeded || r.Status != wire.StatusSuccess || r.Worker != "e2e-worker" {
+	if r.State != wire.StateSucceeded || r.Status != fleettype.StatusSuccess || r.Worker != "e2e-worker" {
 		t.Fatalf("result %+v", r)
 	}
 	if len(r.ChangedFiles) != 1 || r.ChangedFiles[0] != "src/inventory/stock.py" {
@@ -295,14 +296,14 @@ func TestEnqueueRunLint(t *testing.T) {
 			t.Errorf("diff lacks %q:\n%s", want, r.Diff)
 		}
 	}
-	if evs[0].Kind != wire.EventTurnStarted || evs[len(evs)-1].Kind != wire.EventFinished {
+	if evs[0].Kind != fleettype.EventTurnStarted || evs[len(evs)-1].Kind != fleettype.EventFinished {
 		t.Fatalf("first/last events %s/%s", evs[0].Kind, evs[len(evs)-1].Kind)
 	}
 	for i, e := range evs {
 		if e.Seq != i+1 || e.JobID != r.JobID {
 			t.Fatalf("event %d: seq %d job %s", i, e.Seq, e.JobID)
 		}
-		if e.Kind == wire.EventToolResult && !e.OK {
+		if e.Kind == fleettype.EventToolResult && !e.OK {
 			t.Errorf("tool %s failed: %s", e.Tool, e.Code)
 		}
 	}
@@ -331,7 +332,7 @@ func TestEnqueueRunLint(t *testing.T) {
 	// the job fails with AGENT_003 and enqueue exits 1.
 	out, _, code = enqueue(t, w.url, "run", "lint", sample, "--node", "restock", "--max-turns", "2", "--json")
 	_, r2 := parseNDJSON(t, out)
-	if code != 1 || r2.State != wire.StateFailed || r2.ErrorCode != wire.ErrorCode(loop.ErrCodeTurnLimit) {
+	if code != 1 || r2.State != wire.StateFailed || r2.ErrorCode != fleettype.ErrorCode(loop.ErrCodeTurnLimit) {
 		t.Fatalf("turn-limited job: exit %d, %+v", code, r2)
 	}
 	if !strings.HasSuffix(r2.WorkspaceID, "~3A~3Arestock") {
@@ -410,14 +411,14 @@ func TestLlamaWorker(t *testing.T) {
 	}
 	outputs := 0
 	for _, e := range evs {
-		if e.Kind == wire.EventModelOutput && e.Usage != nil && e.Usage.PromptTokens > 0 {
+		if e.Kind == fleettype.EventModelOutput && e.Usage != nil && e.Usage.PromptTokens > 0 {
 			outputs++
 		}
 	}
 	if outputs == 0 {
 		t.Fatalf("no model_output event with token usage: %+v", evs)
 	}
-	if r.ErrorCode == wire.ErrorCode(loop.ErrCodeModel) {
+	if r.ErrorCode == fleettype.ErrorCode(loop.ErrCodeModel) {
 		t.Fatalf("the model backend failed: %s\n%s", r.Error, w.Logs())
 	}
 	if err := w.stop(); err != nil {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

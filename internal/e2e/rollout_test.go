@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/dataset"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
-	"github.com/agentfleet/fleet/internal/gguf"
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/embedded"
@@ -182,14 +183,14 @@ func TestRolloutToDataset(t *testing.T) {
 			var c calls
 			for _, e := range evs {
 				switch e.Kind {
-				case wire.EventModelOutput:
+				case fleettype.EventModelOutput:
 					c.used++
-				case wire.EventInvalidResponse:
+				case fleettype.EventInvalidResponse:
 					c.refused++
 				}
 			}
 			jobCalls[id] = c
-			if !r.State.Terminal() || r.TranscriptSeq == 0 || r.Model == nil || r.ErrorCode == wire.ErrorCode(loop.ErrCodeModel) {
+			if !r.State.Terminal() || r.TranscriptSeq == 0 || r.Model == nil || r.ErrorCode == fleettype.ErrorCode(loop.ErrCodeModel) {
 				t.Fatalf("job %s: %+v", id, r)
 			}
 			rs = append(rs, r)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -193,7 +194,7 @@ func TestNodeExampleAgainstWorkerBinary(t *testing.T) {
 		t.Fatalf("lines = %+v", lines)
 	}
 	events := lines[1 : len(lines)-1]
-	var kinds []wire.EventKind
+	var kinds []fleettype.EventKind
 	for i, l := range events {
 		if l.Type != "event" || l.Event == nil || l.Event.JobID != jobID {
 			t.Fatalf("line %d = %+v, want an event of %s", i+1, l, jobID)
@@ -204,16 +205,16 @@ func TestNodeExampleAgainstWorkerBinary(t *testing.T) {
 		kinds = append(kinds, l.Event.Kind)
 	}
 	// Two turns: run_linter, then submit_result; finished last.
-	if len(kinds) == 0 || kinds[0] != wire.EventTurnStarted || kinds[len(kinds)-1] != wire.EventFinished {
+	if len(kinds) == 0 || kinds[0] != fleettype.EventTurnStarted || kinds[len(kinds)-1] != fleettype.EventFinished {
 		t.Errorf("event kinds = %v, want turn_started ... finished", kinds)
 	}
 	var calls []string
 	turns := 0
 	for _, l := range events {
 		switch l.Event.Kind {
-		case wire.EventToolCall:
+		case fleettype.EventToolCall:
 			calls = append(calls, l.Event.Tool)
-		case wire.EventTurnStarted:
+		case fleettype.EventTurnStarted:
 			turns++
 		}
 	}
@@ -225,7 +226,7 @@ func TestNodeExampleAgainstWorkerBinary(t *testing.T) {
 		t.Fatalf("last line = %+v, want the result", last)
 	}
 	r := last.Result
-	if r.JobID != jobID || r.State != wire.StateSucceeded || r.Status != wire.StatusSuccess ||
+	if r.JobID != jobID || r.State != wire.StateSucceeded || r.Status != fleettype.StatusSuccess ||
 		r.Summary != "checked by the scripted model" || r.Turns != 2 || r.Worker != "node-example-binary" {
 		t.Errorf("result = %+v", r)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/embedded"
@@ -110,9 +111,9 @@ func writeSample(t *testing.T) string {
 }
 
 // scriptedKinds is what the fake agent emits: two turns, one tool call.
-var scriptedKinds = []wire.EventKind{
-	wire.EventTurnStarted, wire.EventModelOutput, wire.EventToolCall, wire.EventToolResult,
-	wire.EventTurnStarted, wire.EventModelOutput, wire.EventToolCall, wire.EventToolResult, wire.EventFinished,
+var scriptedKinds = []fleettype.EventKind{
+	fleettype.EventTurnStarted, fleettype.EventModelOutput, fleettype.EventToolCall, fleettype.EventToolResult,
+	fleettype.EventTurnStarted, fleettype.EventModelOutput, fleettype.EventToolCall, fleettype.EventToolResult, fleettype.EventFinished,
 }
 
 // scriptedProcessor plays a two-turn run and records the requests it got.
@@ -126,24 +127,24 @@ func (p *scriptedProcessor) Process(ctx context.Context, req *wire.RunRequest, e
 	p.reqs = append(p.reqs, req)
 	p.mu.Unlock()
 	seq := 0
-	emit := func(e loop.Event) {
+	emit := func(e fleettype.Event) {
 		seq++
 		e.Seq, e.Time = seq, time.Now()
 		ev.Emit(e)
 	}
 	tools := []string{"run_linter", "submit_result"}
 	for turn := 1; turn <= 2; turn++ {
-		emit(loop.Event{Kind: loop.EventTurnStarted, Turn: turn, MaxTurns: 4})
-		emit(loop.Event{Kind: loop.EventModelOutput, Turn: turn, Calls: tools[turn-1 : turn], Duration: time.Millisecond,
-			Usage: &loop.Usage{PromptTokens: 100, CompletionTokens: 10}})
-		emit(loop.Event{Kind: loop.EventToolCall, Turn: turn, Tool: tools[turn-1], CallID: "c" + string(rune('0'+turn)),
+		emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Turn: turn, MaxTurns: 4})
+		emit(fleettype.Event{Kind: fleettype.EventModelOutput, Turn: turn, Calls: tools[turn-1 : turn], Duration: time.Millisecond,
+			Usage: &fleettype.Usage{PromptTokens: 100, CompletionTokens: 10}})
+		emit(fleettype.Event{Kind: fleettype.EventToolCall, Turn: turn, Tool: tools[turn-1], CallID: "c" + string(rune('0'+turn)),
 			Arguments: json.RawMessage(`{}`)})
-		emit(loop.Event{Kind: loop.EventToolResult, Turn: turn, Tool: tools[turn-1], CallID: "c" + string(rune('0'+turn)), OK: true})
+		emit(fleettype.Event{Kind: fleettype.EventToolResult, Turn: turn, Tool: tools[turn-1], CallID: "c" + string(rune('0'+turn)), OK: true})
 	}
-	emit(loop.Event{Kind: loop.EventFinished, Turn: 2, Status: loop.StatusSuccess})
+	emit(fleettype.Event{Kind: fleettype.EventFinished, Turn: 2, Status: fleettype.StatusSuccess})
 	return &queue.Outcome{
-		Result: loop.Result{Status: loop.StatusSuccess, Summary: "Removed the unused import os.",
-			ChangedFiles: []string{req.Node.FilePath}, Turns: 2, ToolCalls: 2},
+		Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			Summary: "Removed the unused import os.", ChangedFiles: []string{req.Node.FilePath}, Turns: 2, ToolCalls: 2}},
 		Diff: "--- a/" + req.Node.FilePath + "\n+++ b/" + req.Node.FilePath + "\n@@ -1,2 +1 @@\n-import os\n \n",
 	}, nil
 }
@@ -244,7 +245,7 @@ func TestNodeExampleRunsAJob(t *testing.T) {
 		t.Fatalf("last line = %+v, want the result", last)
 	}
 	r := last.Result
-	if r.JobID != jobID || r.Operation != "lint" || r.State != wire.StateSucceeded || r.Status != wire.StatusSuccess ||
+	if r.JobID != jobID || r.Operation != "lint" || r.State != wire.StateSucceeded || r.Status != fleettype.StatusSuccess ||
 		r.Turns != 2 || r.ToolCalls != 2 || r.Summary != "Removed the unused import os." ||
 		!strings.Contains(r.Diff, "-import os") || r.Worker != "node-example-worker" || r.Attempts != 1 {
 		t.Errorf("result = %+v", r)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -75,7 +76,7 @@ func TestRefusalsAsDocumented(t *testing.T) {
 		name, msgID, ctype string
 		body               []byte
 		resultID           string // "" = no result: the dead letter is found by sequence
-		code               wire.ErrorCode
+		code               fleettype.ErrorCode
 		field              string
 	}{
 		{"json not UTF-8", "r-json-utf8", "", jsonBody("r-json-utf8", "\"x\xff\""), "r-json-utf8", wire.CodeInvalidRequest, "node.text"},
@@ -118,7 +119,7 @@ func TestRefusalsAsDocumented(t *testing.T) {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		prefix := string(c.code) + ": "
-		if r.State != wire.StateDead || r.Status != wire.StatusFailed || r.ErrorCode != c.code || !strings.HasPrefix(r.Error, prefix) {
+		if r.State != wire.StateDead || r.Status != fleettype.StatusFailed || r.ErrorCode != c.code || !strings.HasPrefix(r.Error, prefix) {
 			t.Errorf("%s: result state %s status %s code %s error %q; want dead, failed, %s", c.name, r.State, r.Status, r.ErrorCode, r.Error, c.code)
 		}
 		if c.field != "" && !strings.Contains(r.Error, ": "+c.field+": ") {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/llama"
 	"github.com/agentfleet/fleet/inference/remote"
 	"github.com/agentfleet/fleet/internal/ollamapeer"
@@ -41,9 +42,9 @@ func batchJobs(b *testing.B, n int) []batchJob {
 	if n := envInts("FLEET_BENCH_NODE_LINES", []int{30})[0]; n+1 < len(lines) {
 		base[1].Content = strings.Join(lines[:n+1], "") + "```"
 	}
-	var tools []loop.ToolSpec
+	var tools []fleettype.ToolSpec
 	for _, tl := range def.Tools {
-		tools = append(tools, loop.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
+		tools = append(tools, fleettype.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
 	}
 	jobs := make([]batchJob, n)
 	for i := range jobs {
@@ -51,8 +52,8 @@ func batchJobs(b *testing.B, n int) []batchJob {
 		msgs[1].Content = fmt.Sprintf("Job %d. %s", i, base[1].Content)
 		first := &loop.Request{Messages: msgs, Tools: tools, CacheKey: def.Name}
 		second := &loop.Request{Messages: append(slices.Clone(msgs),
-			loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: "call_1", Name: "run_linter", Arguments: json.RawMessage(`{}`)}}},
-			loop.Message{Role: loop.RoleTool, ToolCallID: "call_1", Name: "run_linter",
+			fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{ID: "call_1", Name: "run_linter", Arguments: json.RawMessage(`{}`)}}},
+			fleettype.Message{Role: fleettype.RoleTool, ToolCallID: "call_1", Name: "run_linter",
 				Content: fmt.Sprintf(`{"outcome":"ok","result":{"issues":[{"code":"W291","line":%d,"message":"trailing whitespace","fixable":true}]},"summary":"1 issue"}`, 10+i%40)}),
 			Tools: tools, CacheKey: def.Name}
 		jobs[i] = batchJob{turns: [2]*loop.Request{first, second}}

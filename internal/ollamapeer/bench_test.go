@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/llama"
 	"github.com/agentfleet/fleet/inference/remote"
 	"github.com/agentfleet/fleet/internal/ollamapeer"
@@ -55,7 +56,7 @@ func benchPeer(b *testing.B) (*ollamapeer.Server, string) {
 // benchMessages is a lint-sized first turn: the lint agent's system prompt
 // and the demo file as node context; run makes each prompt new to both
 // servers' caches.
-func benchMessages(b *testing.B, run int) (*agents.Definition, []loop.Message) {
+func benchMessages(b *testing.B, run int) (*agents.Definition, []fleettype.Message) {
 	defs, err := agents.LoadDir(filepath.Join("..", "..", "agents"))
 	if err != nil {
 		b.Fatal(err)
@@ -65,9 +66,9 @@ func benchMessages(b *testing.B, run int) (*agents.Definition, []loop.Message) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return def, []loop.Message{
-		{Role: loop.RoleSystem, Content: fmt.Sprintf("Run %d. %s", run, def.InitialContext.SystemPrompt)},
-		{Role: loop.RoleUser, Content: "File: src/inventory/stock.py\n```python\n" + string(src) + "```"},
+	return def, []fleettype.Message{
+		{Role: fleettype.RoleSystem, Content: fmt.Sprintf("Run %d. %s", run, def.InitialContext.SystemPrompt)},
+		{Role: fleettype.RoleUser, Content: "File: src/inventory/stock.py\n```python\n" + string(src) + "```"},
 	}
 }
 
@@ -79,7 +80,7 @@ type ollamaAnswer struct {
 }
 
 // ollamaChat asks ollama's native chat API once, sampling up to 64 tokens.
-func ollamaChat(b *testing.B, url string, msgs []loop.Message, seed int) ollamaAnswer {
+func ollamaChat(b *testing.B, url string, msgs []fleettype.Message, seed int) ollamaAnswer {
 	var am []map[string]string
 	for _, m := range msgs {
 		am = append(am, map[string]string{"role": string(m.Role), "content": m.Content})
@@ -184,7 +185,7 @@ func BenchmarkPeer(b *testing.B) {
 	}
 	// fleetRun also returns the time the slot spent sampling, which
 	// ollama's eval_duration leaves out of its own decode figure.
-	fleetRun := func(be *llama.Backend, msgs []loop.Message) (loop.Usage, time.Duration) {
+	fleetRun := func(be *llama.Backend, msgs []fleettype.Message) (fleettype.Usage, time.Duration) {
 		s0 := slots[be].SamplingTime()
 		resp, err := slots[be].Complete(ctx, &loop.Request{Messages: msgs})
 		sampled := slots[be].SamplingTime() - s0
@@ -301,9 +302,9 @@ func BenchmarkPeer(b *testing.B) {
 func lintJob(b *testing.B) []*loop.Request {
 	def, msgs := benchMessages(b, 0)
 	msgs[0].Content = def.InitialContext.SystemPrompt
-	var tools []loop.ToolSpec
+	var tools []fleettype.ToolSpec
 	for _, tl := range def.Tools {
-		tools = append(tools, loop.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
+		tools = append(tools, fleettype.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
 	}
 	steps := []struct{ name, args, result, context string }{
 		{"run_linter", `{}`, `{"outcome":"ok","result":{"issues":[{"code":"W291","line":12,"message":"trailing whitespace","fixable":true},{"code":"F401","line":3,"message":"'os' imported but unused","fixable":true},{"code":"E501","line":40,"message":"line too long (97 > 88)","fixable":false}]},"summary":"3 issues, 2 fixable"}`, ""},
@@ -313,17 +314,17 @@ func lintJob(b *testing.B) []*loop.Request {
 	}
 	var reqs []*loop.Request
 	for i := 0; ; i++ {
-		reqs = append(reqs, &loop.Request{Messages: append([]loop.Message(nil), msgs...), Tools: tools, CacheKey: def.Name})
+		reqs = append(reqs, &loop.Request{Messages: append([]fleettype.Message(nil), msgs...), Tools: tools, CacheKey: def.Name})
 		if i == len(steps) {
 			return reqs
 		}
 		st := steps[i]
 		id := fmt.Sprintf("call_%d", i+1)
-		msgs = append(msgs, loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: id, Name: st.name, Arguments: json.RawMessage(st.args)}}})
+		msgs = append(msgs, fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{ID: id, Name: st.name, Arguments: json.RawMessage(st.args)}}})
 		if st.context != "" {
-			msgs = append(msgs, loop.Message{Role: loop.RoleUser, Content: "[Context] " + st.context})
+			msgs = append(msgs, fleettype.Message{Role: fleettype.RoleUser, Content: "[Context] " + st.context})
 		}
-		msgs = append(msgs, loop.Message{Role: loop.RoleTool, ToolCallID: id, Name: st.name, Content: st.result})
+		msgs = append(msgs, fleettype.Message{Role: fleettype.RoleTool, ToolCallID: id, Name: st.name, Content: st.result})
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/remote"
 	"github.com/agentfleet/fleet/internal/ollamapeer"
 	"github.com/agentfleet/fleet/loop"
@@ -133,23 +134,23 @@ func TestRemoteWireAgainstOllama(t *testing.T) {
 		t.Fatal(err)
 	}
 	def := defs["lint"]
-	var tools []loop.ToolSpec
+	var tools []fleettype.ToolSpec
 	for _, tl := range def.Tools {
-		tools = append(tools, loop.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
+		tools = append(tools, fleettype.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
 	}
-	req := &loop.Request{Tools: tools, Messages: []loop.Message{
-		{Role: loop.RoleSystem, Content: def.InitialContext.SystemPrompt},
-		{Role: loop.RoleUser, Content: "File: a.py\nimport os  \n"},
-		{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: "c1", Name: "apply_fix", Arguments: json.RawMessage(`{"issue_code":"W291","line_number":2}`)}}},
-		{Role: loop.RoleUser, Content: "[Context] line-length 88"},
-		{Role: loop.RoleTool, ToolCallID: "c1", Name: "apply_fix", Content: `{"result":{"remaining":[]},"summary":"fixed","outcome":"ok"}`},
+	req := &loop.Request{Tools: tools, Messages: []fleettype.Message{
+		{Role: fleettype.RoleSystem, Content: def.InitialContext.SystemPrompt},
+		{Role: fleettype.RoleUser, Content: "File: a.py\nimport os  \n"},
+		{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{ID: "c1", Name: "apply_fix", Arguments: json.RawMessage(`{"issue_code":"W291","line_number":2}`)}}},
+		{Role: fleettype.RoleUser, Content: "[Context] line-length 88"},
+		{Role: fleettype.RoleTool, ToolCallID: "c1", Name: "apply_fix", Content: `{"result":{"remaining":[]},"summary":"fixed","outcome":"ok"}`},
 	}}
 	resp, err := m.Complete(context.Background(), req)
 	var bad *loop.InvalidResponseError
 	if err != nil && !errors.As(err, &bad) {
 		t.Fatalf("the server refused the request: %v (log %s)", err, s.LogPath())
 	}
-	usage := loop.Usage{}
+	usage := fleettype.Usage{}
 	if resp != nil {
 		usage = resp.Usage
 	} else {
@@ -199,7 +200,7 @@ func TestRemoteLintJobAgainstOllama(t *testing.T) {
 	}
 	req := &wire.RunRequest{Version: 1, JobID: "remote-lint-1", Operation: "lint", Files: files,
 		Node: wire.Node{ID: path, Name: "stock.py", Type: "file", FilePath: path, Text: files[path]}}
-	out, err := p.Process(context.Background(), req, loop.EventSinkFunc(func(loop.Event) {}))
+	out, err := p.Process(context.Background(), req, loop.EventSinkFunc(func(fleettype.Event) {}))
 	if err != nil {
 		t.Fatalf("%v (ollama log %s)", err, s.LogPath())
 	}

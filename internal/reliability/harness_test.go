@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
@@ -285,7 +286,7 @@ func startRetrying(ctx context.Context, w *queue.Worker) error {
 // only job is to be mid-run when a fault strikes.
 func holdProcessor(d time.Duration) queue.Processor {
 	return queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
-		events.Emit(loop.Event{Kind: loop.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
+		events.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -293,7 +294,8 @@ func holdProcessor(d time.Duration) queue.Processor {
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
-		return &queue.Outcome{Result: loop.Result{Status: loop.StatusSuccess, Summary: "held " + req.JobID, Turns: 1}}, nil
+		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			Summary: "held " + req.JobID, Turns: 1}}}, nil
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -24,7 +25,7 @@ type poison struct {
 	ctype string // Content-Type header ("" = none, JSON)
 	body  []byte
 	subj  string // "" = agents.run.lint
-	code  wire.ErrorCode
+	code  fleettype.ErrorCode
 	// result: a dead result is stored under msgID (the id is usable).
 	result bool
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
@@ -30,7 +31,8 @@ func TestFailedResultWriteIsRetriedNotRecomputed(t *testing.T) {
 	var runs atomic.Int64
 	proc := queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
 		runs.Add(1)
-		return &queue.Outcome{Result: loop.Result{Status: loop.StatusSuccess, Summary: "ran " + req.JobID, Turns: 1}}, nil
+		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			Summary: "ran " + req.JobID, Turns: 1}}}, nil
 	})
 	streams := streamsEnv{AckWait: time.Second, MaxDeliver: 20}
 	w, err := queue.NewWorker(queue.Config{Conn: nc, Operations: []string{"lint"}, Slots: 2, Name: "w",

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -52,12 +53,12 @@ func CancelBound(d time.Duration) ExerciseOption {
 
 // The suite's tools.
 var (
-	exerciseWeather = loop.ToolSpec{
+	exerciseWeather = fleettype.ToolSpec{
 		Name:        "get_weather",
 		Description: "Get the current weather of a city.",
 		Parameters:  json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}`),
 	}
-	exerciseSubmit = loop.ToolSpec{
+	exerciseSubmit = fleettype.ToolSpec{
 		Name:        "submit_result",
 		Description: "Submit the final result and end the task.",
 		Parameters:  json.RawMessage(`{"type":"object","properties":{"status":{"type":"string","enum":["success","failed","skipped"]},"summary":{"type":"string"}},"required":["summary"]}`),
@@ -66,11 +67,11 @@ var (
 
 func exerciseRequest() *loop.Request {
 	return &loop.Request{
-		Messages: []loop.Message{
-			{Role: loop.RoleSystem, Content: "You are a helpful assistant. Call a tool or answer briefly."},
-			{Role: loop.RoleUser, Content: "What is the weather in Paris? Use get_weather, then submit_result."},
+		Messages: []fleettype.Message{
+			{Role: fleettype.RoleSystem, Content: "You are a helpful assistant. Call a tool or answer briefly."},
+			{Role: fleettype.RoleUser, Content: "What is the weather in Paris? Use get_weather, then submit_result."},
 		},
-		Tools:    []loop.ToolSpec{exerciseWeather, exerciseSubmit},
+		Tools:    []fleettype.ToolSpec{exerciseWeather, exerciseSubmit},
 		CacheKey: "looptest",
 	}
 }
@@ -177,11 +178,11 @@ func ExerciseModel(t *testing.T, newModel func(t *testing.T) loop.Model, opts ..
 		first := call(t, m, req)
 		next := &loop.Request{Tools: req.Tools, CacheKey: req.CacheKey}
 		asst := first.Message
-		asst.Role = loop.RoleAssistant
-		asst.ToolCalls = append([]loop.ToolCall(nil), asst.ToolCalls...)
+		asst.Role = fleettype.RoleAssistant
+		asst.ToolCalls = append([]fleettype.ToolCall(nil), asst.ToolCalls...)
 		next.Messages = append(cloneRequest(req).Messages, asst)
 		if len(first.Message.ToolCalls) == 0 {
-			next.Messages = append(next.Messages, loop.Message{Role: loop.RoleUser, Content: "Now call submit_result."})
+			next.Messages = append(next.Messages, fleettype.Message{Role: fleettype.RoleUser, Content: "Now call submit_result."})
 		}
 		for i, c := range asst.ToolCalls {
 			id := c.ID
@@ -189,7 +190,7 @@ func ExerciseModel(t *testing.T, newModel func(t *testing.T) loop.Model, opts ..
 				id = "call_1_" + strconv.Itoa(i+1)
 				asst.ToolCalls[i].ID = id
 			}
-			next.Messages = append(next.Messages, loop.Message{Role: loop.RoleTool, ToolCallID: id, Name: c.Name,
+			next.Messages = append(next.Messages, fleettype.Message{Role: fleettype.RoleTool, ToolCallID: id, Name: c.Name,
 				Content: `{"ok":true,"result":{"city":"Paris","temperature_c":18}}`})
 		}
 		call(t, m, next)
@@ -223,7 +224,7 @@ func ExerciseModel(t *testing.T, newModel func(t *testing.T) loop.Model, opts ..
 			t.Errorf("CountTokens modified its request")
 		}
 		longer := cloneRequest(req)
-		longer.Messages = append(longer.Messages, loop.Message{Role: loop.RoleUser, Content: "And in Lyon, please."})
+		longer.Messages = append(longer.Messages, fleettype.Message{Role: fleettype.RoleUser, Content: "And in Lyon, please."})
 		if n2, err := tc.CountTokens(ctx, longer); err != nil || n2 <= n {
 			t.Errorf("a longer request counts %d tokens (%v), the shorter %d", n2, err, n)
 		}
@@ -245,7 +246,7 @@ func ExerciseModel(t *testing.T, newModel func(t *testing.T) loop.Model, opts ..
 
 func checkResponse(t *testing.T, resp *loop.Response) {
 	t.Helper()
-	if r := resp.Message.Role; r != loop.RoleAssistant {
+	if r := resp.Message.Role; r != fleettype.RoleAssistant {
 		t.Errorf("response role %q, want assistant", r)
 	}
 	switch resp.FinishReason {
@@ -296,7 +297,7 @@ func isJSONObject(raw json.RawMessage) bool {
 func cloneRequest(r *loop.Request) *loop.Request {
 	c := *r
 	c.Messages = cloneMessages(r.Messages)
-	c.Tools = append([]loop.ToolSpec(nil), r.Tools...)
+	c.Tools = append([]fleettype.ToolSpec(nil), r.Tools...)
 	for i := range c.Tools {
 		c.Tools[i].Parameters = append(json.RawMessage(nil), r.Tools[i].Parameters...)
 	}

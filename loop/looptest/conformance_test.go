@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -25,7 +26,7 @@ var brokenModels = map[string]struct {
 		failure: "with a cancelled ctx",
 	},
 	"wrong_role": {
-		model:   func() loop.Model { return funcModel(func(r *loop.Response) { r.Message.Role = loop.RoleUser }) },
+		model:   func() loop.Model { return funcModel(func(r *loop.Response) { r.Message.Role = fleettype.RoleUser }) },
 		failure: `response role "user", want assistant`,
 	},
 	"bad_finish": {
@@ -85,7 +86,7 @@ func (ctxBlind) Complete(context.Context, *loop.Request) (*loop.Response, error)
 
 func submitResponse() *loop.Response {
 	return &loop.Response{
-		Message:      loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{looptest.Call("submit_result", `{"summary":"x"}`)}},
+		Message:      fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{looptest.Call("submit_result", `{"summary":"x"}`)}},
 		FinishReason: loop.FinishToolCalls,
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -23,7 +24,7 @@ func TestExerciseScripted(t *testing.T) {
 	looptest.ExerciseModel(t, func(*testing.T) loop.Model {
 		return looptest.NewScripted(
 			looptest.Calls(looptest.Call("get_weather", `{"city":"Paris"}`)),
-			looptest.Step{Text: "It is 18°C.", Usage: loop.Usage{PromptTokens: 40, CompletionTokens: 6}},
+			looptest.Step{Text: "It is 18°C.", Usage: fleettype.Usage{PromptTokens: 40, CompletionTokens: 6}},
 		)
 	}, looptest.SkipRequireTool())
 }
@@ -36,10 +37,10 @@ func TestScriptedSteps(t *testing.T) {
 	m := looptest.NewScripted(
 		looptest.Text("hi"),
 		looptest.Fail(boom),
-		looptest.Step{Wait: release, Calls: []loop.ToolCall{looptest.Call("x", `{}`)}},
+		looptest.Step{Wait: release, Calls: []fleettype.ToolCall{looptest.Call("x", `{}`)}},
 	)
 	ctx := context.Background()
-	req := &loop.Request{Messages: []loop.Message{{Role: loop.RoleUser, Content: "q"}}}
+	req := &loop.Request{Messages: []fleettype.Message{{Role: fleettype.RoleUser, Content: "q"}}}
 	if r, err := m.Complete(ctx, req); err != nil || r.Message.Content != "hi" || r.FinishReason != loop.FinishStop {
 		t.Fatalf("step 1: %+v %v", r, err)
 	}

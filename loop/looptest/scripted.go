@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 )
 
@@ -33,12 +34,12 @@ type Step struct {
 	// Text is the assistant message's text.
 	Text string
 	// Calls are the assistant message's tool calls.
-	Calls []loop.ToolCall
+	Calls []fleettype.ToolCall
 	// Finish is the finish reason; "" means tool_calls when there are
 	// calls, else stop.
 	Finish loop.FinishReason
 	// Usage is reported as the call's usage.
-	Usage loop.Usage
+	Usage fleettype.Usage
 	// Err is returned instead of a response.
 	Err error
 	// Delay waits before answering.
@@ -54,12 +55,12 @@ type Step struct {
 
 // Call returns a tool call of name with args (a JSON text; "" for none).
 // The id is left empty: the loop fills it in.
-func Call(name, args string) loop.ToolCall {
-	return loop.ToolCall{Name: name, Arguments: json.RawMessage(args)}
+func Call(name, args string) fleettype.ToolCall {
+	return fleettype.ToolCall{Name: name, Arguments: json.RawMessage(args)}
 }
 
 // Calls returns a step that calls the given tools.
-func Calls(calls ...loop.ToolCall) Step { return Step{Calls: calls} }
+func Calls(calls ...fleettype.ToolCall) Step { return Step{Calls: calls} }
 
 // Submit returns a step that calls submit_result with args.
 func Submit(args string) Step { return Calls(Call("submit_result", args)) }
@@ -118,12 +119,12 @@ func NewNoop() *Scripted {
 var noopSubmit = json.RawMessage(`{"status":"success","summary":"noop"}`)
 
 func noop(_ context.Context, req *loop.Request) (*loop.Response, error) {
-	call := loop.ToolCall{Name: "submit_result", Arguments: noopSubmit}
+	call := fleettype.ToolCall{Name: "submit_result", Arguments: noopSubmit}
 	if req.RequireTool != "" && req.RequireTool != "submit_result" {
-		call = loop.ToolCall{Name: req.RequireTool, Arguments: json.RawMessage(`{}`)}
+		call = fleettype.ToolCall{Name: req.RequireTool, Arguments: json.RawMessage(`{}`)}
 	}
 	return &loop.Response{
-		Message:      loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{call}},
+		Message:      fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{call}},
 		FinishReason: loop.FinishToolCalls,
 	}, nil
 }
@@ -194,7 +195,7 @@ func (st Step) answer(ctx context.Context, req *loop.Request) (*loop.Response, e
 		}
 	}
 	return &loop.Response{
-		Message:      loop.Message{Role: loop.RoleAssistant, Content: st.Text, ToolCalls: slices.Clone(st.Calls)},
+		Message:      fleettype.Message{Role: fleettype.RoleAssistant, Content: st.Text, ToolCalls: slices.Clone(st.Calls)},
 		FinishReason: finish,
 		Usage:        st.Usage,
 	}, nil
@@ -215,7 +216,7 @@ func (s *Scripted) CallCount() int {
 	return s.calls
 }
 
-func cloneMessages(msgs []loop.Message) []loop.Message {
+func cloneMessages(msgs []fleettype.Message) []fleettype.Message {
 	out := slices.Clone(msgs)
 	for i := range out {
 		out[i].ToolCalls = slices.Clone(out[i].ToolCalls)

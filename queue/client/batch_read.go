@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -59,7 +60,7 @@ type BatchStatus struct {
 	ByOp       map[string]*BatchCounts `json:"by_operation"`
 	Operations []string                `json:"operations"`
 	// Codes counts the jobs that ended with an error code, by code.
-	Codes map[wire.ErrorCode]int `json:"codes,omitempty"`
+	Codes map[fleettype.ErrorCode]int `json:"codes,omitempty"`
 	// Finished: every published job has its result and the fan-out ended
 	// (or its publisher has been silent for 30 s).
 	Finished bool `json:"finished"`
@@ -155,7 +156,7 @@ func (c *Client) BatchStatus(ctx context.Context, batchID string) (*BatchStatus,
 	if err != nil {
 		return nil, fmt.Errorf("queue: batch %s: %w", batchID, err)
 	}
-	st := &BatchStatus{Record: *rec, ByOp: map[string]*BatchCounts{}, Codes: map[wire.ErrorCode]int{}}
+	st := &BatchStatus{Record: *rec, ByOp: map[string]*BatchCounts{}, Codes: map[fleettype.ErrorCode]int{}}
 	op := func(name string) *BatchCounts {
 		b := st.ByOp[name]
 		if b == nil {
@@ -248,7 +249,7 @@ type BatchJobState struct {
 	// the batch was interrupted before it was published: Unpublished).
 	State wire.JobState `json:"state"`
 	// Code is the result's error code, if any.
-	Code wire.ErrorCode `json:"code,omitempty"`
+	Code fleettype.ErrorCode `json:"code,omitempty"`
 	// ResultSubject is where its stored result is (Client.Result reads it)
 	// when it ended; "" otherwise.
 	ResultSubject string `json:"result_subject,omitempty"`
@@ -310,7 +311,7 @@ func (c *Client) BatchJobs(ctx context.Context, batchID string) ([]BatchJobState
 		j := &jobs[i]
 		switch t, ok := done[j.JobID]; {
 		case ok:
-			j.State, j.Code, j.ResultSubject = t.State, wire.ErrorCode(t.Code), wire.ResultSubject(j.JobID)
+			j.State, j.Code, j.ResultSubject = t.State, fleettype.ErrorCode(t.Code), wire.ResultSubject(j.JobID)
 		case started[j.JobID]:
 			j.State = wire.StateRunning
 		case i < unpublishedFrom:

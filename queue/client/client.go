@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -96,7 +97,7 @@ type enqueueOptions struct {
 // event is a JetStream write, so a coordinator that only wants results
 // saves most of a short job's cost (docs/PERFORMANCE.md). Attach and the
 // Reply-To copies then see only these events; the result is unaffected.
-func WithEvents(kinds ...wire.EventKind) EnqueueOption {
+func WithEvents(kinds ...fleettype.EventKind) EnqueueOption {
 	v := "none"
 	if len(kinds) > 0 {
 		parts := make([]string, len(kinds))

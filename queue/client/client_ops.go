@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -69,9 +70,9 @@ type DeadLetter struct {
 	Subject   string `json:"subject"`
 	Operation string `json:"operation"`
 	// JobID is the request's job id ("" when it could not be read).
-	JobID  string         `json:"job_id,omitempty"`
-	Code   wire.ErrorCode `json:"code"`
-	Reason string         `json:"reason"`
+	JobID  string              `json:"job_id,omitempty"`
+	Code   fleettype.ErrorCode `json:"code"`
+	Reason string              `json:"reason"`
 	// OriginalSubject and OriginalSeq locate the request in FLEET_RUNS.
 	OriginalSubject string `json:"original_subject,omitempty"`
 	OriginalSeq     uint64 `json:"original_seq,omitempty"`
@@ -101,7 +102,7 @@ func newDeadLetter(m *ledger.StoredMsg) *DeadLetter {
 		h.Set(wire.HeaderMsgID, id) // the dead letter's own (set by its writer)
 	}
 	d := &DeadLetter{Seq: m.Seq, Subject: m.Subject, Operation: trimPrefix(m.Subject, wire.SubjectDLQPrefix),
-		JobID: h.Get(wire.HeaderJobID), Code: wire.ErrorCode(h.Get(wire.HeaderDLQCode)), Reason: h.Get(wire.HeaderDLQReason),
+		JobID: h.Get(wire.HeaderJobID), Code: fleettype.ErrorCode(h.Get(wire.HeaderDLQCode)), Reason: h.Get(wire.HeaderDLQReason),
 		OriginalSubject: h.Get(wire.HeaderOrigSubject), Time: m.Time, Header: h, Data: m.Data}
 	d.OriginalSeq, _ = strconv.ParseUint(h.Get(wire.HeaderOrigSeq), 10, 64)
 	d.Deliveries, _ = strconv.Atoi(h.Get(wire.HeaderDeliveries))

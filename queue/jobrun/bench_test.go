@@ -18,6 +18,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
@@ -31,19 +32,19 @@ import (
 // The model is stateless (it looks at the conversation), so one instance
 // serves every job and every slot.
 func lintOneTurn(_ context.Context, req *loop.Request) (*loop.Response, error) {
-	call := loop.ToolCall{Name: "run_linter", Arguments: json.RawMessage(`{}`)}
+	call := fleettype.ToolCall{Name: "run_linter", Arguments: json.RawMessage(`{}`)}
 	for _, m := range req.Messages {
-		if m.Role == loop.RoleTool && m.Name == "run_linter" {
+		if m.Role == fleettype.RoleTool && m.Name == "run_linter" {
 			if !strings.Contains(m.Content, `"outcome":"ok"`) && !strings.Contains(m.Content, `"outcome": "ok"`) {
 				return nil, fmt.Errorf("run_linter failed: %s", m.Content)
 			}
-			call = loop.ToolCall{Name: "submit_result",
+			call = fleettype.ToolCall{Name: "submit_result",
 				Arguments: json.RawMessage(`{"summary":"3 issues, none fixed","changed_files":[],"details":{"issues_fixed":0,"issues_remaining":3}}`)}
 			break
 		}
 	}
 	return &loop.Response{
-		Message:      loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{call}},
+		Message:      fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{call}},
 		FinishReason: loop.FinishToolCalls,
 	}, nil
 }
@@ -135,7 +136,7 @@ func checkLintOutcome(b *testing.B, out *queue.Outcome, err error) {
 		b.Fatal(err)
 	}
 	r := out.Result
-	if r.Status != loop.StatusSuccess || r.ToolCalls != 2 || len(r.ChangedFiles) != 0 {
+	if r.Status != fleettype.StatusSuccess || r.ToolCalls != 2 || len(r.ChangedFiles) != 0 {
 		b.Fatalf("status %s, %d tool calls, changed %v, error %q", r.Status, r.ToolCalls, r.ChangedFiles, r.Error)
 	}
 }
@@ -313,7 +314,7 @@ func BenchmarkProcessNoop(b *testing.B) {
 	}
 	files := demoFiles(b)
 	out, err := p.Process(context.Background(), lintRequest(files, "warm"), nil)
-	if err != nil || out.Result.Status != loop.StatusSuccess {
+	if err != nil || out.Result.Status != fleettype.StatusSuccess {
 		b.Fatalf("%+v %v", out, err)
 	}
 	lat := make([]time.Duration, 0, b.N)
@@ -322,7 +323,7 @@ func BenchmarkProcessNoop(b *testing.B) {
 		t := time.Now()
 		out, err := p.Process(context.Background(), lintRequest(files, fmt.Sprintf("bench-%d", i)), nil)
 		lat = append(lat, time.Since(t))
-		if err != nil || out.Result.Status != loop.StatusSuccess {
+		if err != nil || out.Result.Status != fleettype.StatusSuccess {
 			b.Fatalf("%+v %v", out, err)
 		}
 	}
@@ -357,7 +358,7 @@ func BenchmarkProcessLintOneTurnSlots2(b *testing.B) {
 				}
 				t := time.Now()
 				out, err := p.Process(context.Background(), lintRequest(files, fmt.Sprintf("bench-%d", i)), nil)
-				if err == nil && out.Result.Status != loop.StatusSuccess {
+				if err == nil && out.Result.Status != fleettype.StatusSuccess {
 					err = fmt.Errorf("status %s: %s", out.Result.Status, out.Result.Error)
 				}
 				if err != nil {

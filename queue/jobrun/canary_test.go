@@ -10,6 +10,7 @@ import (
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue/jobrun"
@@ -63,7 +64,7 @@ func TestCanaryShareOverScriptedJobs(t *testing.T) {
 			t.Fatal(err)
 		}
 		tr := out.Transcript
-		if out.Result.Status != loop.StatusSuccess || tr == nil {
+		if out.Result.Status != fleettype.StatusSuccess || tr == nil {
 			t.Fatalf("job %s: %s %s", id, out.Result.Status, out.Result.Error)
 		}
 		if tr.AgentVersion != 3 || tr.AgentDigest != "sha256:ab" {

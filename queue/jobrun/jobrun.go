@@ -53,6 +53,7 @@ import (
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/cairn/toolexec"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/memory"
@@ -444,12 +445,9 @@ func runLimits(base loop.Config, o wire.RunOptions) loop.Config {
 	return base
 }
 
-func failed(code wire.ErrorCode, msg string) *queue.Outcome {
+func failed(code fleettype.ErrorCode, msg string) *queue.Outcome {
 	return &queue.Outcome{Result: loop.Result{
-		Status:       loop.StatusFailed,
-		ChangedFiles: []string{},
-		Details:      map[string]any{},
-		Error:        string(code) + ": " + msg,
-		ErrorCode:    loop.ErrorCode(code),
+		Result: fleettype.Result{Status: fleettype.StatusFailed, ChangedFiles: []string{},
+			Details: map[string]any{}, Error: string(code) + ": " + msg, ErrorCode: fleettype.ErrorCode(code)},
 	}}
 }

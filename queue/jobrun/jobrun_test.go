@@ -19,6 +19,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
@@ -84,10 +85,10 @@ func demoRequest(t testing.TB, jobID string) *wire.RunRequest {
 
 type recorder struct {
 	mu     sync.Mutex
-	events []loop.Event
+	events []fleettype.Event
 }
 
-func (r *recorder) Emit(e loop.Event) {
+func (r *recorder) Emit(e fleettype.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, e)
 	r.mu.Unlock()
@@ -138,7 +139,7 @@ func TestLintJobFixesFileInOverlay(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := out.Result
-	if r.Status != loop.StatusSuccess || r.ErrorCode != "" {
+	if r.Status != fleettype.StatusSuccess || r.ErrorCode != "" {
 		t.Fatalf("status %s, error %q; details %v", r.Status, r.Error, r.Details)
 	}
 	if !slices.Equal(r.ChangedFiles, []string{stockPath}) {
@@ -160,7 +161,7 @@ func TestLintJobFixesFileInOverlay(t *testing.T) {
 	// Every tool result was ok (the scripted model did what the tools allow).
 	var failedTools []string
 	for _, e := range rec.events {
-		if e.Kind == loop.EventToolResult && !e.OK {
+		if e.Kind == fleettype.EventToolResult && !e.OK {
 			failedTools = append(failedTools, e.Tool+":"+e.Code)
 		}
 	}
@@ -221,7 +222,7 @@ func TestOptionsOverrideLimits(t *testing.T) {
 		t.Fatalf("model called %d times, want 2 (one turn and the last chance)", n)
 	}
 	for _, e := range rec.events {
-		if e.Kind == loop.EventTurnStarted && e.MaxTurns != 1 {
+		if e.Kind == fleettype.EventTurnStarted && e.MaxTurns != 1 {
 			t.Fatalf("turn_started max_turns %d, want 1", e.MaxTurns)
 		}
 	}
@@ -236,7 +237,7 @@ func TestOptionsOverrideLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Result.Status != loop.StatusFailed || time.Since(start) > 30*time.Second {
+	if out.Result.Status != fleettype.StatusFailed || time.Since(start) > 30*time.Second {
 		t.Fatalf("result %+v after %s", out.Result, time.Since(start))
 	}
 }
@@ -298,7 +299,7 @@ func TestBadRequestsFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Result.ErrorCode != loop.ErrorCode(wire.CodeInvalidRequest) || !strings.Contains(out.Result.Error, "src") {
+	if out.Result.ErrorCode != fleettype.ErrorCode(wire.CodeInvalidRequest) || !strings.Contains(out.Result.Error, "src") {
 		t.Fatalf("error %q", out.Result.Error)
 	}
 	if _, err := os.Stat(jobrun.JobDir(root, "job-clash")); !errors.Is(err, os.ErrNotExist) {
@@ -311,7 +312,7 @@ func TestBadRequestsFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Result.ErrorCode != loop.ErrorCode(wire.CodeUnknownOperation) {
+	if out.Result.ErrorCode != fleettype.ErrorCode(wire.CodeUnknownOperation) {
 		t.Fatalf("error %q", out.Result.Error)
 	}
 }
@@ -329,7 +330,7 @@ func TestRedeliveryStartsFresh(t *testing.T) {
 		if err != nil {
 			t.Fatalf("attempt %d: %v", i+1, err)
 		}
-		if out.Result.Status != loop.StatusSuccess || len(out.Result.ChangedFiles) != 0 || out.Diff != "" {
+		if out.Result.Status != fleettype.StatusSuccess || len(out.Result.ChangedFiles) != 0 || out.Diff != "" {
 			t.Fatalf("attempt %d: %+v diff %q", i+1, out.Result, out.Diff)
 		}
 	}

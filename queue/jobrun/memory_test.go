@@ -14,6 +14,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
@@ -157,7 +158,7 @@ func TestMemoryAcrossRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Result.Status != loop.StatusSuccess {
+	if out.Result.Status != fleettype.StatusSuccess {
 		t.Fatalf("run 1: %s %s", out.Result.Status, out.Result.Error)
 	}
 	if strings.Contains(firstTurn(t, m1), "Memory from earlier runs") {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -40,7 +41,7 @@ func TestModelUnavailableFailsTheJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Result.ErrorCode != loop.ErrorCode(wire.CodeModelUnavailable) || out.Result.Status != loop.StatusFailed ||
+	if out.Result.ErrorCode != fleettype.ErrorCode(wire.CodeModelUnavailable) || out.Result.Status != fleettype.StatusFailed ||
 		!strings.Contains(out.Result.Error, "lint-fg@9 is not stored") {
 		t.Fatalf("result %+v", out.Result)
 	}

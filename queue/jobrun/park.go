@@ -72,7 +72,7 @@ func (p *Processor) park(ctx context.Context, req *wire.RunRequest, ws *workspac
 // parkStateFailed is the failed outcome of a parked state that cannot be
 // resumed (loop.ErrCodeParkState).
 func parkStateFailed(msg string) *queue.Outcome {
-	return failed(wire.ErrorCode(loop.ErrCodeParkState), "the parked run cannot be resumed: "+msg)
+	return failed(loop.ErrCodeParkState, "the parked run cannot be resumed: "+msg)
 }
 
 // resume continues a parked job with the answer.

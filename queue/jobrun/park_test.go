@@ -11,6 +11,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
@@ -120,7 +121,7 @@ tools:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Park != nil || out.Result.Status != loop.StatusSuccess || out.Result.Turns != 2 || !strings.Contains(out.Diff, "+# before") {
+	if out.Park != nil || out.Result.Status != fleettype.StatusSuccess || out.Result.Turns != 2 || !strings.Contains(out.Diff, "+# before") {
 		t.Fatalf("resumed outcome %+v\n%s", out.Result, out.Diff)
 	}
 	reqs := m2.Requests()

@@ -11,6 +11,7 @@ import (
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/remote"
 	"github.com/agentfleet/fleet/internal/testutil/chattest"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
@@ -34,7 +35,7 @@ func (m *localModel) Complete(context.Context, *loop.Request) (*loop.Response, e
 	m.mu.Lock()
 	m.calls++
 	m.mu.Unlock()
-	return &loop.Response{Message: loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: "c1", Name: "submit_result",
+	return &loop.Response{Message: fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{ID: "c1", Name: "submit_result",
 		Arguments: json.RawMessage(`{"summary":"local","changed_files":[]}`)}}}, FinishReason: loop.FinishToolCalls}, nil
 }
 

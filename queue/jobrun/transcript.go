@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/agentfleet/fleet/agents"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/filedigest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -30,17 +31,9 @@ func (p *Processor) transcript(agent Agent, def *agents.Definition, canary bool,
 	lastChance := res.ErrorCode == loop.ErrCodeTurnLimit || res.Details[loop.DetailTurnLimitHit] == true
 	t := &wire.Transcript{Agent: def.Name, AgentVersion: agent.Version, AgentDigest: digest, ModelRef: ref, Canary: canary,
 		Model: mi, Teacher: teacher, LastChance: lastChance,
-		Tools: make([]wire.TranscriptTool, len(res.Tools)), Messages: make([]wire.TranscriptMessage, len(res.Messages))}
-	for i, s := range res.Tools {
-		t.Tools[i] = wire.TranscriptTool{Name: s.Name, Description: s.Description, Parameters: s.Parameters}
-	}
-	for i, m := range res.Messages {
-		tm := wire.TranscriptMessage{Role: string(m.Role), Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
-		for _, c := range m.ToolCalls {
-			tm.ToolCalls = append(tm.ToolCalls, wire.TranscriptCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
-		}
-		t.Messages[i] = tm
-	}
+		// Copies: a transcript cut to fit the server's max payload changes
+		// its messages, never the run's.
+		Tools: append([]fleettype.ToolSpec{}, res.Tools...), Messages: append([]fleettype.Message{}, res.Messages...)}
 	return t
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/filedigest"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue"
@@ -95,7 +96,7 @@ func TestTranscriptOfARealJob(t *testing.T) {
 	}
 	tr := v.Transcript
 	if tr.JobID != job || tr.Operation != "lint" || tr.Agent != defs["lint"].Name || tr.Worker != "tx-worker" ||
-		tr.Attempt != 1 || tr.Lease == 0 || tr.State != wire.StateSucceeded || tr.Status != wire.StatusSuccess {
+		tr.Attempt != 1 || tr.Lease == 0 || tr.State != wire.StateSucceeded || tr.Status != fleettype.StatusSuccess {
 		t.Fatalf("transcript header %+v", tr)
 	}
 	if tr.Model != (wire.ModelInfo{Backend: "llama", Name: gguf, Digest: digest}) {
@@ -118,7 +119,7 @@ func TestTranscriptOfARealJob(t *testing.T) {
 	var roles []string
 	var calls []string
 	for _, m := range tr.Messages {
-		roles = append(roles, m.Role)
+		roles = append(roles, string(m.Role))
 		for _, c := range m.ToolCalls {
 			calls = append(calls, c.Name)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
@@ -30,12 +31,12 @@ import (
 // lint agent's run_linter tool, then submits. It serves any number of jobs.
 func oneTurnLint() *looptest.Scripted {
 	step := looptest.Func(func(_ context.Context, req *loop.Request) (*loop.Response, error) {
-		call := loop.ToolCall{ID: "call_1", Name: "run_linter", Arguments: json.RawMessage(`{}`)}
-		if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == loop.RoleTool {
-			call = loop.ToolCall{ID: "call_2", Name: "submit_result",
+		call := fleettype.ToolCall{ID: "call_1", Name: "run_linter", Arguments: json.RawMessage(`{}`)}
+		if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == fleettype.RoleTool {
+			call = fleettype.ToolCall{ID: "call_2", Name: "submit_result",
 				Arguments: json.RawMessage(`{"summary":"checked","changed_files":[]}`)}
 		}
-		return &loop.Response{Message: loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{call}},
+		return &loop.Response{Message: fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{call}},
 			FinishReason: loop.FinishToolCalls}, nil
 	})
 	s := looptest.NewScripted(step)

@@ -14,6 +14,7 @@ import (
 	"github.com/agentfleet/fleet/cairn"
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
@@ -43,8 +44,8 @@ func TestJobStoredWhenRunEnds(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, jobrun.ManifestFile), []byte("{}"), 0o640); err != nil {
 				return nil, err
 			}
-			return &loop.Response{Message: loop.Message{Role: loop.RoleAssistant,
-				ToolCalls: []loop.ToolCall{looptest.Call("apply_fix", `{"issue_code":"F401","line_number":0}`)}}}, nil
+			return &loop.Response{Message: fleettype.Message{Role: fleettype.RoleAssistant,
+				ToolCalls: []fleettype.ToolCall{looptest.Call("apply_fix", `{"issue_code":"F401","line_number":0}`)}}}, nil
 		})
 		model := looptest.NewScripted(fix,
 			looptest.Submit(`{"summary":"removed an unused import","changed_files":["src/inventory/stock.py"]}`),

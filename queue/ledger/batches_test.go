@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -55,8 +56,9 @@ func TestBatchTallies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := &wire.AgentResult{Version: 1, JobID: "bt-1", Operation: "lint", State: wire.StateFailed, Status: wire.StatusFailed,
-		ErrorCode: "AGENT_003", Error: "AGENT_003: max turns", ChangedFiles: []string{}}
+	res := &wire.AgentResult{Version: 1, JobID: "bt-1", Operation: "lint", State: wire.StateFailed,
+		Result: fleettype.Result{Status: fleettype.StatusFailed, ErrorCode: "AGENT_003",
+			Error: "AGENT_003: max turns", ChangedFiles: []string{}}}
 	if err := l.Complete(ctx, lease, res); err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +70,9 @@ func TestBatchTallies(t *testing.T) {
 
 	// A result stored by an attempt that died before its tally: the
 	// redelivery's claim finds it and tallies it.
-	data, err := wire.JSON.Marshal(&wire.AgentResult{Version: 1, JobID: "bt-2", Operation: "lint", State: wire.StateSucceeded,
-		Status: wire.StatusSuccess, ChangedFiles: []string{}})
+	data, err := wire.JSON.Marshal(&wire.AgentResult{Version: 1, JobID: "bt-2", Operation: "lint",
+		State: wire.StateSucceeded, Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			ChangedFiles: []string{}}})
 	if err != nil {
 		t.Fatal(err)
 	}

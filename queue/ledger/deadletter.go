@@ -10,16 +10,17 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/textcut"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // DeadResult is the result a dead-lettered job gets.
-func DeadResult(d *Delivery, worker string, code wire.ErrorCode, reason string) *wire.AgentResult {
+func DeadResult(d *Delivery, worker string, code fleettype.ErrorCode, reason string) *wire.AgentResult {
 	now := time.Now().UTC()
-	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: d.JobID, Operation: d.Operation, State: wire.StateDead,
-		Status: wire.StatusFailed, ChangedFiles: []string{}, ErrorCode: code, Error: reason, Worker: worker,
-		Attempts: d.Attempt}
+	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: d.JobID, Operation: d.Operation,
+		State: wire.StateDead, Result: fleettype.Result{Status: fleettype.StatusFailed,
+			ChangedFiles: []string{}, ErrorCode: code, Error: reason}, Worker: worker, Attempts: d.Attempt}
 	if !strings.HasPrefix(reason, string(code)) {
 		r.Error = string(code) + ": " + reason
 	}
@@ -34,7 +35,7 @@ func DeadResult(d *Delivery, worker string, code wire.ErrorCode, reason string) 
 
 // dlqMsg is the dead letter of d: the request's bytes and headers plus the
 // reason headers (docs/PROTOCOL.md §8).
-func dlqMsg(d *Delivery, code wire.ErrorCode, reason string) *nats.Msg {
+func dlqMsg(d *Delivery, code fleettype.ErrorCode, reason string) *nats.Msg {
 	op := d.Operation
 	if !wire.ValidOperation(op) {
 		op = "_invalid"
@@ -80,7 +81,7 @@ func deadLetterLease(ctx context.Context, claim func(context.Context, *Delivery)
 // (none when another copy of the job holds it or the job has its result),
 // then the request is removed from the queue (Term of the delivery, or a
 // delete of the stored message when it has no live delivery).
-func (j *JetStream) DeadLetter(ctx context.Context, d *Delivery, code wire.ErrorCode, reason string) error {
+func (j *JetStream) DeadLetter(ctx context.Context, d *Delivery, code fleettype.ErrorCode, reason string) error {
 	if a := j.write(dlqMsg(d, code, reason)); a.err != nil {
 		return fmt.Errorf("ledger: publish dead letter: %w", a.err)
 	}

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -141,7 +142,7 @@ type Ledger interface {
 	// DeadLetter copies d's request to the dead-letter stream with code
 	// and reason, stores a dead result when the job id is usable and no
 	// other copy holds the job, and removes the request from the queue.
-	DeadLetter(ctx context.Context, d *Delivery, code wire.ErrorCode, reason string) error
+	DeadLetter(ctx context.Context, d *Delivery, code fleettype.ErrorCode, reason string) error
 	// Settle acknowledges a delivery that needs no run (Claim said done or
 	// duplicate).
 	Settle(ctx context.Context, d *Delivery) error

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -293,7 +294,7 @@ func (m *Memory) Requeue(ctx context.Context, l *Lease, delay time.Duration, rea
 }
 
 // DeadLetter implements Ledger.
-func (m *Memory) DeadLetter(ctx context.Context, d *Delivery, code wire.ErrorCode, reason string) error {
+func (m *Memory) DeadLetter(ctx context.Context, d *Delivery, code fleettype.ErrorCode, reason string) error {
 	m.mu.Lock()
 	dl := dlqMsg(d, code, reason)
 	if id := dl.Header.Get(wire.HeaderMsgID); !m.msgIDs[id] {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -28,7 +29,7 @@ type MemoryDeadLetter struct {
 	// Seq is the request's sequence; JobID its job id ("" when invalid).
 	Seq     uint64
 	JobID   string
-	Code    wire.ErrorCode
+	Code    fleettype.ErrorCode
 	Reason  string
 	Subject string
 	Header  map[string][]string

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/ledger/ledgertest"
@@ -46,7 +47,8 @@ func TestMemoryWithConsumerDeliveries(t *testing.T) {
 	if err != nil || !l2.TookOver {
 		t.Fatalf("claim of the redelivery: %+v, %v", l2, err)
 	}
-	res := &wire.AgentResult{JobID: job, Operation: d2.Operation, State: wire.StateSucceeded, ChangedFiles: []string{}}
+	res := &wire.AgentResult{JobID: job, Operation: d2.Operation, State: wire.StateSucceeded,
+		Result: fleettype.Result{ChangedFiles: []string{}}}
 	if err := m.Complete(ctx, l2, res); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/ledger/ledgertest"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -50,7 +51,7 @@ func TestTranscriptOfTheStoredResult(t *testing.T) {
 		t.Fatalf("stale transcript after the takeover: %v, want ErrFenced", err)
 	}
 	seq, err := l.PutTranscript(ctx, cur, &wire.Transcript{JobID: job, Worker: "current",
-		Messages: []wire.TranscriptMessage{{Role: "user", Content: "lint this"}}})
+		Messages: []fleettype.Message{{Role: "user", Content: "lint this"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,8 +59,8 @@ func TestTranscriptOfTheStoredResult(t *testing.T) {
 	if again, err := l.PutTranscript(ctx, cur, &wire.Transcript{JobID: job, Worker: "current"}); err != nil || again != seq {
 		t.Fatalf("retried transcript: seq %d, %v; want %d", again, err, seq)
 	}
-	res := &wire.AgentResult{Version: 1, JobID: job, Operation: h.op, State: wire.StateSucceeded, Status: wire.StatusSuccess,
-		ChangedFiles: []string{}, TranscriptSeq: seq}
+	res := &wire.AgentResult{Version: 1, JobID: job, Operation: h.op, State: wire.StateSucceeded,
+		Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{}}, TranscriptSeq: seq}
 	if err := l.Complete(ctx, cur, res); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestTranscriptsMaxAgeValidated(t *testing.T) {
 // longest contents first, marked) instead of failing forever.
 func TestTranscriptCutToFit(t *testing.T) {
 	long := strings.Repeat("ruff output line é\n", 4000)
-	tr := &wire.Transcript{JobID: "j", Messages: []wire.TranscriptMessage{
+	tr := &wire.Transcript{JobID: "j", Messages: []fleettype.Message{
 		{Role: "user", Content: "lint this"}, {Role: "tool", Content: long}, {Role: "tool", Content: long[:20000]}}}
 	data, err := ledger.FitTranscript(tr, 16<<10)
 	if err != nil {
@@ -145,10 +146,10 @@ func TestTranscriptCutToFit(t *testing.T) {
 		!utf8.ValidString(back.Messages[1].Content) {
 		t.Fatalf("%d bytes, truncated %v, contents %q…", len(data), back.Truncated, back.Messages[1].Content[:40])
 	}
-	if _, err := ledger.FitTranscript(&wire.Transcript{JobID: "j", Messages: []wire.TranscriptMessage{{Role: "user", Content: "x"}}}, 10); err == nil {
+	if _, err := ledger.FitTranscript(&wire.Transcript{JobID: "j", Messages: []fleettype.Message{{Role: "user", Content: "x"}}}, 10); err == nil {
 		t.Fatal("a transcript that cannot fit: no error")
 	}
-	small := &wire.Transcript{JobID: "j", Messages: []wire.TranscriptMessage{{Role: "user", Content: "short"}}}
+	small := &wire.Transcript{JobID: "j", Messages: []fleettype.Message{{Role: "user", Content: "short"}}}
 	if data, err := ledger.FitTranscript(small, 16<<10); err != nil || small.Truncated || !strings.Contains(string(data), `"short"`) {
 		t.Fatalf("small transcript: %s %v", data, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/ledger/ledgertest"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -59,8 +60,8 @@ func TestTranscriptsInterleaved(t *testing.T) {
 		}
 	}
 	for i := range jobs {
-		res := &wire.AgentResult{Version: 1, JobID: ids[i], Operation: h.op, State: wire.StateSucceeded, Status: wire.StatusSuccess,
-			ChangedFiles: []string{}, TranscriptSeq: seqs[i]}
+		res := &wire.AgentResult{Version: 1, JobID: ids[i], Operation: h.op, State: wire.StateSucceeded,
+			Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{}}, TranscriptSeq: seqs[i]}
 		if err := l.Complete(ctx, leases[i], res); err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/agentfleet/fleet/fleettype"
 )
 
 // Batches (protocol 1.11, docs/PROTOCOL.md §21): many jobs published as one
@@ -194,7 +196,7 @@ func BatchStartedSubject(batch, operation string) string {
 
 // BatchDoneSubject is where a worker tallies a batch job's stored result.
 // An empty code is BatchNoCode.
-func BatchDoneSubject(batch, operation string, state JobState, code ErrorCode) string {
+func BatchDoneSubject(batch, operation string, state JobState, code fleettype.ErrorCode) string {
 	c := string(code)
 	if c == "" || !validToken(c, 32, true) {
 		c = BatchNoCode
@@ -211,7 +213,7 @@ type BatchTallyKey struct {
 	Kind      string
 	Operation string
 	State     JobState
-	Code      ErrorCode
+	Code      fleettype.ErrorCode
 }
 
 // ParseBatchSubject reads a tally subject of batch; ok is false for the
@@ -228,7 +230,7 @@ func ParseBatchSubject(batch, subject string) (k BatchTallyKey, ok bool) {
 	case len(parts) == 4 && parts[0] == "done":
 		k = BatchTallyKey{Kind: "done", Operation: parts[1], State: JobState(parts[2])}
 		if parts[3] != BatchNoCode {
-			k.Code = ErrorCode(parts[3])
+			k.Code = fleettype.ErrorCode(parts[3])
 		}
 		return k, true
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -16,7 +17,7 @@ func TestBatchRequestFields(t *testing.T) {
 	}
 	for name, c := range map[string]struct {
 		body  string
-		code  ErrorCode
+		code  fleettype.ErrorCode
 		field string
 	}{
 		"batch id":     {`{"job_id":"j","operation":"lint","batch":"a.b"}`, CodeInvalidRequest, "batch"},
@@ -90,7 +91,7 @@ func FuzzBatchSubject(f *testing.F) {
 		if !ValidBatchID(batch) || !ValidOperation(op) || !validToken(state, 32, false) {
 			return
 		}
-		k, ok := ParseBatchSubject(batch, BatchDoneSubject(batch, op, JobState(state), ErrorCode(code)))
+		k, ok := ParseBatchSubject(batch, BatchDoneSubject(batch, op, JobState(state), fleettype.ErrorCode(code)))
 		if !ok || k.Kind != "done" || k.Operation != op || string(k.State) != state {
 			t.Fatalf("done %q %q %q %q -> %+v %v", batch, op, state, code, k, ok)
 		}

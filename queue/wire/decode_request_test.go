@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -32,7 +33,7 @@ func TestDecodeCodesAsDocumented(t *testing.T) {
 	cases := []struct {
 		name  string
 		mut   mutation
-		code  ErrorCode // "" = accepted
+		code  fleettype.ErrorCode // "" = accepted
 		field string
 	}{
 		{"valid", func(map[string]any) {}, "", ""},

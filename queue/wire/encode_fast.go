@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/agentfleet/fleet/fleettype"
 )
 
 // Hand-written JSON encoders for the messages a worker writes for every
@@ -148,17 +150,31 @@ var (
 	fastJSON = jsonFields(reflect.TypeFor[Event]()) == fastEventFields &&
 		jsonFields(reflect.TypeFor[AgentResult]()) == fastResultFields &&
 		jsonFields(reflect.TypeFor[ResultTimings]()) == fastTimingsFields &&
-		jsonFields(reflect.TypeFor[Usage]()) == fastUsageFields &&
+		jsonFields(reflect.TypeFor[fleettype.Usage]()) == fastUsageFields &&
 		jsonFields(reflect.TypeFor[StatusRecord]()) == fastStatusFields
 )
 
-// jsonFields describes a struct's fields as "tag/type ...".
+// jsonFields describes a struct's fields as "tag/type ...", in the order
+// encoding/json writes them: the fields of an embedded struct (the shared
+// types of package fleettype) in its place, less those a field of the outer
+// struct hides by its name.
 func jsonFields(t reflect.Type) string {
-	var b strings.Builder
+	outer := map[string]bool{}
+	for i := range t.NumField() {
+		if f := t.Field(i); !f.Anonymous {
+			outer[strings.Split(f.Tag.Get("json"), ",")[0]] = true
+		}
+	}
+	var parts []string
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if i > 0 {
-			b.WriteByte(' ')
+		if f.Anonymous && f.Type.Kind() == reflect.Struct && f.Tag.Get("json") == "" {
+			for _, inner := range strings.Fields(jsonFields(f.Type)) {
+				if !outer[strings.Split(strings.Split(inner, "/")[0], ",")[0]] {
+					parts = append(parts, inner)
+				}
+			}
+			continue
 		}
 		tn := f.Type.Name()
 		switch f.Type.Kind() {
@@ -169,9 +185,9 @@ func jsonFields(t reflect.Type) string {
 		case reflect.Pointer:
 			tn = "*" + f.Type.Elem().Name()
 		}
-		b.WriteString(f.Tag.Get("json") + "/" + tn)
+		parts = append(parts, f.Tag.Get("json")+"/"+tn)
 	}
-	return b.String()
+	return strings.Join(parts, " ")
 }
 
 // AppendEvent encodes an event in enc, appending to dst when it can.
@@ -392,7 +408,7 @@ func MarshalResult(enc Encoding, r *AgentResult) ([]byte, error) {
 }
 
 // appendUsageJSON appends a Usage.
-func appendUsageJSON(dst []byte, u *Usage) []byte {
+func appendUsageJSON(dst []byte, u *fleettype.Usage) []byte {
 	dst = append(dst, `{"prompt_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(u.PromptTokens), 10)
 	dst = append(dst, `,"cached_tokens":`...)

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/agentfleet/fleet/fleettype"
 )
 
 var trickyStrings = []string{"", "a", "lint", "<b>&amp;</b>", "quote \" back \\ slash", "tab\tnl\nret\r\b\f\x00\x1f\x7f",
@@ -89,7 +91,7 @@ func fillRandom(t *testing.T, r *rand.Rand, v reflect.Value) {
 func TestFastJSONMatchesEncodingJSON(t *testing.T) {
 	if !fastJSON {
 		t.Fatalf("the fast JSON encoders are off: the structs changed. Teach appendEventJSON/appendStatusJSON/appendResultJSON the change and update the field lists in encode_fast.go:\nUsage %s\nEvent %s\nStatusRecord %s\nAgentResult %s\nResultTimings %s",
-			jsonFields(reflect.TypeFor[Usage]()),
+			jsonFields(reflect.TypeFor[fleettype.Usage]()),
 			jsonFields(reflect.TypeFor[Event]()), jsonFields(reflect.TypeFor[StatusRecord]()),
 			jsonFields(reflect.TypeFor[AgentResult]()), jsonFields(reflect.TypeFor[ResultTimings]()))
 	}
@@ -135,11 +137,11 @@ func TestFastJSONMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 	// Out-of-range times and invalid raw JSON take json.Marshal's path.
-	e := Event{JobID: "j", Kind: EventFinished, Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	e := Event{JobID: "j", Event: fleettype.Event{Kind: fleettype.EventFinished, Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	if _, err := AppendEvent(nil, JSON, &e); err == nil {
 		t.Fatal("year 10000 encoded without error")
 	}
-	e = Event{JobID: "j", Kind: EventToolCall, Arguments: json.RawMessage(`{bad`)}
+	e = Event{JobID: "j", Event: fleettype.Event{Kind: fleettype.EventToolCall, Arguments: json.RawMessage(`{bad`)}}
 	if _, err := AppendEvent(nil, JSON, &e); err == nil {
 		t.Fatal("invalid arguments encoded without error")
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -18,7 +19,7 @@ func TestRequestProject(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		project any
-		code    ErrorCode
+		code    fleettype.ErrorCode
 	}{
 		{"demo", ""}, {"my_repo-2", ""}, {"", ""}, {nil, ""}, {strings.Repeat("p", 64), ""},
 		{strings.Repeat("p", 65), CodeInvalidRequest}, {"a.b", CodeInvalidRequest}, {"a b", CodeInvalidRequest},

@@ -1,5 +1,7 @@
 package wire
 
+import "github.com/agentfleet/fleet/fleettype"
+
 // Models (docs/PROTOCOL.md "Models"): GGUF models and LoRA adapters kept
 // in a JetStream Object Store bucket, one object per version, named
 // "<name>@<version>", with the metadata below (the sha256 is computed by
@@ -24,4 +26,4 @@ const (
 // CodeModelUnavailable fails a job whose agent names a model or adapter
 // that cannot be used: not in the store, not matching its digest, not a
 // loadable GGUF, a missing local file. Not retried.
-const CodeModelUnavailable ErrorCode = "QUEUE_009"
+const CodeModelUnavailable fleettype.ErrorCode = "QUEUE_009"

@@ -11,11 +11,12 @@
 package wire
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/agentfleet/fleet/fleettype"
 )
 
 // ProtocolVersion is the version of the fleet protocol this package speaks.
@@ -146,27 +147,27 @@ const (
 	// CodeUndecodable: the payload is not valid JSON/msgpack for a
 	// RunRequest, or its Content-Type is unsupported. Poison: terminated,
 	// dead-lettered.
-	CodeUndecodable ErrorCode = "QUEUE_001"
+	CodeUndecodable fleettype.ErrorCode = "QUEUE_001"
 	// CodeUnknownOperation: the request names an operation no worker serves
 	// (or differs from its subject's). Poison.
-	CodeUnknownOperation ErrorCode = "QUEUE_002"
+	CodeUnknownOperation fleettype.ErrorCode = "QUEUE_002"
 	// CodeInvalidRequest: the request decoded but failed validation (job id
 	// syntax, sizes, UTF-8, workspace paths, options, version). Poison.
-	CodeInvalidRequest ErrorCode = "QUEUE_003"
+	CodeInvalidRequest fleettype.ErrorCode = "QUEUE_003"
 	// CodeMaxDeliveries: every delivery attempt failed (MaxDeliver reached,
 	// by transient errors or by workers that never acknowledged). The
 	// request is dead-lettered.
-	CodeMaxDeliveries ErrorCode = "QUEUE_004"
+	CodeMaxDeliveries fleettype.ErrorCode = "QUEUE_004"
 	// CodeCanceled: the job was canceled on request (agents.cancel.<job_id>
 	// or KV status canceled). The loop reports the same thing as AGENT_005.
-	CodeCanceled ErrorCode = "QUEUE_005"
+	CodeCanceled fleettype.ErrorCode = "QUEUE_005"
 	// CodeProcessorPanic: the worker's processor panicked on this request.
 	// Treated as poison: terminated, dead-lettered.
-	CodeProcessorPanic ErrorCode = "QUEUE_006"
+	CodeProcessorPanic fleettype.ErrorCode = "QUEUE_006"
 	// CodeNoTeacher: the request asks for a teacher run (options.teacher)
 	// and the worker has no teacher model configured. Poison: terminated,
 	// dead-lettered, replayable once a worker has a teacher.
-	CodeNoTeacher ErrorCode = "QUEUE_008"
+	CodeNoTeacher fleettype.ErrorCode = "QUEUE_008"
 )
 
 // Sentinel errors matched with errors.Is against a *RequestError.
@@ -186,7 +187,7 @@ var (
 type RequestError struct {
 	// Code is CodeUndecodable, CodeUnknownOperation, CodeInvalidRequest or
 	// CodeNoTeacher.
-	Code ErrorCode
+	Code fleettype.ErrorCode
 	// Field names the offending field ("job_id", "files[\"a.py\"]"), or "".
 	Field string
 	// Reason says what is wrong, for people.
@@ -334,8 +335,8 @@ type StatusRecord struct {
 	Attempt int `json:"attempt,omitempty"`
 	// Code and Reason explain a failed, dead or canceled state; on a
 	// queued lease record Reason says why the job was handed back.
-	Code   ErrorCode `json:"code,omitempty"`
-	Reason string    `json:"reason,omitempty"`
+	Code   fleettype.ErrorCode `json:"code,omitempty"`
+	Reason string              `json:"reason,omitempty"`
 	// Seq is the request's FLEET_RUNS stream sequence when known (lets a
 	// client delete a queued request).
 	Seq uint64 `json:"seq,omitempty"`
@@ -381,19 +382,11 @@ type AgentResult struct {
 	// State is the job-level outcome: succeeded, failed, dead or canceled.
 	State JobState `json:"state" msgpack:"state"`
 
-	// Status, WorkspaceID, ChangedFiles, Summary, Details, Error and
-	// ErrorCode are the loop's Result (the AgentResult of docs/PROTOCOL.md §6). For queue
-	// failures Status is "failed" or "skipped" and ErrorCode a QUEUE_00x.
-	Status       Status         `json:"status" msgpack:"status"`
-	WorkspaceID  string         `json:"workspace_id" msgpack:"workspace_id"`
-	ChangedFiles []string       `json:"changed_files" msgpack:"changed_files"`
-	Summary      string         `json:"summary" msgpack:"summary"`
-	Details      map[string]any `json:"details,omitempty" msgpack:"details,omitempty"`
-	Error        string         `json:"error,omitempty" msgpack:"error,omitempty"`
-	ErrorCode    ErrorCode      `json:"error_code,omitempty" msgpack:"error_code,omitempty"`
-	Turns        int            `json:"turns" msgpack:"turns"`
-	ToolCalls    int            `json:"tool_calls" msgpack:"tool_calls"`
-	Usage        Usage          `json:"usage" msgpack:"usage"`
+	// Result is the run's outcome as the loop reports it (docs/PROTOCOL.md
+	// §6): status, workspace_id, changed_files, summary, details, error,
+	// error_code, turns, tool_calls and usage. For queue failures Status is
+	// "failed" or "skipped" and ErrorCode a QUEUE_00x.
+	fleettype.Result `msgpack:",inline"`
 	// Diff is the unified diff of the run's workspace changes ("" if none).
 	Diff string `json:"diff,omitempty" msgpack:"diff,omitempty"`
 
@@ -429,44 +422,14 @@ type AgentResult struct {
 type Event struct {
 	JobID string `json:"job_id" msgpack:"job_id"`
 	// Attempt is the delivery attempt that emitted the event; listeners
-	// ignore events of an attempt older than the newest they have seen.
-	Attempt int       `json:"attempt" msgpack:"attempt"`
-	Kind    EventKind `json:"kind" msgpack:"kind"`
-	// Seq numbers the attempt's events from 1, counting the kinds left out
-	// by Fleet-Events or the worker's configuration too: only
-	// AgentResult.EventsDropped counts lost events.
-	Seq  int       `json:"seq" msgpack:"seq"`
-	Turn int       `json:"turn" msgpack:"turn"`
-	Time time.Time `json:"time" msgpack:"time"`
-	// MaxTurns is the run's turn limit (turn_started).
-	MaxTurns int `json:"max_turns,omitempty" msgpack:"max_turns,omitempty"`
-	// Text is model text, capped (model_output), or a message.
-	Text string `json:"text,omitempty" msgpack:"text,omitempty"`
-	// Calls are the tool names the model called (model_output).
-	Calls []string `json:"calls,omitempty" msgpack:"calls,omitempty"`
-	// Usage is the model call's usage (model_output).
-	Usage *Usage `json:"usage,omitempty" msgpack:"usage,omitempty"`
-	// Tool, CallID and Arguments describe a call (tool_call, tool_result).
-	Tool      string          `json:"tool,omitempty" msgpack:"tool,omitempty"`
-	CallID    string          `json:"call_id,omitempty" msgpack:"call_id,omitempty"`
-	Arguments json.RawMessage `json:"arguments,omitempty" msgpack:"arguments,omitempty"`
-	// OK and Code are a tool result's outcome (tool_result); Code is also a
-	// retry's or an invalid response's reason.
-	OK   bool   `json:"ok,omitempty" msgpack:"ok,omitempty"`
-	Code string `json:"code,omitempty" msgpack:"code,omitempty"`
-	// Provider and Size describe injected context (context_injected).
-	Provider string `json:"provider,omitempty" msgpack:"provider,omitempty"`
-	Size     int    `json:"size,omitempty" msgpack:"size,omitempty"`
-	// Duration is a tool call's or a model call's duration.
-	Duration time.Duration `json:"duration_ns,omitempty" msgpack:"duration_ns,omitempty"`
-	// Status and Error are the run's outcome (finished).
-	Status Status `json:"status,omitempty" msgpack:"status,omitempty"`
-	Error  string `json:"error,omitempty" msgpack:"error,omitempty"`
-	// TrimmedTurns, PromptTokens and ContextTokens describe a trim of old
-	// turns (context_trimmed).
-	TrimmedTurns  []int `json:"trimmed_turns,omitempty" msgpack:"trimmed_turns,omitempty"`
-	PromptTokens  int   `json:"prompt_tokens,omitempty" msgpack:"prompt_tokens,omitempty"`
-	ContextTokens int   `json:"context_tokens,omitempty" msgpack:"context_tokens,omitempty"`
+	// ignore events of an attempt older than the newest they have seen. It
+	// hides the loop event's own attempt (a retry's number), which is not
+	// sent.
+	Attempt int `json:"attempt" msgpack:"attempt"`
+	// Event is the loop's event. Its Seq numbers the attempt's events from
+	// 1, counting the kinds left out by Fleet-Events or the worker's
+	// configuration too: only AgentResult.EventsDropped counts lost events.
+	fleettype.Event `msgpack:",inline"`
 }
 
 // CancelRequest is the optional JSON body of a message on

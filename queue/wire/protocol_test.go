@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -66,15 +67,16 @@ func TestJSONFieldNames(t *testing.T) {
 	if r.Node.FilePath != "a.py" || r.Options.MaxTurns != 4 || r.Options.ToolTimeout() != 500*time.Millisecond {
 		t.Fatalf("decoded %+v", r)
 	}
-	res := AgentResult{Version: 1, JobID: "j1", State: StateSucceeded, Status: StatusSuccess,
-		ChangedFiles: []string{"a.py"}, Timings: ResultTimings{Queued: time.Millisecond}}
+	res := AgentResult{Version: 1, JobID: "j1", State: StateSucceeded,
+		Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			ChangedFiles: []string{"a.py"}}, Timings: ResultTimings{Queued: time.Millisecond}}
 	b, _ := json.Marshal(res)
 	for _, k := range []string{`"job_id":"j1"`, `"state":"succeeded"`, `"status":"success"`, `"queued_ns":1000000`, `"changed_files":["a.py"]`} {
 		if !strings.Contains(string(b), k) {
 			t.Errorf("result JSON %s lacks %s", b, k)
 		}
 	}
-	ev := Event{JobID: "j1", Attempt: 2, Kind: EventTurnStarted, Seq: 1, Turn: 1}
+	ev := Event{JobID: "j1", Attempt: 2, Event: fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1}}
 	b, _ = json.Marshal(ev)
 	for _, k := range []string{`"job_id":"j1"`, `"attempt":2`, `"kind":"turn_started"`, `"seq":1`} {
 		if !strings.Contains(string(b), k) {
@@ -85,11 +87,12 @@ func TestJSONFieldNames(t *testing.T) {
 
 func TestResultAndEventBothEncodings(t *testing.T) {
 	t.Parallel()
-	res := &AgentResult{Version: 1, JobID: "j1", Operation: "lint", State: StateFailed, Status: StatusFailed,
-		Error: "AGENT_003: Turn limit (6) exceeded", ErrorCode: ErrorCode("AGENT_003"), Turns: 6, Worker: "w1", Attempts: 2,
-		Usage: Usage{PromptTokens: 10, CompletionTokens: 3}, Diff: "--- a/x\n+++ b/x\n"}
-	ev := &Event{JobID: "j1", Attempt: 1, Kind: EventToolCall, Seq: 3, Turn: 1, Tool: "ruff",
-		Arguments: json.RawMessage(`{"fix":true}`)}
+	res := &AgentResult{Version: 1, JobID: "j1", Operation: "lint", State: StateFailed,
+		Result: fleettype.Result{Status: fleettype.StatusFailed, Error: "AGENT_003: Turn limit (6) exceeded",
+			ErrorCode: fleettype.ErrorCode("AGENT_003"), Turns: 6, Usage: fleettype.Usage{PromptTokens: 10,
+				CompletionTokens: 3}}, Worker: "w1", Attempts: 2, Diff: "--- a/x\n+++ b/x\n"}
+	ev := &Event{JobID: "j1", Attempt: 1, Event: fleettype.Event{Kind: fleettype.EventToolCall, Seq: 3,
+		Turn: 1, Tool: "ruff", Arguments: json.RawMessage(`{"fix":true}`)}}
 	for _, enc := range []Encoding{JSON, Msgpack} {
 		b, err := enc.Marshal(res)
 		if err != nil {
@@ -110,7 +113,7 @@ func TestResultAndEventBothEncodings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ge.JobID != "j1" || ge.Kind != EventToolCall || ge.Tool != "ruff" || string(ge.Arguments) != `{"fix":true}` {
+		if ge.JobID != "j1" || ge.Kind != fleettype.EventToolCall || ge.Tool != "ruff" || string(ge.Arguments) != `{"fix":true}` {
 			t.Fatalf("%s: event %+v", enc, ge)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/nats-io/nats.go"
 )
 
@@ -49,7 +50,7 @@ const StateScheduled JobState = "scheduled"
 
 // CodeDuplicateJob: a unique request was refused because another job with
 // the same uniqueness key is queued or running (docs/PROTOCOL.md §9).
-const CodeDuplicateJob ErrorCode = "QUEUE_007"
+const CodeDuplicateJob fleettype.ErrorCode = "QUEUE_007"
 
 // ScheduleSubject is the subject of schedule name's message.
 func ScheduleSubject(name string) string { return SubjectSchedulePrefix + name }

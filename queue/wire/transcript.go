@@ -1,9 +1,10 @@
 package wire
 
 import (
-	"encoding/json"
 	"strings"
 	"time"
+
+	"github.com/agentfleet/fleet/fleettype"
 )
 
 // Transcripts and reviews (docs/PROTOCOL.md §14): a finished run's whole
@@ -28,30 +29,6 @@ func TranscriptSubject(jobID string) string { return SubjectTranscriptsPrefix + 
 
 // ReviewSubject is the subject of a job's reviews.
 func ReviewSubject(jobID string) string { return SubjectReviewsPrefix + jobID }
-
-// TranscriptMessage is one message of a run's conversation, in the
-// OpenAI-style chat form (role system, user, assistant or tool).
-type TranscriptMessage struct {
-	Role       string           `json:"role"`
-	Content    string           `json:"content,omitempty"`
-	ToolCalls  []TranscriptCall `json:"tool_calls,omitempty"`
-	ToolCallID string           `json:"tool_call_id,omitempty"`
-	Name       string           `json:"name,omitempty"`
-}
-
-// TranscriptCall is one tool call of an assistant message.
-type TranscriptCall struct {
-	ID        string          `json:"id"`
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-}
-
-// TranscriptTool is a tool declaration as the model was offered it.
-type TranscriptTool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
-}
 
 // ModelInfo names the model a run used. Digest is "sha256:<hex>" of the
 // model file (a GGUF) when the worker knows it; backends without a file
@@ -100,11 +77,11 @@ type Transcript struct {
 	Attempt int       `json:"attempt"`
 	Model   ModelInfo `json:"model"`
 	// Tools are the declarations offered on every turn.
-	Tools []TranscriptTool `json:"tools"`
+	Tools []fleettype.ToolSpec `json:"tools"`
 	// Messages is the conversation as the model last saw it, followed by
 	// the answers to its last calls. When the loop trimmed old turns to fit
 	// the context window, they appear as its summary message.
-	Messages []TranscriptMessage `json:"messages"`
+	Messages []fleettype.Message `json:"messages"`
 	// LastChance is set when the run reached its turn limit and had the
 	// loop's last-chance turn, on which only submit_result was offered
 	// (Tools lists the catalog of the other turns).
@@ -113,14 +90,14 @@ type Transcript struct {
 	// max_payload (each cut content ends with a marker).
 	Truncated bool `json:"truncated,omitempty"`
 	// State, Status, Error and ErrorCode are the result's outcome.
-	State     JobState      `json:"state"`
-	Status    Status        `json:"status"`
-	Error     string        `json:"error,omitempty"`
-	ErrorCode ErrorCode     `json:"error_code,omitempty"`
-	Turns     int           `json:"turns"`
-	ToolCalls int           `json:"tool_calls"`
-	Usage     Usage         `json:"usage"`
-	Timings   ResultTimings `json:"timings"`
+	State     JobState            `json:"state"`
+	Status    fleettype.Status    `json:"status"`
+	Error     string              `json:"error,omitempty"`
+	ErrorCode fleettype.ErrorCode `json:"error_code,omitempty"`
+	Turns     int                 `json:"turns"`
+	ToolCalls int                 `json:"tool_calls"`
+	Usage     fleettype.Usage     `json:"usage"`
+	Timings   ResultTimings       `json:"timings"`
 }
 
 // Verdict is a review's decision.

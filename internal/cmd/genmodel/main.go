@@ -1,6 +1,6 @@
 // Command genmodel writes a FunctionGemma-shaped GGUF with deterministic
 // pseudo-random weights, and either the synthetic vocabulary of
-// internal/gguf or Gemma 3's real one converted from its Hugging Face
+// inference/gguf or Gemma 3's real one converted from its Hugging Face
 // tokenizer.json (-vocab; `make model` fetches it).
 //
 //	go run ./internal/cmd/genmodel -variant full -type q8_0 -vocab .build/vocab/tokenizer.json -o models/functiongemma-270m-random-q8_0.gguf
@@ -22,8 +22,8 @@ import (
 
 	"github.com/ollama/ollama/fs/ggml"
 
+	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/internal/filedigest"
-	"github.com/agentfleet/fleet/internal/gguf"
 )
 
 // stampVersion changes whenever the generator's output changes.

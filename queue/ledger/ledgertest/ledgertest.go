@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -155,10 +156,11 @@ func ctxFor(t *testing.T) context.Context {
 // attempt so a test can tell which attempt's result was stored.
 func result(d *ledger.Delivery, state wire.JobState) *wire.AgentResult {
 	now := time.Now().UTC()
-	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: d.JobID, Operation: d.Operation, State: state,
-		Status: wire.StatusSuccess, ChangedFiles: []string{}, Summary: summary(d), Worker: "conformance", Attempts: d.Attempt}
+	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: d.JobID, Operation: d.Operation,
+		State: state, Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{},
+			Summary: summary(d)}, Worker: "conformance", Attempts: d.Attempt}
 	if state == wire.StateCanceled {
-		r.Status, r.ErrorCode, r.Error = wire.StatusSkipped, wire.CodeCanceled, string(wire.CodeCanceled)+": canceled"
+		r.Status, r.ErrorCode, r.Error = fleettype.StatusSkipped, wire.CodeCanceled, string(wire.CodeCanceled)+": canceled"
 	}
 	r.Timings.StartedAt, r.Timings.FinishedAt = now, now
 	return r
