@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/agentfleet/fleet/queue/clock"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 	"github.com/nats-io/nats.go"
@@ -102,6 +103,10 @@ type Config struct {
 	// overrides it. Less than Streams.ResultsMaxAge (the waiting record
 	// lives there). 0 = DefaultParkTimeout.
 	ParkTimeout time.Duration
+	// Clock is the engine's time source (result timings, heartbeats,
+	// sweeps, back-off, park deadlines); nil = the wall clock. Tests pass
+	// a clock.Fake.
+	Clock clock.Clock
 }
 
 func (c *Config) validate() error {
@@ -178,6 +183,7 @@ func (c *Config) validate() error {
 	if c.NoEvents && len(c.EventKinds) > 0 {
 		return fmt.Errorf("%w: NoEvents and EventKinds are exclusive", ledger.ErrInvalidConfig)
 	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

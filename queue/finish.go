@@ -15,7 +15,7 @@ import (
 // the attempt's lease.
 
 func (w *Worker) newResult(j *job, state wire.JobState) *wire.AgentResult {
-	now := time.Now()
+	now := w.cfg.Clock.Now()
 	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: j.id, Operation: j.op, State: state, Worker: w.cfg.Name,
 		Attempts: j.attempt, ChangedFiles: []string{}}
 	r.Timings.EnqueuedAt = j.enqueued.UTC()

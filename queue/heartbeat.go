@@ -20,7 +20,7 @@ func (s *slot) heartbeat(stop <-chan struct{}) {
 		<-stop
 		return
 	}
-	t := time.NewTicker(s.w.cfg.Heartbeat)
+	t := s.w.cfg.Clock.NewTicker(s.w.cfg.Heartbeat)
 	defer t.Stop()
 	var cur *job
 	var lastOK time.Time
@@ -30,7 +30,7 @@ func (s *slot) heartbeat(stop <-chan struct{}) {
 			return
 		case <-s.w.abandon:
 			return
-		case now := <-t.C:
+		case now := <-t.C():
 			s.hbMu.Lock()
 			j := s.hbJob
 			s.hbMu.Unlock()

@@ -146,7 +146,7 @@ func (s *slot) park(j *job, p *Park) {
 	if timeout <= 0 {
 		timeout = w.parkTimeout(j)
 	}
-	deadline := time.Now().Add(timeout).Truncate(time.Second).Add(time.Second)
+	deadline := w.cfg.Clock.Now().Add(timeout).Truncate(time.Second).Add(time.Second)
 	meta := jetstream.ObjectMeta{Name: j.id}
 	if key := w.uniqueKey(j); key != "" {
 		// The answer's resume request does not carry the key: the job

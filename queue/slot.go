@@ -13,12 +13,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/clock"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// A slot runs one job at a time: it pulls exactly one message when idle,
-// claims the job in the ledger, runs it, and completes, hands back or
+// A slot (an executor) runs one job at a time: it takes the next job the
+// worker's fetcher brought for it when idle (fetcher.go), claims the job in
+// the ledger, runs it, and completes, hands back or
 // dead-letters it. It owns a heartbeat goroutine and an event publisher
 // goroutine for its whole life.
 type slot struct {
@@ -27,15 +29,6 @@ type slot struct {
 	proc Processor
 	nc   *nats.Conn
 	log  loggerish
-
-	// pull state (pull.go, slot_multi.go)
-	rot      int
-	pullSubj []string
-	pullBody []byte
-	noWait   []byte
-
-	timer *time.Timer // pull timeouts; Go 1.23+ timers: no stale ticks after Stop/Reset
-	multi *multiPull  // several operations: pulls answered through the worker's dispatcher
 
 	// heartbeat state (heartbeat.go)
 	hbMu  sync.Mutex
@@ -102,15 +95,8 @@ type evItem struct {
 }
 
 func newSlot(w *Worker, idx int, p Processor) *slot {
-	s := &slot{w: w, idx: idx, proc: p, nc: w.cfg.Conn, log: w.log.With("slot", idx),
+	return &slot{w: w, idx: idx, proc: p, nc: w.cfg.Conn, log: w.log.With("slot", idx),
 		evWake: make(chan struct{}, 1), evDone: make(chan struct{})}
-	for _, c := range pullConsumers(w.cfg.Operations) {
-		s.pullSubj = append(s.pullSubj, "$JS.API.CONSUMER.MSG.NEXT."+wire.StreamRuns+"."+c)
-	}
-	s.rot = idx % len(w.cfg.Operations)
-	s.pullBody = fmt.Appendf(nil, `{"batch":1,"expires":%d}`, w.cfg.PullExpiry.Nanoseconds())
-	s.noWait = []byte(`{"batch":1,"no_wait":true}`)
-	return s
 }
 
 func (s *slot) run() {
@@ -124,13 +110,8 @@ func (s *slot) run() {
 		close(s.evDone)
 		bg.Wait()
 	}()
-	defer func() {
-		for _, m := range s.multi.setBusy() {
-			s.w.overflow(m, s.multi)
-		}
-	}()
 	for {
-		m := s.next()
+		m := s.w.fetch.take(s.w.stopping)
 		if m == nil {
 			return
 		}
@@ -147,7 +128,7 @@ func (s *slot) handle(m *nats.Msg) {
 		return
 	}
 	d := ledger.NewDelivery(m, meta)
-	j := &job{d: d, msg: m, op: d.Operation, attempt: d.Attempt, started: time.Now(), enqueued: meta.Timestamp,
+	j := &job{d: d, msg: m, op: d.Operation, attempt: d.Attempt, started: s.w.cfg.Clock.Now(), enqueued: meta.Timestamp,
 		id: d.JobID, enc: d.Encoding}
 	j.evLimit, j.evKinds = parseEventsHeader(m.Header.Get(wire.HeaderEvents))
 	req, err := wire.DecodeRunRequest(m.Data, m.Header.Get(wire.HeaderContentType))
@@ -184,16 +165,14 @@ func (s *slot) handle(m *nats.Msg) {
 // subject, Reply-To is usable.
 func (s *slot) check(j *job) error {
 	req := j.req
-	served := false
-	for _, op := range s.w.cfg.Operations {
-		served = served || op == req.Operation
-	}
-	if !served || req.Operation != j.op {
+	// The fetcher pulled the request from the consumer of the subject's
+	// operation, which this worker serves (or served until a moment ago).
+	if req.Operation != j.op {
 		if !wire.ValidJobID(j.id) {
 			j.id = req.JobID
 		}
 		return &wire.RequestError{Code: wire.CodeUnknownOperation, Field: "operation",
-			Reason: fmt.Sprintf("%q is not served here (subject %s, served %v)", wire.Clip(req.Operation), j.msg.Subject, s.w.cfg.Operations)}
+			Reason: fmt.Sprintf("%q is not served here (subject %s, served %v)", wire.Clip(req.Operation), j.msg.Subject, s.w.Operations())}
 	}
 	if j.id != "" && j.id != req.JobID {
 		bad := j.id
@@ -292,7 +271,7 @@ func (s *slot) runJob(j *job) {
 // failed claim must not use up one of the job's deliveries each time.
 func (s *slot) claim(ctx context.Context, j *job) bool {
 	w := s.w
-	giveUp := time.Now().Add(w.cfg.Streams.FirstAckWait() / 2)
+	giveUp := w.cfg.Clock.Now().Add(w.cfg.Streams.FirstAckWait() / 2)
 	backoff := 25 * time.Millisecond
 	for {
 		l, err := w.ledger.Claim(ctx, j.d)
@@ -314,7 +293,7 @@ func (s *slot) claim(ctx context.Context, j *job) bool {
 			}
 			return false
 		}
-		if time.Now().Add(backoff).After(giveUp) || ctx.Err() != nil || s.stopping() {
+		if w.cfg.Clock.Now().Add(backoff).After(giveUp) || ctx.Err() != nil || w.isStopping() {
 			s.log.Warn("cannot claim job; retrying later", "job", j.id, "err", err)
 			w.st.retried.Add(1)
 			_ = j.msg.NakWithDelay(w.backoff(j.attempt))
@@ -322,7 +301,7 @@ func (s *slot) claim(ctx context.Context, j *job) bool {
 		}
 		s.log.Debug("claim failed; trying again", "job", j.id, "err", err, "in", backoff)
 		_ = j.msg.InProgress()
-		s.pause(backoff)
+		clock.Sleep(w.cfg.Clock, backoff, w.stopping)
 		backoff = min(2*backoff, 2*time.Second)
 	}
 }

@@ -25,13 +25,13 @@ import (
 // still get one dead letter and one result.
 func (w *Worker) sweepUnserved(ctx context.Context) {
 	every := max(w.cfg.UnservedAfter/4, 10*time.Millisecond)
-	t := time.NewTicker(every)
+	t := w.cfg.Clock.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		if err := w.sweepOnce(ctx); err != nil && ctx.Err() == nil {
 			w.log.Warn("unserved-operation sweep failed", "err", err)
@@ -59,7 +59,7 @@ func (w *Worker) sweepOnce(ctx context.Context) error {
 	if err := lister.Err(); err != nil {
 		return fmt.Errorf("list consumers: %w", err)
 	}
-	now := time.Now()
+	now := w.cfg.Clock.Now()
 	for subj := range info.State.Subjects {
 		if servedBy(subj, filters) {
 			continue

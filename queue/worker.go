@@ -111,11 +111,10 @@ type Worker struct {
 	runMu   sync.Mutex
 	running map[string][]*runningJob // job id -> its runs here (a redelivery may overlap a stale run)
 	abandon chan struct{}            // closed when Stop gives up on stuck slots
-	// Each slot's pull answers are dispatched by onPullMsg
-	// (slot_multi.go).
 	slots   []*slot
-	opIndex map[string]int // consumer name -> pull target index (pullConsumers)
-	transit transit        // jobs on their way to a slot or back to the queue (priority.go)
+	fetch   *fetcher // the one puller: jobs for free slots (fetcher.go)
+	fetchWG sync.WaitGroup
+	opsMu   sync.Mutex // serialises SetOperations
 	st      stats
 
 	ledger ledger.Ledger
@@ -206,18 +205,17 @@ func (w *Worker) Start(ctx context.Context) error {
 	for i, p := range procs {
 		w.slots[i] = newSlot(w, i, p)
 	}
-	w.opIndex = make(map[string]int, 3*len(w.cfg.Operations))
-	for k, c := range pullConsumers(w.cfg.Operations) {
-		w.opIndex[c] = k
+	w.fetch = newFetcher(w, w.cfg.Operations)
+	if err := w.fetch.subscribe(); err != nil {
+		_ = sub.Unsubscribe()
+		bgCancel()
+		return fmt.Errorf("queue: subscribe pull inbox: %w", err)
 	}
-	for _, s := range w.slots {
-		s.multi = newMultiPull(s)
-		if err := s.multi.subscribe(); err != nil {
-			w.drainPullSubs()
-			_ = sub.Unsubscribe()
-			return fmt.Errorf("queue: subscribe pull inbox: %w", err)
-		}
-	}
+	w.fetchWG.Add(1)
+	go func() {
+		defer w.fetchWG.Done()
+		w.fetch.run()
+	}()
 	for _, s := range w.slots {
 		w.slotsWG.Add(1)
 		go func() {
@@ -267,10 +265,10 @@ func (w *Worker) Stop() error {
 	if w.cfg.DrainGrace < 0 {
 		w.cancel(ErrShutdown)
 	} else {
-		t := time.NewTimer(w.cfg.DrainGrace)
+		t := w.cfg.Clock.NewTimer(w.cfg.DrainGrace)
 		select {
 		case <-done:
-		case <-t.C:
+		case <-t.C():
 			w.log.Warn("drain grace period over; handing running jobs back", "grace", w.cfg.DrainGrace)
 			w.cancel(ErrShutdown)
 		}
@@ -278,16 +276,17 @@ func (w *Worker) Stop() error {
 	}
 	w.cancel(ErrShutdown)
 	var err error
-	t := time.NewTimer(w.cfg.StopTimeout)
+	t := w.cfg.Clock.NewTimer(w.cfg.StopTimeout)
 	select {
 	case <-done:
-	case <-t.C:
+	case <-t.C():
 		close(w.abandon)
 		err = fmt.Errorf("%w (waited %s); their jobs will be redelivered", ErrStuckSlots, w.cfg.StopTimeout)
 		w.log.Error("abandoning stuck slots", "err", err)
 	}
 	t.Stop()
-	w.drainPullSubs()
+	w.fetchWG.Wait()
+	w.fetch.drain()
 	w.bgCancel()
 	w.bgWG.Wait()
 	if w.jsl != nil {
@@ -306,6 +305,17 @@ func (w *Worker) Stop() error {
 	}
 	w.log.Info("worker stopped")
 	return err
+}
+
+// isStopping reports whether Stop has begun (slots and the fetcher stop
+// taking jobs).
+func (w *Worker) isStopping() bool {
+	select {
+	case <-w.stopping:
+		return true
+	default:
+		return false
+	}
 }
 
 // handBackNak is a Nak with the smallest delay. A plain Nak only puts the
@@ -392,5 +402,5 @@ func (w *Worker) backoff(attempt int) time.Duration {
 	if half <= 0 {
 		return d
 	}
-	return time.Duration(half + time.Now().UnixNano()%half)
+	return time.Duration(half + w.cfg.Clock.Now().UnixNano()%half)
 }
