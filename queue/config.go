@@ -95,9 +95,11 @@ type Config struct {
 	// urgent one waits takes one of the less urgent next. At least 1;
 	// 0 = DefaultPriorityStreak.
 	PriorityStreak int
-	// Ledger keeps the jobs' leases, results and status; nil = the
-	// JetStream ledger on Conn (tests of the engine pass ledger.Memory).
-	Ledger ledger.Ledger
+	// Broker is the engine's storage: the jobs' leases, results and
+	// status, parked state, uniqueness keys, transcripts, the mover's and
+	// the sweeper's reads; nil = the JetStream broker on Conn (tests of
+	// the engine pass ledger.Memory).
+	Broker ledger.Broker
 	// ParkTimeout is how long a job parked on a human waits for an answer
 	// before it fails (park.go); a request's options.park_timeout_ms
 	// overrides it. Less than Streams.ResultsMaxAge (the waiting record

@@ -21,7 +21,7 @@ func TestEngineOnMemoryLedger(t *testing.T) {
 	mem := ledger.NewMemory("test-worker")
 	failed, restore := mem.FailResults()
 	p := &countingProcessor{runs: map[string]int{}}
-	w := b.worker(func(int) Processor { return p }, func(c *Config) { c.Ledger = mem })
+	w := b.worker(func(int) Processor { return p }, func(c *Config) { c.Broker = mem })
 	b.publish(newReq("mem-1"), wire.JSON, "")
 	select {
 	case <-failed:

@@ -52,7 +52,7 @@ func (s *slot) heartbeat(stop <-chan struct{}) {
 // beat sends one heartbeat for j and acts on the answer.
 func (s *slot) beat(j *job, now time.Time, lastOK *time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.w.cfg.Heartbeat)
-	err := s.w.ledger.Heartbeat(ctx, j.lease)
+	err := s.w.broker.Heartbeat(ctx, j.lease)
 	cancel()
 	switch {
 	case err == nil:

@@ -140,7 +140,7 @@ func (s *slot) handle(m *nats.Msg) {
 			if j.resume, err = wire.ParseResume(m.Header); err != nil {
 				// Not poison: dead-lettering would end the waiting job.
 				s.log.Warn("malformed resume request dropped", "job", j.id, "err", err)
-				_ = s.w.ledger.Settle(s.w.runCtx, d)
+				_ = s.w.broker.Settle(s.w.runCtx, d)
 				return
 			}
 		}
@@ -274,7 +274,7 @@ func (s *slot) claim(ctx context.Context, j *job) bool {
 	giveUp := w.cfg.Clock.Now().Add(w.cfg.Streams.FirstAckWait() / 2)
 	backoff := 25 * time.Millisecond
 	for {
-		l, err := w.ledger.Claim(ctx, j.d)
+		l, err := w.broker.Claim(ctx, j.d)
 		var ce *ledger.CanceledError
 		switch {
 		case err == nil:
@@ -288,7 +288,7 @@ func (s *slot) claim(ctx context.Context, j *job) bool {
 			errors.Is(err, ledger.ErrWaiting), errors.Is(err, ledger.ErrNotWaiting):
 			w.st.duplicates.Add(1)
 			s.log.Info("job already ended or held by another copy; settling without running", "job", j.id, "why", err)
-			if err := w.ledger.Settle(ctx, j.d); err != nil {
+			if err := w.broker.Settle(ctx, j.d); err != nil {
 				s.log.Warn("settle failed", "job", j.id, "err", err)
 			}
 			return false
@@ -296,11 +296,11 @@ func (s *slot) claim(ctx context.Context, j *job) bool {
 		if w.cfg.Clock.Now().Add(backoff).After(giveUp) || ctx.Err() != nil || w.isStopping() {
 			s.log.Warn("cannot claim job; retrying later", "job", j.id, "err", err)
 			w.st.retried.Add(1)
-			_ = j.msg.NakWithDelay(w.backoff(j.attempt))
+			_ = w.broker.Retry(j.d, w.backoff(j.attempt))
 			return false
 		}
 		s.log.Debug("claim failed; trying again", "job", j.id, "err", err, "in", backoff)
-		_ = j.msg.InProgress()
+		_ = w.broker.Extend(j.d)
 		clock.Sleep(w.cfg.Clock, backoff, w.stopping)
 		backoff = min(2*backoff, 2*time.Second)
 	}

@@ -117,8 +117,8 @@ type Worker struct {
 	opsMu   sync.Mutex // serialises SetOperations
 	st      stats
 
-	ledger ledger.Ledger
-	jsl    *ledger.JetStream // the ledger the worker made (closed by Stop)
+	broker ledger.Broker
+	jsl    *ledger.JetStream // the broker the worker made (closed by Stop)
 
 	// signals reports states to tests (signals.go).
 	signals testSignals
@@ -182,14 +182,14 @@ func (w *Worker) Start(ctx context.Context) error {
 			return fmt.Errorf("queue: NewProcessor(%d) returned nil", i)
 		}
 	}
-	if w.ledger = w.cfg.Ledger; w.ledger == nil {
+	if w.broker = w.cfg.Broker; w.broker == nil {
 		jsl, err := ledger.NewJetStream(ledger.JetStreamConfig{Conn: w.cfg.Conn, Status: streams.Status,
-			Worker: w.cfg.Name, PublishTimeout: w.cfg.PublishTimeout, Logger: w.log,
+			Worker: w.cfg.Name, PublishTimeout: w.cfg.PublishTimeout, Logger: w.log, Streams: streams,
 			OnRetry: func(string, error) { w.st.resultRetries.Add(1) }})
 		if err != nil {
 			return err
 		}
-		w.ledger, w.jsl = jsl, jsl
+		w.broker, w.jsl = jsl, jsl
 	}
 	sub, err := w.cfg.Conn.Subscribe(wire.SubjectCancelPrefix+"*", w.onCancel)
 	if err != nil {
@@ -318,28 +318,9 @@ func (w *Worker) isStopping() bool {
 	}
 }
 
-// handBackNak is a Nak with the smallest delay. A plain Nak only puts the
-// message on the consumer's in-memory redelivery queue: if the server stops
-// before redelivering it (an embedded server shut down with the worker), the
-// restarted server finds the delivery pending with its original timestamp
-// and redelivers it only after the whole ack wait. A Nak with a delay moves
-// the pending entry's timestamp to "expired" in the consumer's stored state,
-// so a restarted server redelivers it within about a second.
-var handBackNak = []byte(`-NAK {"delay":1}`)
-
-// handBack returns a delivery to the queue for immediate redelivery and
-// waits for the server's confirmation (the server answers an ack carrying a
-// reply subject after processing it), so that a shutdown that follows cannot
-// overtake it. Without a connection it falls back to a buffered plain Nak.
-func (w *Worker) handBack(m *nats.Msg) error {
-	if !w.cfg.Conn.IsConnected() {
-		return m.Nak()
-	}
-	if _, err := w.cfg.Conn.Request(m.Reply, handBackNak, 5*time.Second); err != nil {
-		return errors.Join(err, m.Nak())
-	}
-	return nil
-}
+// handBack returns a message the fetcher has no slot for to the queue
+// when the worker stops (ledger.HandBackMsg).
+func (w *Worker) handBack(m *nats.Msg) error { return ledger.HandBackMsg(w.cfg.Conn, m) }
 
 // runningJob is a job being processed, found by its cancel subject.
 type runningJob struct {

@@ -32,6 +32,10 @@ type JetStreamConfig struct {
 	// OnRetry, when set, is called each time a result write failed and
 	// will be tried again (for the worker's counters).
 	OnRetry func(jobID string, err error)
+	// Streams are EnsureStreams' handles, for what the Broker does beyond
+	// the Ledger (parking, uniqueness keys, the dead-letter mover and the
+	// sweeper); nil refuses to park and finds nothing to sweep.
+	Streams *Streams
 }
 
 func (c *JetStreamConfig) validate() error {

@@ -41,6 +41,7 @@ type Memory struct {
 	replies  map[string][]*wire.AgentResult
 	hook     func(*Delivery)
 	failing  *memFailure
+	broker   memBroker // the Broker side (memory_broker.go)
 }
 
 type memLease struct {
@@ -103,7 +104,7 @@ func (m *Memory) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
 		return nil, err
 	}
 	m.noteForeign(d)
-	if d.Attempt <= 1 {
+	if d.Attempt <= 1 && resumeOf(d) == 0 {
 		if l, ok := m.casLease(d, wire.StateRunning, "", 0); ok {
 			return m.checkCanceled(l)
 		}
@@ -112,7 +113,12 @@ func (m *Memory) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
 		m.mu.Lock()
 		res, err := m.resultLocked(d.JobID)
 		cur, known := m.leases[d.JobID]
-		dup := known && cur.rec.Seq != 0 && cur.rec.Seq != d.Seq && m.queuedLocked(cur.rec.Seq)
+		var rec *wire.StatusRecord
+		if known {
+			rec = &cur.rec
+		}
+		waitErr := checkWaiting(d, rec)
+		dup := known && cur.rec.State != wire.StateWaiting && cur.rec.Seq != 0 && cur.rec.Seq != d.Seq && m.queuedLocked(cur.rec.Seq)
 		hook := m.hook
 		m.mu.Unlock()
 		switch {
@@ -120,6 +126,8 @@ func (m *Memory) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
 			return nil, err
 		case res != nil:
 			return nil, &DoneError{Result: res}
+		case waitErr != nil:
+			return nil, waitErr
 		case dup:
 			return nil, ErrDuplicate
 		}
