@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,6 +58,7 @@ type fetcher struct {
 	idle    int                  // executors waiting in take
 	queued  int                  // jobs in jobs not taken yet
 	targets []target             // consumers pulled, tier by tier
+	tiers   [len(wire.Priorities)][]target
 	byName  map[string]target    // consumer name -> target
 	polls   map[string]time.Time // consumer -> when its outstanding long-poll was sent
 	sweep   *sweepReq            // the no_wait request in flight
@@ -69,6 +71,11 @@ type fetcher struct {
 	passed [len(wire.Priorities)]int
 	rot    int
 }
+
+// normalTierOnly makes workers started after it is set pull the normal
+// tier only: the baseline BenchmarkTierCost measures the priority tiers'
+// cost against. Never set outside that benchmark.
+var normalTierOnly atomic.Bool
 
 // target is one consumer the fetcher pulls from.
 type target struct {
@@ -95,6 +102,9 @@ type sweepReq struct {
 func targetsFor(ops []string) []target {
 	var ts []target
 	for tier, p := range wire.Priorities {
+		if normalTierOnly.Load() && p != wire.PriorityNormal {
+			continue // a benchmark's baseline (BenchmarkTierCost)
+		}
 		for _, op := range ops {
 			c := wire.PriorityConsumer(op, p)
 			ts = append(ts, target{consumer: c, op: op, tier: tier,
@@ -122,8 +132,12 @@ func (f *fetcher) setOps(ops []string) {
 	for _, t := range ts {
 		by[t.consumer] = t
 	}
+	var tiers [len(wire.Priorities)][]target
+	for _, t := range ts {
+		tiers[t.tier] = append(tiers[t.tier], t)
+	}
 	f.mu.Lock()
-	f.targets, f.byName = ts, by
+	f.targets, f.byName, f.tiers = ts, by, tiers
 	if len(ops) > 0 {
 		f.rot %= len(ops)
 	}
@@ -281,14 +295,15 @@ func (f *fetcher) run() {
 func (f *fetcher) sweepRound() bool {
 	took := false
 	f.mu.Lock()
-	targets := f.targets
-	nOps := len(targets) / len(wire.Priorities)
+	tiers := f.tiers
 	order := f.sweepOrder(f.w.cfg.PriorityStreak)
 	f.mu.Unlock()
-	if nOps == 0 {
-		return false
-	}
 	for _, tier := range order {
+		targets := tiers[tier]
+		nOps := len(targets)
+		if nOps == 0 {
+			continue
+		}
 		empty := true
 		for j := range nOps {
 			f.mu.Lock()
@@ -298,7 +313,7 @@ func (f *fetcher) sweepRound() bool {
 			if want <= 0 {
 				return took
 			}
-			t := targets[tier*nOps+k]
+			t := targets[k]
 			got, status, ok := f.sweepOne(t, want)
 			if got > 0 {
 				took = true

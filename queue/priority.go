@@ -32,7 +32,7 @@ func (f *fetcher) took(k int) {
 		switch {
 		case t == k:
 			f.passed[t] = 0
-		case t > k:
+		case t > k && len(f.tiers[t]) > 0: // a tier not pulled has nobody waiting
 			f.passed[t]++
 		}
 	}
