@@ -55,9 +55,9 @@ type fetcher struct {
 	wake chan struct{} // the fetcher loop has something to look at
 
 	mu      sync.Mutex
-	idle    int                  // executors waiting in take
-	queued  int                  // jobs in jobs not taken yet
-	targets []target             // consumers pulled, tier by tier
+	idle    int      // executors waiting in take
+	queued  int      // jobs in jobs not taken yet
+	targets []target // consumers pulled, tier by tier
 	tiers   [len(wire.Priorities)][]target
 	byName  map[string]target    // consumer name -> target
 	polls   map[string]time.Time // consumer -> when its outstanding long-poll was sent
