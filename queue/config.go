@@ -32,7 +32,8 @@ const (
 
 // Config configures a Worker. The zero value of a field means its default.
 type Config struct {
-	// Conn is the NATS connection; required. The worker never closes it.
+	// Conn is the NATS connection; required unless Broker is set. The
+	// worker never closes it.
 	Conn *nats.Conn
 	// Operations are the operations this worker serves; required.
 	Operations []string
@@ -112,8 +113,8 @@ type Config struct {
 }
 
 func (c *Config) validate() error {
-	if c.Conn == nil {
-		return fmt.Errorf("%w: Config.Conn is required", ledger.ErrInvalidConfig)
+	if c.Conn == nil && c.Broker == nil {
+		return fmt.Errorf("%w: Config.Conn is required (or a Broker)", ledger.ErrInvalidConfig)
 	}
 	if len(c.Operations) == 0 {
 		return fmt.Errorf("%w: Config.Operations is empty", ledger.ErrInvalidConfig)

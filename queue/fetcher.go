@@ -1,8 +1,7 @@
 package queue
 
 import (
-	"errors"
-	"fmt"
+	"context"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,9 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/agentfleet/fleet/queue/clock"
+	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -35,23 +33,21 @@ import (
 // the queue (passBack; Stats.Overdelivered). With one fetcher per worker
 // there is at most one such request per consumer, whatever the slots.
 //
-// Every answer arrives on one subscription (onMsg): a job carries its
-// own subject and names its consumer in its ack reply subject; a status
-// (404 no messages, 408 expired, 409 refused) comes on the request's own
-// reply subject: <prefix>.s<n> for sweep request n, <prefix>.l.<consumer>
-// for a long-poll. A consumer serves its waiting requests in order, so a
-// job on a consumer with a long-poll outstanding answers that long-poll.
+// The requests go through the broker (ledger.Pull), whose answers come in
+// order to Delivered (a job, with the consumer it came from) and Ended (a
+// request's end: 404 nothing waiting, 408 expired, anything else
+// refused), named by the request's id: s<n> for sweep request n,
+// l.<consumer> for a long-poll. A consumer serves its waiting requests in
+// order, so a job on a consumer with a long-poll outstanding answers that
+// long-poll.
 type fetcher struct {
-	w      *Worker
-	nc     *nats.Conn
-	clk    clock.Clock
-	prefix string
-	sub    *nats.Subscription
-	expiry []byte // long-poll request body
+	w    *Worker
+	clk  clock.Clock
+	pull ledger.Pull
 
 	// jobs hands fetched jobs to the executors; its capacity is the
 	// number of slots, and a job is put there only for a free slot.
-	jobs chan *nats.Msg
+	jobs chan *ledger.Delivery
 	wake chan struct{} // the fetcher loop has something to look at
 
 	mu      sync.Mutex
@@ -82,14 +78,13 @@ type target struct {
 	consumer string
 	op       string
 	tier     int
-	subject  string // $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
 }
 
 // sweepReq is a no_wait request in flight: it ends when it has brought
 // want jobs or its status came.
 type sweepReq struct {
 	consumer string
-	reply    string
+	id       string
 	want     int
 	got      int
 	done     chan struct{}
@@ -107,18 +102,15 @@ func targetsFor(ops []string) []target {
 		}
 		for _, op := range ops {
 			c := wire.PriorityConsumer(op, p)
-			ts = append(ts, target{consumer: c, op: op, tier: tier,
-				subject: "$JS.API.CONSUMER.MSG.NEXT." + wire.StreamRuns + "." + c})
+			ts = append(ts, target{consumer: c, op: op, tier: tier})
 		}
 	}
 	return ts
 }
 
 func newFetcher(w *Worker, ops []string) *fetcher {
-	f := &fetcher{w: w, nc: w.cfg.Conn, clk: w.cfg.Clock, jobs: make(chan *nats.Msg, w.cfg.Slots),
+	f := &fetcher{w: w, clk: w.cfg.Clock, jobs: make(chan *ledger.Delivery, w.cfg.Slots),
 		wake: make(chan struct{}, 1), polls: map[string]time.Time{}}
-	f.prefix = f.nc.NewInbox()
-	f.expiry = fmt.Appendf(nil, `{"batch":1,"expires":%d}`, w.cfg.PullExpiry.Nanoseconds())
 	f.setOps(ops)
 	return f
 }
@@ -145,13 +137,12 @@ func (f *fetcher) setOps(ops []string) {
 	f.poke()
 }
 
-func (f *fetcher) subscribe() error {
-	sub, err := f.nc.Subscribe(f.prefix+".>", f.onMsg)
+func (f *fetcher) open() error {
+	p, err := f.w.broker.OpenPulls(f)
 	if err != nil {
 		return err
 	}
-	_ = sub.SetPendingLimits(-1, -1)
-	f.sub = sub
+	f.pull = p
 	return nil
 }
 
@@ -166,7 +157,7 @@ func (f *fetcher) poke() {
 func (f *fetcher) freeLocked() int { return f.idle - f.queued }
 
 // take waits for the executor's next job; nil when the worker stops.
-func (f *fetcher) take(stopping <-chan struct{}) *nats.Msg {
+func (f *fetcher) take(stopping <-chan struct{}) *ledger.Delivery {
 	f.mu.Lock()
 	f.idle++
 	f.mu.Unlock()
@@ -186,39 +177,31 @@ func (f *fetcher) take(stopping <-chan struct{}) *nats.Msg {
 	}
 }
 
-// onMsg handles one answer to a pull request.
-func (f *fetcher) onMsg(m *nats.Msg) {
-	if isJobMsg(m) {
-		f.onJob(m)
-		return
-	}
-	code := m.Header.Get("Status")
-	if code == "100" || code == "" {
-		return
-	}
-	rest := strings.TrimPrefix(m.Subject, f.prefix+".")
+// Ended implements ledger.PullHandler: request id ended.
+func (f *fetcher) Ended(id, code string) {
 	refused := code != "404" && code != "408"
-	if refused {
-		f.w.log.Warn("pull refused", "status", code, "description", m.Header.Get("Description"), "request", rest)
-	}
 	f.mu.Lock()
 	f.refused = f.refused || refused
-	if c, ok := strings.CutPrefix(rest, "l."); ok {
+	c, poll := strings.CutPrefix(id, "l.")
+	if poll {
 		delete(f.polls, c)
-	} else if s := f.sweep; s != nil && s.reply == m.Subject && !s.ended {
+	} else if s := f.sweep; s != nil && s.id == id && !s.ended {
 		s.ended, s.status = true, code
-		close(s.done)
+		close(s.done) // the sweep waits on it; no poke (an idle loop)
 	}
 	f.mu.Unlock()
-	f.poke()
+	if poll {
+		f.poke()
+	}
 }
 
-// onJob gives a job to a free executor, or back to the queue.
-func (f *fetcher) onJob(m *nats.Msg) {
-	consumer := consumerOf(m)
+// Delivered implements ledger.PullHandler: it gives the job to a free
+// executor, or back to the queue.
+func (f *fetcher) Delivered(consumer string, m *ledger.Delivery) {
 	f.mu.Lock()
 	t, served := f.byName[consumer]
-	if _, ok := f.polls[consumer]; ok {
+	_, poll := f.polls[consumer]
+	if poll {
 		delete(f.polls, consumer) // the consumer answers its oldest request first
 	} else if s := f.sweep; s != nil && s.consumer == consumer && !s.ended {
 		s.got++
@@ -233,30 +216,21 @@ func (f *fetcher) onJob(m *nats.Msg) {
 		f.took(t.tier)
 		f.jobs <- m // room: queued < idle <= slots
 		f.mu.Unlock()
-		f.poke()
+		if poll {
+			f.poke() // a job came while idle: sweep for more
+		}
 		return
 	}
 	f.mu.Unlock()
 	f.w.st.overdelivered.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	if stopping {
-		_ = f.w.handBack(m)
+		_ = f.w.broker.HandBack(ctx, m)
 	} else {
-		_ = f.w.passBack(m)
+		_ = f.w.broker.PassBack(ctx, m, f.w.lostAfterPoll())
 	}
-	f.poke()
 }
-
-// consumerOf is the consumer a job message came from, read from its ack
-// reply subject ($JS.ACK.<stream>.<consumer>.<...>).
-func consumerOf(m *nats.Msg) string {
-	parts := strings.SplitN(m.Reply, ".", 5)
-	if len(parts) != 5 {
-		return ""
-	}
-	return parts[3]
-}
-
-func isJobMsg(m *nats.Msg) bool { return strings.HasPrefix(m.Reply, "$JS.ACK.") }
 
 // run is the fetcher loop; it returns when the worker stops.
 func (f *fetcher) run() {
@@ -347,7 +321,7 @@ func (f *fetcher) sweepRound() bool {
 func (f *fetcher) sweepOne(t target, want int) (got int, status string, ok bool) {
 	f.mu.Lock()
 	f.sweepN++
-	s := &sweepReq{consumer: t.consumer, reply: f.prefix + ".s" + strconv.FormatUint(f.sweepN, 10), want: want,
+	s := &sweepReq{consumer: t.consumer, id: "s" + strconv.FormatUint(f.sweepN, 10), want: want,
 		done: make(chan struct{})}
 	f.sweep = s
 	f.mu.Unlock()
@@ -358,8 +332,7 @@ func (f *fetcher) sweepOne(t target, want int) (got int, status string, ok bool)
 		}
 		f.mu.Unlock()
 	}()
-	body := fmt.Appendf(nil, `{"batch":%d,"no_wait":true}`, want)
-	if err := f.nc.PublishRequest(t.subject, s.reply, body); err != nil {
+	if err := f.pull.Request(t.consumer, s.id, want, false, 0); err != nil {
 		f.w.log.Warn("pull request failed", "err", err)
 		clock.Sleep(f.clk, 250*time.Millisecond, f.w.stopping)
 		return 0, "", false
@@ -374,6 +347,12 @@ func (f *fetcher) sweepOne(t target, want int) (got int, status string, ok bool)
 		f.mu.Unlock()
 		return got, "", false // lost (a reconnect)
 	case <-f.w.stopping:
+		// Let the answer in flight arrive (its jobs are handed back) before
+		// the pulls are closed.
+		select {
+		case <-s.done:
+		case <-tm.C():
+		}
 		return 0, "", false
 	}
 	f.mu.Lock()
@@ -404,7 +383,7 @@ func (f *fetcher) longPoll(stopping <-chan struct{}) {
 	}
 	f.mu.Unlock()
 	for _, t := range send {
-		if err := f.nc.PublishRequest(t.subject, f.prefix+".l."+t.consumer, f.expiry); err != nil {
+		if err := f.pull.Request(t.consumer, "l."+t.consumer, 1, true, f.w.cfg.PullExpiry); err != nil {
 			f.w.log.Warn("pull request failed", "err", err)
 			f.mu.Lock()
 			delete(f.polls, t.consumer)
@@ -428,33 +407,24 @@ func (f *fetcher) handBackQueued() {
 		select {
 		case m := <-f.jobs:
 			f.w.st.overdelivered.Add(1)
-			_ = f.w.handBack(m)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = f.w.broker.HandBack(ctx, m)
+			cancel()
 		default:
 			return
 		}
 	}
 }
 
-// drain ends the fetcher's subscription; jobs still arriving on it are
-// handed back (onJob, the worker is stopping).
+// drain ends the fetcher's pulls; jobs still arriving are handed back
+// (Delivered, the worker is stopping).
 func (f *fetcher) drain() {
-	if f.sub == nil {
+	if f.pull == nil {
 		return
 	}
-	if !f.nc.IsConnected() {
-		_ = f.sub.Unsubscribe()
-		return
-	}
-	c := f.sub.StatusChanged(nats.SubscriptionClosed)
-	if f.sub.Drain() != nil {
-		return
-	}
-	t := f.clk.NewTimer(2 * time.Second)
-	defer t.Stop()
-	select {
-	case <-c:
-	case <-t.C():
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	f.pull.Close(ctx)
 	f.handBackQueued()
 }
 
@@ -471,39 +441,8 @@ func (f *fetcher) ops() []string {
 	return ops
 }
 
-// passBackBody is passBack's Nak: with no delay, unless the job is one
-// delivery away from MaxDeliver. A job answering an older long-poll goes
-// back to the queue, where the server may hand it to another worker's
-// older long-poll, which may be just as busy, and each hand-back counts
-// as a delivery: left alone, a job could use up MaxDeliver on busy
-// workers and be dead-lettered. So its last delivery waits until those
-// long-polls expired.
-func (w *Worker) passBackBody(m *nats.Msg) []byte {
-	if md := w.cfg.Streams.MaxDeliver; md > 0 {
-		if meta, err := m.Metadata(); err == nil && int(meta.NumDelivered) >= md-1 {
-			return fmt.Appendf(nil, `-NAK {"delay":%d}`, w.lostAfterPoll().Nanoseconds())
-		}
-	}
-	return []byte("-NAK")
-}
-
 // lostAfterPoll is how long a long-poll may stay outstanding before the
 // fetcher counts it as lost (a reconnect) and sends another.
 func (w *Worker) lostAfterPoll() time.Duration {
 	return w.cfg.PullExpiry + max(w.cfg.PullExpiry/2, time.Second)
-}
-
-// passBack returns a delivery the worker cannot run now (no slot is free)
-// while it keeps running: a plain Nak (passBackBody), confirmed by the
-// server, puts it at once where the next pull request finds it.
-// handBack's delayed Nak is for shutdowns (it survives a server restart,
-// but is redelivered only on the consumer's next pending check).
-func (w *Worker) passBack(m *nats.Msg) error {
-	if !w.cfg.Conn.IsConnected() {
-		return m.Nak()
-	}
-	if _, err := w.cfg.Conn.Request(m.Reply, w.passBackBody(m), 5*time.Second); err != nil {
-		return errors.Join(err, m.Nak())
-	}
-	return nil
 }

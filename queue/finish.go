@@ -136,7 +136,7 @@ func (s *slot) transient(j *job, perr error) {
 
 // poison dead-letters a request that can never succeed.
 func (s *slot) poison(j *job, code wire.ErrorCode, reason string) {
-	s.log.Warn("poison request terminated", "job", j.id, "subject", j.msg.Subject, "reason", reason)
+	s.log.Warn("poison request terminated", "job", j.id, "subject", j.d.Subject, "reason", reason)
 	s.deadLetter(j, code, reason)
 }
 

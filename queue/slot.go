@@ -27,7 +27,6 @@ type slot struct {
 	w    *Worker
 	idx  int
 	proc Processor
-	nc   *nats.Conn
 	log  loggerish
 
 	// heartbeat state (heartbeat.go)
@@ -63,7 +62,6 @@ type loggerish interface {
 // job is one delivery being handled.
 type job struct {
 	d       *ledger.Delivery
-	msg     *nats.Msg
 	req     *wire.RunRequest
 	id, op  string
 	attempt int
@@ -95,7 +93,7 @@ type evItem struct {
 }
 
 func newSlot(w *Worker, idx int, p Processor) *slot {
-	return &slot{w: w, idx: idx, proc: p, nc: w.cfg.Conn, log: w.log.With("slot", idx),
+	return &slot{w: w, idx: idx, proc: p, log: w.log.With("slot", idx),
 		evWake: make(chan struct{}, 1), evDone: make(chan struct{})}
 }
 
@@ -120,24 +118,18 @@ func (s *slot) run() {
 }
 
 // handle processes one delivery end to end.
-func (s *slot) handle(m *nats.Msg) {
-	meta, err := m.Metadata()
-	if err != nil {
-		s.log.Error("job message without metadata", "reply", m.Reply, "err", err)
-		_ = m.Term()
-		return
-	}
-	d := ledger.NewDelivery(m, meta)
-	j := &job{d: d, msg: m, op: d.Operation, attempt: d.Attempt, started: s.w.cfg.Clock.Now(), enqueued: meta.Timestamp,
+func (s *slot) handle(d *ledger.Delivery) {
+	h := nats.Header(d.Header)
+	j := &job{d: d, op: d.Operation, attempt: d.Attempt, started: s.w.cfg.Clock.Now(), enqueued: d.Enqueued,
 		id: d.JobID, enc: d.Encoding}
-	j.evLimit, j.evKinds = parseEventsHeader(m.Header.Get(wire.HeaderEvents))
-	req, err := wire.DecodeRunRequest(m.Data, m.Header.Get(wire.HeaderContentType))
+	j.evLimit, j.evKinds = parseEventsHeader(h.Get(wire.HeaderEvents))
+	req, err := wire.DecodeRunRequest(d.Data, h.Get(wire.HeaderContentType))
 	if err == nil {
 		j.req = req
-		firedJobID(req, m.Header)
+		firedJobID(req, h)
 		err = s.check(j)
 		if err == nil {
-			if j.resume, err = wire.ParseResume(m.Header); err != nil {
+			if j.resume, err = wire.ParseResume(h); err != nil {
 				// Not poison: dead-lettering would end the waiting job.
 				s.log.Warn("malformed resume request dropped", "job", j.id, "err", err)
 				_ = s.w.broker.Settle(s.w.runCtx, d)
@@ -172,7 +164,7 @@ func (s *slot) check(j *job) error {
 			j.id = req.JobID
 		}
 		return &wire.RequestError{Code: wire.CodeUnknownOperation, Field: "operation",
-			Reason: fmt.Sprintf("%q is not served here (subject %s, served %v)", wire.Clip(req.Operation), j.msg.Subject, s.w.Operations())}
+			Reason: fmt.Sprintf("%q is not served here (subject %s, served %v)", wire.Clip(req.Operation), j.d.Subject, s.w.Operations())}
 	}
 	if j.id != "" && j.id != req.JobID {
 		bad := j.id
@@ -186,7 +178,7 @@ func (s *slot) check(j *job) error {
 	if err := s.w.checkParkTimeout(req); err != nil {
 		return err
 	}
-	if r := j.msg.Header.Get(wire.HeaderReplyTo); r != "" {
+	if r := nats.Header(j.d.Header).Get(wire.HeaderReplyTo); r != "" {
 		if err := wire.ValidateReplyTo(r); err != nil {
 			return err
 		}

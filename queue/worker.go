@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/loop"
@@ -95,17 +93,17 @@ type Worker struct {
 	js  jetstream.JetStream
 	log *slog.Logger
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	streams  *ledger.Streams
-	stopping chan struct{} // closed by Stop: slots stop pulling
-	runCtx   context.Context
-	cancel   context.CancelCauseFunc // cancels running jobs with ErrShutdown
-	slotsWG  sync.WaitGroup
-	bgWG     sync.WaitGroup
-	bgCancel context.CancelFunc
-	cancelSb *nats.Subscription
+	mu          sync.Mutex
+	started     bool
+	stopped     bool
+	streams     *ledger.Streams
+	stopping    chan struct{} // closed by Stop: slots stop pulling
+	runCtx      context.Context
+	cancel      context.CancelCauseFunc // cancels running jobs with ErrShutdown
+	slotsWG     sync.WaitGroup
+	bgWG        sync.WaitGroup
+	bgCancel    context.CancelFunc
+	stopCancels func() error // ends the cancel requests' delivery
 
 	kinds   map[wire.EventKind]bool // nil = all
 	runMu   sync.Mutex
@@ -129,9 +127,12 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout))
-	if err != nil {
-		return nil, fmt.Errorf("queue: %w", err)
+	var js jetstream.JetStream
+	if cfg.Broker == nil {
+		var err error
+		if js, err = jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout)); err != nil {
+			return nil, fmt.Errorf("queue: %w", err)
+		}
 	}
 	w := &Worker{cfg: cfg, js: js, log: cfg.Logger.With("worker", cfg.Name),
 		running: map[string][]*runningJob{}, abandon: make(chan struct{})}
@@ -169,8 +170,13 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.stopped {
 		return errors.New("queue: worker already stopped")
 	}
-	streams, err := ledger.EnsureStreams(ctx, w.js, w.cfg.Streams)
-	if err != nil {
+	var streams *ledger.Streams
+	var err error
+	if w.cfg.Broker == nil {
+		if streams, err = ledger.EnsureStreams(ctx, w.js, w.cfg.Streams); err != nil {
+			return err
+		}
+	} else if err := w.cfg.Broker.EnsureOperations(ctx, w.cfg.Operations); err != nil {
 		return err
 	}
 	procs := make([]Processor, w.cfg.Slots)
@@ -191,11 +197,11 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 		w.broker, w.jsl = jsl, jsl
 	}
-	sub, err := w.cfg.Conn.Subscribe(wire.SubjectCancelPrefix+"*", w.onCancel)
+	stopCancels, err := w.broker.Cancels(w.onCancel)
 	if err != nil {
-		return fmt.Errorf("queue: subscribe to cancels: %w", err)
+		return err
 	}
-	w.cancelSb = sub
+	w.stopCancels = stopCancels
 	w.streams = streams
 	w.stopping = make(chan struct{})
 	w.runCtx, w.cancel = context.WithCancelCause(context.Background())
@@ -206,10 +212,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.slots[i] = newSlot(w, i, p)
 	}
 	w.fetch = newFetcher(w, w.cfg.Operations)
-	if err := w.fetch.subscribe(); err != nil {
-		_ = sub.Unsubscribe()
+	if err := w.fetch.open(); err != nil {
+		_ = stopCancels()
 		bgCancel()
-		return fmt.Errorf("queue: subscribe pull inbox: %w", err)
+		return err
 	}
 	w.fetchWG.Add(1)
 	go func() {
@@ -292,16 +298,14 @@ func (w *Worker) Stop() error {
 	if w.jsl != nil {
 		defer w.jsl.Close()
 	}
-	if w.cancelSb != nil {
-		err = errors.Join(err, w.cancelSb.Unsubscribe())
+	if w.stopCancels != nil {
+		err = errors.Join(err, w.stopCancels())
 	}
-	if w.cfg.Conn.IsConnected() {
-		if ferr := w.cfg.Conn.FlushTimeout(5 * time.Second); ferr != nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
-			err = errors.Join(err, fmt.Errorf("queue: flush on stop: %w", ferr))
-		}
-	} else if !w.cfg.Conn.IsClosed() {
+	if c := w.cfg.Conn; c != nil && !c.IsConnected() && !c.IsClosed() {
 		// Reconnecting: nats.go sends what it buffered once it is back.
 		w.log.Warn("stopped while disconnected; buffered acks go out on reconnect")
+	} else if ferr := w.broker.Flush(5 * time.Second); ferr != nil {
+		err = errors.Join(err, fmt.Errorf("queue: flush on stop: %w", ferr))
 	}
 	w.log.Info("worker stopped")
 	return err
@@ -317,10 +321,6 @@ func (w *Worker) isStopping() bool {
 		return false
 	}
 }
-
-// handBack returns a message the fetcher has no slot for to the queue
-// when the worker stops (ledger.HandBackMsg).
-func (w *Worker) handBack(m *nats.Msg) error { return ledger.HandBackMsg(w.cfg.Conn, m) }
 
 // runningJob is a job being processed, found by its cancel subject.
 type runningJob struct {
@@ -350,20 +350,12 @@ func (w *Worker) unregister(jobID string, r *runningJob) {
 	}
 }
 
-func (w *Worker) onCancel(m *nats.Msg) {
-	jobID := strings.TrimPrefix(m.Subject, wire.SubjectCancelPrefix)
+func (w *Worker) onCancel(jobID, reason string) {
 	w.runMu.Lock()
 	rs := append([]*runningJob(nil), w.running[jobID]...)
 	w.runMu.Unlock()
 	if len(rs) == 0 {
 		return
-	}
-	reason := ""
-	if len(m.Data) > 0 {
-		var body wire.CancelRequest
-		if err := wire.JSON.Unmarshal(m.Data, &body); err == nil {
-			reason = wire.Clip(body.Reason)
-		}
 	}
 	w.log.Info("cancel requested", "job", jobID, "reason", reason)
 	for _, r := range rs {

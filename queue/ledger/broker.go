@@ -16,6 +16,7 @@ import (
 // are the conformance suites both pass.
 type Broker interface {
 	Ledger
+	WorkerIO
 	// Extend keeps a delivery not claimed yet from being redelivered (a
 	// claim being tried again).
 	Extend(d *Delivery) error
@@ -94,3 +95,56 @@ type ParkRefusedError struct {
 }
 
 func (e *ParkRefusedError) Error() string { return "ledger: cannot park the job: " + e.Reason }
+
+// Pull is the Broker's fetch side, driven by a worker's fetcher: pull
+// requests to the consumers (one per operation and priority,
+// wire.PriorityConsumer) answered asynchronously, in order, to the
+// PullHandler given to OpenPulls.
+type Pull interface {
+	// Request asks consumer for up to n deliveries under request id: at
+	// once (wait false: the request ends with status "404" when fewer
+	// were waiting), or as a long-poll of one delivery outstanding up to
+	// expiry (status "408" when it ran out). A request cannot be
+	// withdrawn: a long-poll answered after its worker filled up brings a
+	// delivery to pass back.
+	Request(consumer, id string, n int, wait bool, expiry time.Duration) error
+	// Close stops the answers once the requests in flight are answered
+	// or ctx ends; deliveries arriving meanwhile still reach the handler.
+	Close(ctx context.Context)
+}
+
+// PullHandler receives a Pull's answers, one at a time.
+type PullHandler interface {
+	// Delivered is one delivery from consumer.
+	Delivered(consumer string, d *Delivery)
+	// Ended says request id ended: "404" nothing (more) was waiting,
+	// "408" a long-poll expired, anything else the request was refused
+	// (a consumer missing, too many requests waiting).
+	Ended(id, status string)
+}
+
+// WorkerIO is the worker side of a Broker beyond storage: pulling, a
+// job's live events, cancel requests, the consumers of the operations
+// served.
+type WorkerIO interface {
+	// OpenPulls starts a Pull whose answers go to h.
+	OpenPulls(h PullHandler) (Pull, error)
+	// PassBack returns a delivery no slot is free for while the worker
+	// runs, for redelivery at once (after last when the delivery is one
+	// away from its last: a job bounced between busy workers must not run
+	// out of deliveries), confirmed by the store.
+	PassBack(ctx context.Context, d *Delivery, last time.Duration) error
+	// PublishEvent publishes one event of a running job (never waits for
+	// the store); Buffered is the bytes published but not yet sent.
+	PublishEvent(subject string, h map[string][]string, data []byte) error
+	Buffered() int
+	// Cancels calls fn for each cancel request (docs/PROTOCOL.md §9) until
+	// stop is called.
+	Cancels(fn func(jobID, reason string)) (stop func() error, err error)
+	// EnsureOperations makes the consumers of ops (as EnsureStreams does)
+	// so that their jobs can be pulled.
+	EnsureOperations(ctx context.Context, ops []string) error
+	// Flush waits until everything published so far reached the store, or
+	// timeout.
+	Flush(timeout time.Duration) error
+}

@@ -74,7 +74,7 @@ func HandBackMsg(nc *nats.Conn, m *nats.Msg) error {
 // ReleaseUnique implements Broker: the key is deleted only at the
 // revision that names jobID.
 func (j *JetStream) ReleaseUnique(ctx context.Context, key, jobID string) error {
-	st := j.cfg.Streams
+	st := j.streams()
 	if st == nil || st.Unique == nil || !wire.ValidUniqueKey(key) {
 		return nil
 	}
@@ -98,7 +98,7 @@ func (j *JetStream) ReleaseUnique(ctx context.Context, key, jobID string) error 
 // uniqueness key), the timeout as a one-shot schedule message, the waiting
 // record (compare-and-set on the lease), the ack.
 func (j *JetStream) Park(ctx context.Context, l *Lease, p *ParkRequest) error {
-	st := j.cfg.Streams
+	st := j.streams()
 	switch {
 	case st == nil || st.Parked == nil:
 		return &ParkRefusedError{Reason: "the job asked a human, but this worker cannot park jobs (no parked-state store)"}
@@ -149,7 +149,7 @@ func (j *JetStream) scheduleParkTimeout(ctx context.Context, d *Delivery, park u
 
 // ParkedState implements Broker.
 func (j *JetStream) ParkedState(ctx context.Context, jobID string) (*ParkedJob, error) {
-	st := j.cfg.Streams
+	st := j.streams()
 	if st == nil || st.Parked == nil {
 		return nil, ErrNoParkedState
 	}
@@ -174,7 +174,7 @@ func (j *JetStream) ParkedState(ctx context.Context, jobID string) (*ParkedJob, 
 
 // Unpark implements Broker.
 func (j *JetStream) Unpark(ctx context.Context, jobID string) error {
-	st := j.cfg.Streams
+	st := j.streams()
 	if st == nil || st.Parked == nil {
 		return nil
 	}
@@ -202,7 +202,7 @@ type maxDeliverAdvisory struct {
 // Exhausted implements Broker on FLEET_ADVISORIES' durable consumer
 // (shared by the workers, so each advisory is handled once).
 func (j *JetStream) Exhausted(ctx context.Context, fn func(ctx context.Context, d *Delivery, consumer string) error) error {
-	st := j.cfg.Streams
+	st := j.streams()
 	if st == nil || st.Advisories == nil {
 		<-ctx.Done()
 		return nil
@@ -263,7 +263,7 @@ func (j *JetStream) exhaustedOne(ctx context.Context, data []byte, fn func(ctx c
 // Unserved implements Broker: the subjects of FLEET_RUNS with messages
 // that no consumer's filter matches.
 func (j *JetStream) Unserved(ctx context.Context) ([]string, error) {
-	st := j.cfg.Streams
+	st := j.streams()
 	if st == nil || st.Runs == nil {
 		return nil, nil
 	}

@@ -41,7 +41,8 @@ type Memory struct {
 	replies  map[string][]*wire.AgentResult
 	hook     func(*Delivery)
 	failing  *memFailure
-	broker   memBroker // the Broker side (memory_broker.go)
+	broker   memBroker   // the Broker side (memory_broker.go)
+	io       memWorkerIO // the WorkerIO side (memory_pull.go)
 }
 
 type memLease struct {
@@ -295,7 +296,7 @@ func (m *Memory) Requeue(ctx context.Context, l *Lease, delay time.Duration, rea
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if q := m.requests[l.Delivery.Seq]; q != nil && q.current != nil {
-		q.current, q.notBefore = nil, time.Now().Add(delay)
+		m.pendingLocked(q, delay)
 	}
 	return nil
 }

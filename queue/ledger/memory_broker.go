@@ -66,7 +66,7 @@ func (m *Memory) Retry(d *Delivery, delay time.Duration) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if q := m.requests[d.Seq]; q != nil && q.current == d {
-		q.current, q.notBefore = nil, time.Now().Add(delay)
+		m.pendingLocked(q, delay)
 	}
 	return nil
 }
