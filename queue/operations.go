@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agentfleet/fleet/queue/ledger"
 )
 
@@ -36,39 +34,20 @@ func (w *Worker) SetOperations(ctx context.Context, ops []string) error {
 	w.opsMu.Lock()
 	defer w.opsMu.Unlock()
 	w.mu.Lock()
-	streams, f, stopped := w.streams, w.fetch, w.stopped
+	f, stopped := w.fetch, w.stopped
 	w.mu.Unlock()
-	if f == nil || streams == nil || stopped {
+	if f == nil || stopped {
 		return fmt.Errorf("queue: SetOperations: the worker is not running")
 	}
-	var added []string
-	for _, op := range ops {
-		if _, ok := streams.Consumers[op]; !ok && !slices.Contains(added, op) {
-			added = append(added, op)
-		}
+	if err := w.broker.EnsureOperations(ctx, ops); err != nil {
+		return err
 	}
-	if len(added) > 0 {
-		cfg := streams.Config
-		cfg.Operations = added
-		cons, err := ledger.EnsureConsumers(ctx, streams.Runs, cfg)
-		if err != nil {
-			return err
-		}
-		next := &ledger.Streams{}
-		*next = *streams
-		next.Consumers = make(map[string]jetstream.Consumer, len(streams.Consumers)+len(cons))
-		for k, c := range streams.Consumers {
-			next.Consumers[k] = c
-		}
-		for k, c := range cons {
-			next.Consumers[k] = c
-		}
-		next.Config.Operations = append(slices.Clone(streams.Config.Operations), added...)
+	if w.jsl != nil {
 		w.mu.Lock()
-		w.streams = next
+		w.streams = w.jsl.Streams() // with the new consumers
 		w.mu.Unlock()
 	}
 	f.setOps(slices.Clone(ops))
-	w.log.Info("operations served", "operations", ops, "added", added)
+	w.log.Info("operations served", "operations", ops)
 	return nil
 }

@@ -521,3 +521,16 @@ func (h *jsHarness) PublishUnserved(jobID string) (string, uint64) {
 	}
 	return m.Subject, ack.Sequence
 }
+
+func (h *jsHarness) Operation() string { return h.op }
+
+func (h *jsHarness) Cancel(jobID, reason string) {
+	h.t.Helper()
+	data, err := wire.JSON.Marshal(wire.CancelRequest{Reason: reason})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.srv.Conns[0].Publish(wire.CancelSubject(jobID), data); err != nil {
+		h.t.Fatal(err)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +34,11 @@ type BrokerHarness interface {
 	// PublishUnserved publishes a request of an operation no consumer
 	// serves and returns its subject and sequence.
 	PublishUnserved(jobID string) (subject string, seq uint64)
+	// Cancel sends a cancel request for jobID, as a client does.
+	Cancel(jobID, reason string)
+	// Operation is the operation Publish publishes to (normal priority:
+	// its consumer is named after it).
+	Operation() string
 }
 
 // BrokerCases lists the names of RunBroker's cases, in order.
@@ -57,6 +64,8 @@ func brokerCases() []brokerCase {
 		{"UniqueReleasedByItsJobOnly", testUniqueRelease},
 		{"UnservedAndNextStored", testUnserved},
 		{"RetryAndHandBack", testRetryHandBack},
+		{"PullSweepLongPollPassBack", testPull},
+		{"EventsCancelsOperations", testEventsCancels},
 	}
 }
 
@@ -265,4 +274,154 @@ func testRetryHandBack(t *testing.T, h BrokerHarness) {
 		t.Fatal(err)
 	}
 	waitGone(t, h, seq)
+}
+
+// pullRecorder is a PullHandler that records the answers in order.
+type pullRecorder struct {
+	mu  sync.Mutex
+	got []string // "d:<consumer>:<job>:<attempt>" or "e:<id>:<status>"
+	ds  []*ledger.Delivery
+	ch  chan struct{}
+}
+
+func (r *pullRecorder) Delivered(consumer string, d *ledger.Delivery) {
+	r.mu.Lock()
+	r.got = append(r.got, fmt.Sprintf("d:%s:%s:%d", consumer, jobOf(d), d.Attempt))
+	r.ds = append(r.ds, d)
+	r.mu.Unlock()
+	r.ch <- struct{}{}
+}
+
+func (r *pullRecorder) Ended(id, status string) {
+	r.mu.Lock()
+	r.got = append(r.got, "e:"+id+":"+status)
+	r.mu.Unlock()
+	r.ch <- struct{}{}
+}
+
+// jobOf is the delivery's job id, from the body when Nats-Msg-Id is not
+// there (as a worker reads it).
+func jobOf(d *ledger.Delivery) string {
+	if d.JobID != "" {
+		return d.JobID
+	}
+	if req, err := wire.DecodeRunRequest(d.Data, "application/json"); err == nil {
+		return req.JobID
+	}
+	return ""
+}
+
+// next waits for the next answer.
+func (r *pullRecorder) next(t *testing.T) (string, *ledger.Delivery) {
+	t.Helper()
+	select {
+	case <-r.ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pull answer")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.got[0]
+	r.got = r.got[1:]
+	var d *ledger.Delivery
+	if strings.HasPrefix(a, "d:") {
+		d, r.ds = r.ds[0], r.ds[1:]
+	}
+	return a, d
+}
+
+// testPull: a request at once ends 404 on an empty consumer, or brings
+// what waits (up to its count) then 404; a long-poll brings a request
+// published later, or ends 408; a delivery passed back comes again with
+// the next attempt.
+func testPull(t *testing.T, h BrokerHarness) {
+	ctx, b := ctxFor(t), h.Broker()
+	op := h.Operation()
+	rec := &pullRecorder{ch: make(chan struct{}, 64)}
+	p, err := b.OpenPulls(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	want := func(what string) *ledger.Delivery {
+		t.Helper()
+		got, d := rec.next(t)
+		if got != what {
+			t.Fatalf("pull answer %q, want %q", got, what)
+		}
+		return d
+	}
+	if err := p.Request(op, "s1", 2, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	want("e:s1:404")
+	job := newJob("pull")
+	h.Publish(Request{JobID: job})
+	if err := p.Request(op, "s2", 2, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	d := want("d:" + op + ":" + job + ":1")
+	want("e:s2:404")
+	if err := b.PassBack(ctx, d, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Request(op, "l1", 1, true, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	d = want("d:" + op + ":" + job + ":2")
+	l := mustClaim(t, ctx, b, d)
+	if err := b.Complete(ctx, l, result(d, wire.StateSucceeded)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Request(op, "l2", 1, true, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	job2 := newJob("pull")
+	h.Publish(Request{JobID: job2})
+	d = want("d:" + op + ":" + job2 + ":1")
+	l = mustClaim(t, ctx, b, d)
+	if err := b.Complete(ctx, l, result(d, wire.StateSucceeded)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Request(op, "l3", 1, true, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	want("e:l3:408")
+}
+
+// testEventsCancels: a cancel request reaches every listener until it
+// stops listening; an event is published without error; EnsureOperations
+// makes an operation pullable and refuses a bad name.
+func testEventsCancels(t *testing.T, h BrokerHarness) {
+	ctx, b := ctxFor(t), h.Broker()
+	got := make(chan string, 4)
+	stop, err := b.Cancels(func(jobID, reason string) { got <- jobID + ":" + reason })
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := newJob("cancel")
+	h.Cancel(job, "enough")
+	select {
+	case g := <-got:
+		if g != job+":enough" {
+			t.Fatalf("cancel %q", g)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no cancel")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PublishEvent(wire.EventSubject(job), map[string][]string{wire.HeaderJobID: {job}}, []byte(`{"kind":"finished"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.EnsureOperations(ctx, []string{h.Operation() + "-more"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.EnsureOperations(ctx, []string{"Not An Op"}); !errors.Is(err, ledger.ErrInvalidConfig) {
+		t.Fatalf("bad operation: %v, want ErrInvalidConfig", err)
+	}
 }

@@ -117,3 +117,7 @@ func (h *memHarness) PublishUnserved(jobID string) (string, uint64) {
 		Header: map[string][]string{wire.HeaderMsgID: {jobID}}, Data: []byte(`{"job_id":"` + jobID + `"}`)})
 	return wire.RunSubject(memOperation + "-unserved"), seq
 }
+
+func (h *memHarness) Operation() string { return memOperation }
+
+func (h *memHarness) Cancel(jobID, reason string) { h.m.Cancel(jobID, reason) }
