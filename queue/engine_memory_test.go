@@ -142,6 +142,17 @@ func TestEngineOnMemoryEventsCancelPriority(t *testing.T) {
 		r := newReq(j.id)
 		memPublish(t, mem, r, j.p, false)
 	}
+	// The idle moment before "busy" left long-polls on the high and low
+	// consumers: they bring low-1 and high-1 while the slot is busy, and
+	// both go back to the queue. Only then is the slot freed: a job
+	// answering a long-poll just as a slot frees up may run before a more
+	// urgent one (docs/PROTOCOL.md §19.2).
+	testutil.Eventually(t, 10*time.Second, "low-1 and high-1 passed back", func() error {
+		if n := w.Stats().Overdelivered; n != 2 {
+			return fmt.Errorf("%d passed back", n)
+		}
+		return nil
+	})
 	for _, want := range []string{"high-1", "normal-1", "low-1"} {
 		g.release <- struct{}{}
 		if got := g.waitStarted(t); !strings.HasPrefix(got, want+"#") {
