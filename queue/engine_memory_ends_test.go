@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -66,9 +67,12 @@ func TestEngineOnMemoryRetriesAndPoison(t *testing.T) {
 	})
 	memPublish(t, mem, newReq("after-poison"), "", false)
 	memState(t, mem, "after-poison", wire.StateSucceeded)
-	if st := w.Stats(); st.Retried != 2 || st.Dead != 2 || st.Succeeded != 1 {
-		t.Fatalf("stats %+v", st)
-	}
+	testutil.Eventually(t, 10*time.Second, "the counters", func() error {
+		if st := w.Stats(); st.Retried != 2 || st.Dead != 2 || st.Succeeded != 1 {
+			return fmt.Errorf("stats %+v", st) // counted just after the write
+		}
+		return nil
+	})
 }
 
 // TestEngineOnMemoryMoverAndSweeper: a request whose deliveries ran out
@@ -90,9 +94,12 @@ func TestEngineOnMemoryMoverAndSweeper(t *testing.T) {
 	r.Operation = "nobody"
 	memPublish(t, mem, r, "", false)
 	memDead(t, mem, "nobody-1", wire.CodeUnknownOperation)
-	if st := w.Stats(); st.Dead != 2 {
-		t.Fatalf("stats %+v", st)
-	}
+	testutil.Eventually(t, 10*time.Second, "the counters", func() error {
+		if st := w.Stats(); st.Dead != 2 {
+			return fmt.Errorf("stats %+v", st) // counted just after the write
+		}
+		return nil
+	})
 }
 
 // TestEngineOnMemoryDrainHandsBack: a job still running when the drain

@@ -135,21 +135,23 @@ func TestEngineOnMemoryEventsCancelPriority(t *testing.T) {
 	if got := g.waitStarted(t); !strings.HasPrefix(got, "busy#") {
 		t.Fatalf("started %s", got)
 	}
+	var seqs []uint64
 	for _, j := range []struct {
 		id string
 		p  wire.Priority
 	}{{"low-1", wire.PriorityLow}, {"normal-1", wire.PriorityNormal}, {"high-1", wire.PriorityHigh}} {
-		r := newReq(j.id)
-		memPublish(t, mem, r, j.p, false)
+		seqs = append(seqs, memPublish(t, mem, newReq(j.id), j.p, false))
 	}
-	// The idle moment before "busy" left long-polls on the high and low
-	// consumers: they bring low-1 and high-1 while the slot is busy, and
-	// both go back to the queue. Only then is the slot freed: a job
-	// answering a long-poll just as a slot frees up may run before a more
-	// urgent one (docs/PROTOCOL.md §19.2).
-	testutil.Eventually(t, 10*time.Second, "low-1 and high-1 passed back", func() error {
-		if n := w.Stats().Overdelivered; n != 2 {
-			return fmt.Errorf("%d passed back", n)
+	// A long-poll left from an idle moment before "busy" may bring one of
+	// them while the slot is busy: it goes back to the queue. Only once
+	// all three wait in the queue is the slot freed (a job answering a
+	// long-poll just as a slot frees up may run before a more urgent one,
+	// docs/PROTOCOL.md §19.2).
+	testutil.Eventually(t, 10*time.Second, "the three jobs queued", func() error {
+		for _, seq := range seqs {
+			if mem.InFlight(seq) != nil {
+				return fmt.Errorf("request %d in flight", seq)
+			}
 		}
 		return nil
 	})
@@ -161,9 +163,12 @@ func TestEngineOnMemoryEventsCancelPriority(t *testing.T) {
 	}
 	g.release <- struct{}{}
 	memState(t, mem, "low-1", wire.StateSucceeded)
-	if st := w.Stats(); st.Succeeded != 4 || st.Canceled != 1 {
-		t.Fatalf("stats %+v", st)
-	}
+	testutil.Eventually(t, 10*time.Second, "the counters", func() error {
+		if st := w.Stats(); st.Succeeded != 4 || st.Canceled != 1 {
+			return fmt.Errorf("stats %+v", st) // counted just after the result is stored
+		}
+		return nil
+	})
 }
 
 // TestEngineOnMemoryHeartbeatFakeClock: heartbeats follow the injected
@@ -182,15 +187,24 @@ func TestEngineOnMemoryHeartbeatFakeClock(t *testing.T) {
 	})
 	seq := memPublish(t, mem, newReq("hb-1"), "", false)
 	g.waitStarted(t)
-	for i := range 3 {
-		fake.Advance(time.Second)
-		select {
-		case hb := <-w.signals.heartbeat:
-			if hb.jobID != "hb-1" || hb.err != nil {
-				t.Fatalf("heartbeat %d: %+v", i, hb)
+	// beat moves the clock by one interval until a heartbeat comes (the
+	// heartbeat goroutine may make its ticker after a first move).
+	beat := func(what string) heartbeatSignal {
+		t.Helper()
+		for range 100 {
+			fake.Advance(time.Second)
+			select {
+			case hb := <-w.signals.heartbeat:
+				return hb
+			case <-time.After(100 * time.Millisecond):
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("heartbeat %d did not come after the clock moved", i)
+		}
+		t.Fatalf("%s: no heartbeat after the clock moved 100 intervals", what)
+		return heartbeatSignal{}
+	}
+	for i := range 3 {
+		if hb := beat(fmt.Sprint("heartbeat ", i)); hb.jobID != "hb-1" || hb.err != nil {
+			t.Fatalf("heartbeat %d: %+v", i, hb)
 		}
 	}
 	d := mem.InFlight(seq)
@@ -201,7 +215,7 @@ func TestEngineOnMemoryHeartbeatFakeClock(t *testing.T) {
 	if _, err := mem.Claim(t.Context(), nd); err != nil {
 		t.Fatal(err)
 	}
-	fake.Advance(time.Second)
+	beat("after the takeover")
 	select {
 	case id := <-w.signals.fenced:
 		if id != "hb-1" {

@@ -60,6 +60,23 @@ type fetcher struct {
 	sweep   *sweepReq            // the no_wait request in flight
 	sweepN  uint64
 	refused bool // a request was refused (a consumer missing?)
+	// A sweep round under way: roundPos[t] is tier t's place in its order,
+	// roundAt the place being swept (-1: no round). A job a long-poll
+	// brings meanwhile from a tier the round has not reached is held
+	// until the round ends, so that the round's more urgent jobs go
+	// first (releaseHeld).
+	roundPos [len(wire.Priorities)]int
+	roundAt  int
+	held     []*ledger.Delivery
+	// transit counts, per tier, the jobs on their way back to the queue
+	// (giveBack): the server sees them as delivered, so a sweep would
+	// miss them; a round waits for a tier's to land before it sweeps it
+	// (awaitTransit), or a high job passed back at that moment could be
+	// passed over for a low one. transitDrop is closed (and replaced)
+	// when a count drops.
+	transit     [len(wire.Priorities)]int
+	transitDrop chan struct{}
+	backWG      sync.WaitGroup // giveBacks under way
 
 	// passed[t] counts the jobs taken from tiers above t since a job was
 	// last taken at tier t or tier t was found empty (sweepOrder). Only
@@ -110,7 +127,7 @@ func targetsFor(ops []string) []target {
 
 func newFetcher(w *Worker, ops []string) *fetcher {
 	f := &fetcher{w: w, clk: w.cfg.Clock, jobs: make(chan *ledger.Delivery, w.cfg.Slots),
-		wake: make(chan struct{}, 1), polls: map[string]time.Time{}}
+		wake: make(chan struct{}, 1), polls: map[string]time.Time{}, roundAt: -1}
 	f.setOps(ops)
 	return f
 }
@@ -211,25 +228,132 @@ func (f *fetcher) Delivered(consumer string, m *ledger.Delivery) {
 		}
 	}
 	stopping := f.w.isStopping()
+	if served && !stopping && poll && f.roundAt >= 0 && f.roundPos[t.tier] > f.roundAt {
+		f.held = append(f.held, m) // the round has not reached its tier
+		f.mu.Unlock()
+		return
+	}
 	if served && !stopping && f.freeLocked() > 0 {
-		f.queued++
-		f.took(t.tier)
-		f.jobs <- m // room: queued < idle <= slots
+		f.dispatchLocked(m, t.tier)
 		f.mu.Unlock()
 		if poll {
 			f.poke() // a job came while idle: sweep for more
 		}
 		return
 	}
+	f.giveBackLocked(m, t.tier, stopping)
 	f.mu.Unlock()
+}
+
+// dispatchLocked hands m, of tier, to a free executor (f.mu held, a slot
+// free).
+func (f *fetcher) dispatchLocked(m *ledger.Delivery, tier int) {
+	f.queued++
+	f.took(tier)
+	f.jobs <- m // room: queued < idle <= slots
+}
+
+// giveBackLocked returns a job no slot is free for to the queue, on its
+// own goroutine (the answers behind it must not wait for the store's
+// confirmation), counted in transit until the store confirmed it (f.mu
+// held).
+func (f *fetcher) giveBackLocked(m *ledger.Delivery, tier int, stopping bool) {
 	f.w.st.overdelivered.Add(1)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if stopping {
-		_ = f.w.broker.HandBack(ctx, m)
-	} else {
-		_ = f.w.broker.PassBack(ctx, m, f.w.lostAfterPoll())
+	f.transit[tier]++
+	f.backWG.Add(1)
+	go func() {
+		defer f.backWG.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if stopping {
+			_ = f.w.broker.HandBack(ctx, m)
+		} else {
+			_ = f.w.broker.PassBack(ctx, m, f.w.lostAfterPoll())
+		}
+		cancel()
+		f.mu.Lock()
+		f.transit[tier]--
+		if f.transitDrop != nil {
+			close(f.transitDrop)
+			f.transitDrop = nil
+		}
+		f.mu.Unlock()
+	}()
+}
+
+// awaitTransit waits until no job of tier is on its way back to the
+// queue (at most a hand-back's time), or the worker stops.
+func (f *fetcher) awaitTransit(tier int) {
+	t := time.NewTimer(6 * time.Second) // a hand-back waits up to 5s (wall clock)
+	defer t.Stop()
+	for {
+		f.mu.Lock()
+		if f.transit[tier] == 0 {
+			f.mu.Unlock()
+			return
+		}
+		if f.transitDrop == nil {
+			f.transitDrop = make(chan struct{})
+		}
+		ch := f.transitDrop
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-t.C:
+			return
+		case <-f.w.stopping:
+			return
+		}
 	}
+}
+
+// releaseHeld ends a sweep round: the jobs held during it go to free
+// executors, most urgent first, or back to the queue.
+func (f *fetcher) releaseHeld() {
+	f.mu.Lock()
+	f.roundAt = -1
+	held := f.held
+	f.held = nil
+	slices.SortStableFunc(held, func(a, b *ledger.Delivery) int { return f.tierOf(a) - f.tierOf(b) })
+	stopping := f.w.isStopping()
+	for _, m := range held {
+		if !stopping && f.freeLocked() > 0 {
+			f.dispatchLocked(m, f.tierOf(m))
+		} else {
+			f.giveBackLocked(m, f.tierOf(m), stopping)
+		}
+	}
+	f.mu.Unlock()
+}
+
+// dispatchHeld gives the jobs held for tier to free executors, in the
+// order they came (they answered older requests than the round's), as
+// the round reaches their tier; true when it gave any.
+func (f *fetcher) dispatchHeld(tier int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	gave := false
+	kept := f.held[:0]
+	for _, m := range f.held {
+		if f.tierOf(m) == tier && f.freeLocked() > 0 {
+			f.dispatchLocked(m, tier)
+			gave = true
+		} else {
+			kept = append(kept, m)
+		}
+	}
+	clear(f.held[len(kept):])
+	f.held = kept
+	return gave
+}
+
+// tierOf is a delivery's priority tier (f.mu held).
+func (f *fetcher) tierOf(d *ledger.Delivery) int {
+	for t, p := range wire.Priorities {
+		if p == d.Priority {
+			return t
+		}
+	}
+	return 1
 }
 
 // run is the fetcher loop; it returns when the worker stops.
@@ -271,8 +395,20 @@ func (f *fetcher) sweepRound() bool {
 	f.mu.Lock()
 	tiers := f.tiers
 	order := f.sweepOrder(f.w.cfg.PriorityStreak)
+	for i, t := range order {
+		f.roundPos[t] = i
+	}
+	f.roundAt = 0
 	f.mu.Unlock()
-	for _, tier := range order {
+	defer f.releaseHeld()
+	for i, tier := range order {
+		f.mu.Lock()
+		f.roundAt = i
+		f.mu.Unlock()
+		f.awaitTransit(tier)
+		if f.dispatchHeld(tier) {
+			took = true
+		}
 		targets := tiers[tier]
 		nOps := len(targets)
 		if nOps == 0 {
@@ -337,11 +473,11 @@ func (f *fetcher) sweepOne(t target, want int) (got int, status string, ok bool)
 		clock.Sleep(f.clk, 250*time.Millisecond, f.w.stopping)
 		return 0, "", false
 	}
-	tm := f.clk.NewTimer(2 * time.Second)
+	tm := time.NewTimer(2 * time.Second) // the store's answer: wall clock
 	defer tm.Stop()
 	select {
 	case <-s.done:
-	case <-tm.C():
+	case <-tm.C:
 		f.mu.Lock()
 		got := s.got
 		f.mu.Unlock()
@@ -351,7 +487,7 @@ func (f *fetcher) sweepOne(t target, want int) (got int, status string, ok bool)
 		// the pulls are closed.
 		select {
 		case <-s.done:
-		case <-tm.C():
+		case <-tm.C:
 		}
 		return 0, "", false
 	}
@@ -406,10 +542,9 @@ func (f *fetcher) handBackQueued() {
 	for {
 		select {
 		case m := <-f.jobs:
-			f.w.st.overdelivered.Add(1)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = f.w.broker.HandBack(ctx, m)
-			cancel()
+			f.mu.Lock()
+			f.giveBackLocked(m, f.tierOf(m), true)
+			f.mu.Unlock()
 		default:
 			return
 		}
@@ -426,6 +561,7 @@ func (f *fetcher) drain() {
 	defer cancel()
 	f.pull.Close(ctx)
 	f.handBackQueued()
+	f.backWG.Wait()
 }
 
 // ops is the operations pulled now.

@@ -271,10 +271,10 @@ func (w *Worker) Stop() error {
 	if w.cfg.DrainGrace < 0 {
 		w.cancel(ErrShutdown)
 	} else {
-		t := w.cfg.Clock.NewTimer(w.cfg.DrainGrace)
+		t := time.NewTimer(w.cfg.DrainGrace) // wall clock: a Stop must end
 		select {
 		case <-done:
-		case <-t.C():
+		case <-t.C:
 			w.log.Warn("drain grace period over; handing running jobs back", "grace", w.cfg.DrainGrace)
 			w.cancel(ErrShutdown)
 		}
@@ -282,10 +282,10 @@ func (w *Worker) Stop() error {
 	}
 	w.cancel(ErrShutdown)
 	var err error
-	t := w.cfg.Clock.NewTimer(w.cfg.StopTimeout)
+	t := time.NewTimer(w.cfg.StopTimeout)
 	select {
 	case <-done:
-	case <-t.C():
+	case <-t.C:
 		close(w.abandon)
 		err = fmt.Errorf("%w (waited %s); their jobs will be redelivered", ErrStuckSlots, w.cfg.StopTimeout)
 		w.log.Error("abandoning stuck slots", "err", err)
