@@ -17,7 +17,12 @@
 # FLEET_BENCH_BASELINES=0 runs the fleet alone (for -cpuprofile).
 # BenchmarkProtocolFloor runs the floor alone (FLEET_BENCH_FLOOR_EVENTS=n,
 # FLEET_BENCH_FLOOR_CONNS=1 for a connection per slot).
-# bench-queue ends with bench-peers: the same no-op job on asynq + Redis and
+# BenchmarkTierCost: the same no-op jobs through a worker pulling every
+# priority tier and through one pulling the normal tier only (the
+# priority tiers' cost). The run ends with a table of the four figures the
+# engine is held to (mk/queue-summary.awk): fleet ÷ asynq + Redis, fleet ÷
+# its floor with events, dispatch p99, the tiers' cost.
+# bench-queue starts with bench-peers: the same no-op job on asynq + Redis and
 # River + PostgreSQL (bench/peers, its own Go module; bench/peers/README.md),
 # with servers from Debian packages that it installs as root when missing and
 # starts on loopback; their figures also go to FLEET_PEERS_OUT as JSON.
@@ -27,20 +32,28 @@ BENCH_TARGETS += bench-queue
 .PHONY: bench-queue bench-peers fuzz-queue
 
 FLEET_PEERS_OUT ?= $(CURDIR)/.build/peers.json
+# Where bench-queue keeps the output its summary reads.
+BENCH_QUEUE_OUT ?= $(CURDIR)/.build/bench-queue.txt
 
-bench-queue: ## queue figures: no-op jobs/s vs raw JetStream, the protocol floor and the peers, dispatch p50/p99, a real agent job
+bench-queue: ## queue figures: no-op jobs/s vs raw JetStream, the protocol floor and the peers, dispatch p50/p99, the tiers' cost, a real agent job; then the engine's four target figures
 	@$(MAKE) --no-print-directory bench-peers
-	@echo "queue: machine load before the run: $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
+	@mkdir -p $(dir $(BENCH_QUEUE_OUT)); load0="$$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	echo "queue: machine load before the run: $$load0 on $$(nproc) CPUs" | tee $(BENCH_QUEUE_OUT); \
+	set -o pipefail; \
 	FLEET_PEERS_OUT='$(FLEET_PEERS_OUT)' \
-	$(GO) test -run '^$$' -bench 'BenchmarkNoopJobs' -benchtime 20000x -count 1 -timeout 20m ./queue/
-	@echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)"
+	$(GO) test -run '^$$' -bench 'BenchmarkNoopJobs' -benchtime 20000x -count 1 -timeout 20m ./queue/ | tee -a $(BENCH_QUEUE_OUT) && \
+	echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)" && \
 	FLEET_PEERS_OUT='$(FLEET_PEERS_OUT)' \
-	$(GO) test -run '^$$' -bench 'BenchmarkDispatchLatency' -benchtime 3000x -count 1 -timeout 20m ./queue/
-	@echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)"
-	$(GO) test -run '^$$' -bench 'BenchmarkPriorityDispatch' -benchtime 300x -count 1 -timeout 20m ./queue/
-	@echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)"
-	$(GO) test -run '^$$' -bench 'BenchmarkRealAgentJobs' -benchtime 300x -count 1 -timeout 20m ./queue/jobrun/
-	@echo "queue: machine load after the run: $$(cut -d' ' -f1-3 /proc/loadavg)"
+	$(GO) test -run '^$$' -bench 'BenchmarkDispatchLatency' -benchtime 3000x -count 1 -timeout 20m ./queue/ | tee -a $(BENCH_QUEUE_OUT) && \
+	echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)" && \
+	$(GO) test -run '^$$' -bench 'BenchmarkTierCost' -benchtime 10000x -count 1 -timeout 20m ./queue/ | tee -a $(BENCH_QUEUE_OUT) && \
+	echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)" && \
+	$(GO) test -run '^$$' -bench 'BenchmarkPriorityDispatch' -benchtime 300x -count 1 -timeout 20m ./queue/ && \
+	echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)" && \
+	$(GO) test -run '^$$' -bench 'BenchmarkRealAgentJobs' -benchtime 300x -count 1 -timeout 20m ./queue/jobrun/ && \
+	load1="$$(cut -d' ' -f1-3 /proc/loadavg)" && \
+	echo "queue: machine load after the run: $$load1" && \
+	awk -v LOAD="$$load0 before, $$load1 after" -f mk/queue-summary.awk $(BENCH_QUEUE_OUT)
 
 bench-peers: ## the same no-op job on asynq + Redis and River + PostgreSQL: jobs/s, single-job p50/p99 (FLEET_PEERS_OUT)
 	CGO_ENABLED=0 $(GO) -C bench/peers build -o $(CURDIR)/.build/peers-bench .

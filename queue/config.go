@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/queue/clock"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/nats-io/nats.go"
 )
@@ -31,7 +32,8 @@ const (
 
 // Config configures a Worker. The zero value of a field means its default.
 type Config struct {
-	// Conn is the NATS connection; required. The worker never closes it.
+	// Conn is the NATS connection; required unless Broker is set. The
+	// worker never closes it.
 	Conn *nats.Conn
 	// Operations are the operations this worker serves; required.
 	Operations []string
@@ -94,19 +96,25 @@ type Config struct {
 	// urgent one waits takes one of the less urgent next. At least 1;
 	// 0 = DefaultPriorityStreak.
 	PriorityStreak int
-	// Ledger keeps the jobs' leases, results and status; nil = the
-	// JetStream ledger on Conn (tests of the engine pass ledger.Memory).
-	Ledger ledger.Ledger
+	// Broker is the engine's storage: the jobs' leases, results and
+	// status, parked state, uniqueness keys, transcripts, the mover's and
+	// the sweeper's reads; nil = the JetStream broker on Conn (tests of
+	// the engine pass ledger.Memory).
+	Broker ledger.Broker
 	// ParkTimeout is how long a job parked on a human waits for an answer
 	// before it fails (park.go); a request's options.park_timeout_ms
 	// overrides it. Less than Streams.ResultsMaxAge (the waiting record
 	// lives there). 0 = DefaultParkTimeout.
 	ParkTimeout time.Duration
+	// Clock is the engine's time source (result timings, heartbeats,
+	// sweeps, back-off, park deadlines); nil = the wall clock. Tests pass
+	// a clock.Fake.
+	Clock clock.Clock
 }
 
 func (c *Config) validate() error {
-	if c.Conn == nil {
-		return fmt.Errorf("%w: Config.Conn is required", ledger.ErrInvalidConfig)
+	if c.Conn == nil && c.Broker == nil {
+		return fmt.Errorf("%w: Config.Conn is required (or a Broker)", ledger.ErrInvalidConfig)
 	}
 	if len(c.Operations) == 0 {
 		return fmt.Errorf("%w: Config.Operations is empty", ledger.ErrInvalidConfig)
@@ -178,6 +186,7 @@ func (c *Config) validate() error {
 	if c.NoEvents && len(c.EventKinds) > 0 {
 		return fmt.Errorf("%w: NoEvents and EventKinds are exclusive", ledger.ErrInvalidConfig)
 	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -65,7 +65,7 @@ func (s *slot) publishNow(j *job, e *fleettype.Event) bool {
 	if !empty {
 		return false
 	}
-	if n, err := s.nc.Buffered(); err != nil || n > inlineEventBytes {
+	if s.w.broker.Buffered() > inlineEventBytes {
 		return false
 	}
 	s.publishEvent(j, e)
@@ -79,12 +79,13 @@ func (s *slot) wakePublisher() {
 	}
 }
 
-// publishEvents publishes queued events until the slot ends. They go out as
-// plain NATS publishes on the worker's connection, which FLEET_RESULTS
-// captures like any other: no PubAck per event (the largest per-job cost of
-// a short job otherwise), and since the result follows on the same
-// connection into the same stream, every event is stored before the result
-// is acknowledged.
+// publishEvents publishes queued events until the slot ends. They go out
+// through the broker (ledger.WorkerIO.PublishEvent): on JetStream, plain
+// NATS publishes on the worker's connection, which FLEET_RESULTS captures
+// like any other: no PubAck per event (the largest per-job cost of a short
+// job otherwise), and since the result follows on the same connection into
+// the same stream, every event is stored before the result is
+// acknowledged.
 func (s *slot) publishEvents() {
 	for {
 		select {
@@ -118,13 +119,12 @@ func (s *slot) publishEvent(j *job, e *fleettype.Event) {
 		fillOutHeader(s.evHdr, j)
 		s.evHdrKey = k
 	}
-	m := &nats.Msg{Subject: j.evSubject, Data: data, Header: s.evHdr}
-	if err := s.nc.PublishMsg(m); err != nil {
+	if err := s.w.broker.PublishEvent(j.evSubject, s.evHdr, data); err != nil {
 		j.dropped.Add(1)
 		return
 	}
 	if j.replyTo != "" {
-		_ = s.nc.PublishMsg(&nats.Msg{Subject: j.replyTo + ".events", Data: data, Header: m.Header})
+		_ = s.w.broker.PublishEvent(j.replyTo+".events", s.evHdr, data)
 	}
 }
 

@@ -15,9 +15,9 @@ import (
 // the attempt's lease.
 
 func (w *Worker) newResult(j *job, state wire.JobState) *wire.AgentResult {
-	now := time.Now()
-	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: j.id, Operation: j.op, State: state,
-		Worker: w.cfg.Name, Attempts: j.attempt, Result: fleettype.Result{ChangedFiles: []string{}}}
+	now := w.cfg.Clock.Now()
+	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: j.id, Operation: j.op, State: state, Worker: w.cfg.Name,
+		Attempts: j.attempt, Result: fleettype.Result{ChangedFiles: []string{}}}
 	r.Timings.EnqueuedAt = j.enqueued.UTC()
 	r.Timings.StartedAt = j.started.UTC()
 	r.Timings.FinishedAt = now.UTC()
@@ -33,7 +33,7 @@ func (s *slot) store(j *job, res *wire.AgentResult) error {
 	s.flushEvents()
 	res.EventsDropped = j.dropped.Load()
 	s.w.st.eventsDropped.Add(j.dropped.Load())
-	err := s.w.ledger.Complete(s.w.runCtx, j.lease, res)
+	err := s.w.broker.Complete(s.w.runCtx, j.lease, res)
 	switch {
 	case err == nil:
 		s.w.releaseUnique(j)
@@ -108,16 +108,16 @@ func (s *slot) requeue(j *job, delay time.Duration, why string) {
 		s.w.st.requeued.Add(1)
 		// A handed-back job must be redelivered soon even if the server
 		// restarts meanwhile (handBack's Nak carries a delay).
-		if err := s.w.ledger.Requeue(ctx, j.lease, 0, why); errors.Is(err, ledger.ErrFenced) {
+		if err := s.w.broker.Requeue(ctx, j.lease, 0, why); errors.Is(err, ledger.ErrFenced) {
 			return
 		}
-		if err := s.w.handBack(j.msg); err != nil {
+		if err := s.w.broker.HandBack(ctx, j.d); err != nil {
 			s.log.Warn("nak failed", "job", j.id, "err", err)
 		}
 		return
 	}
 	s.w.st.retried.Add(1)
-	if err := s.w.ledger.Requeue(ctx, j.lease, delay, why); err != nil && !errors.Is(err, ledger.ErrFenced) {
+	if err := s.w.broker.Requeue(ctx, j.lease, delay, why); err != nil && !errors.Is(err, ledger.ErrFenced) {
 		s.log.Warn("nak failed", "job", j.id, "err", err)
 	}
 }
@@ -136,7 +136,7 @@ func (s *slot) transient(j *job, perr error) {
 
 // poison dead-letters a request that can never succeed.
 func (s *slot) poison(j *job, code fleettype.ErrorCode, reason string) {
-	s.log.Warn("poison request terminated", "job", j.id, "subject", j.msg.Subject, "reason", reason)
+	s.log.Warn("poison request terminated", "job", j.id, "subject", j.d.Subject, "reason", reason)
 	s.deadLetter(j, code, reason)
 }
 
@@ -146,10 +146,10 @@ func (s *slot) deadLetter(j *job, code fleettype.ErrorCode, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s.flushEvents()
-	if err := s.w.ledger.DeadLetter(ctx, j.d, code, reason); err != nil {
+	if err := s.w.broker.DeadLetter(ctx, j.d, code, reason); err != nil {
 		// Without the copy, terminating would lose the request: retry later.
 		s.log.Error("cannot dead-letter; retrying later", "job", j.id, "err", err)
-		_ = j.msg.NakWithDelay(s.w.backoff(j.attempt))
+		_ = s.w.broker.Retry(j.d, s.w.backoff(j.attempt))
 		return
 	}
 	s.w.st.dead.Add(1)

@@ -20,7 +20,7 @@ func (s *slot) heartbeat(stop <-chan struct{}) {
 		<-stop
 		return
 	}
-	t := time.NewTicker(s.w.cfg.Heartbeat)
+	t := s.w.cfg.Clock.NewTicker(s.w.cfg.Heartbeat)
 	defer t.Stop()
 	var cur *job
 	var lastOK time.Time
@@ -30,7 +30,7 @@ func (s *slot) heartbeat(stop <-chan struct{}) {
 			return
 		case <-s.w.abandon:
 			return
-		case now := <-t.C:
+		case now := <-t.C():
 			s.hbMu.Lock()
 			j := s.hbJob
 			s.hbMu.Unlock()
@@ -52,7 +52,7 @@ func (s *slot) heartbeat(stop <-chan struct{}) {
 // beat sends one heartbeat for j and acts on the answer.
 func (s *slot) beat(j *job, now time.Time, lastOK *time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.w.cfg.Heartbeat)
-	err := s.w.ledger.Heartbeat(ctx, j.lease)
+	err := s.w.broker.Heartbeat(ctx, j.lease)
 	cancel()
 	switch {
 	case err == nil:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -341,3 +342,7 @@ func (g *gate) waitStarted(t *testing.T) string {
 var errTransient = errors.New("model server unreachable")
 
 var _ = sync.Mutex{}
+
+// isJobMsg reports whether m is a JetStream delivery (its ack reply
+// subject), not a pull request's status (the benchmarks' raw pullers).
+func isJobMsg(m *nats.Msg) bool { return strings.HasPrefix(m.Reply, "$JS.ACK.") }

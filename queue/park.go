@@ -1,15 +1,10 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/loop"
@@ -108,67 +103,36 @@ func (s *slot) startResume(ctx context.Context, j *job) (context.Context, *Outco
 		return ctx, parkFailed(loop.ErrCodeParkTimeout, "no answer came within the park timeout",
 			map[string]any{loop.DetailLimit: loop.LimitParkTimeout, "park": r.Park}), nil
 	}
-	st := s.w.streams
-	if st == nil || st.Parked == nil {
-		return ctx, parkFailed(loop.ErrCodeParkState, "this worker has no parked-state store", nil), nil
-	}
-	data, err := st.Parked.GetBytes(ctx, j.id)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
+	pj, err := s.w.broker.ParkedState(ctx, j.id)
+	if errors.Is(err, ledger.ErrNoParkedState) {
 		return ctx, parkFailed(loop.ErrCodeParkState, "the parked state of the job is gone", map[string]any{"park": r.Park}), nil
 	}
 	if err != nil {
 		return ctx, nil, fmt.Errorf("queue: read the parked state: %w", err)
 	}
-	return WithResume(ctx, &Resume{Park: r.Park, Answer: r.Answer, State: data}), nil, nil
+	j.unique, j.uniqueLoaded = pj.Unique, true
+	return WithResume(ctx, &Resume{Park: r.Park, Answer: r.Answer, State: pj.State}), nil, nil
 }
 
-// park parks j: state, timeout schedule, waiting record, ack. A state the
-// worker cannot keep ends the job with a failed result (ErrCodeParkState;
-// store then removes a resumed job's earlier state).
+// park parks j: state, timeout, waiting record, ack (ledger.Broker.Park).
+// A state the broker cannot keep ends the job with a failed result
+// (ErrCodeParkState; store then removes a resumed job's earlier state).
 func (s *slot) park(j *job, p *Park) {
 	w := s.w
-	st := w.streams
-	switch {
-	case st == nil || st.Parked == nil || w.jsl == nil:
-		s.complete(j, parkFailed(loop.ErrCodeParkState, "the job asked a human, but this worker cannot park jobs (no JetStream ledger)", nil))
-		return
-	case !st.Schedules:
-		s.complete(j, parkFailed(loop.ErrCodeParkState, "the job asked a human, but FLEET_RUNS has no message schedules for the park timeout (a capped queue, docs/PROTOCOL.md §12.4)", nil))
-		return
-	case int64(len(p.State)) > w.cfg.Streams.ParkedMaxBytes:
-		s.complete(j, parkFailed(loop.ErrCodeParkState, fmt.Sprintf("the parked state is %d bytes, over the %d-byte cap of %s", len(p.State), w.cfg.Streams.ParkedMaxBytes, wire.BucketParked),
-			map[string]any{"state_bytes": len(p.State), "max_bytes": w.cfg.Streams.ParkedMaxBytes, "question": p.Question}))
-		return
-	}
 	ctx, cancel := context.WithTimeout(w.runCtx, 30*time.Second)
 	defer cancel()
-	park := j.lease.Rev
 	timeout := p.Timeout
 	if timeout <= 0 {
 		timeout = w.parkTimeout(j)
 	}
-	deadline := time.Now().Add(timeout).Truncate(time.Second).Add(time.Second)
-	meta := jetstream.ObjectMeta{Name: j.id}
-	if key := w.uniqueKey(j); key != "" {
-		// The answer's resume request does not carry the key: the job
-		// releases it when it ends (uniqueKey).
-		meta.Headers = nats.Header{wire.HeaderUnique: {key}}
-	}
-	if _, err := st.Parked.Put(ctx, meta, bytes.NewReader(p.State)); err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) {
-			s.complete(j, parkFailed(loop.ErrCodeParkState, "the parked state was refused by "+wire.BucketParked+": "+err.Error(), nil))
-			return
-		}
-		s.transient(j, fmt.Errorf("queue: store the parked state: %w", err))
-		return
-	}
-	if err := s.scheduleParkTimeout(ctx, j, park, deadline); err != nil {
-		s.transient(j, err)
-		return
-	}
-	err := w.jsl.Park(ctx, j.lease, p.Question, park, deadline)
+	req := &ledger.ParkRequest{Question: p.Question, Park: j.lease.Rev, State: p.State, Unique: w.uniqueKey(j),
+		Deadline: w.cfg.Clock.Now().Add(timeout).Truncate(time.Second).Add(time.Second)}
+	err := w.broker.Park(ctx, j.lease, req)
+	var refused *ledger.ParkRefusedError
 	switch {
+	case errors.As(err, &refused):
+		s.complete(j, parkFailed(loop.ErrCodeParkState, refused.Reason, refused.Details))
+		return
 	case errors.Is(err, ledger.ErrFenced):
 		s.fenced(j)
 		return
@@ -178,46 +142,16 @@ func (s *slot) park(j *job, p *Park) {
 	}
 	s.flushEvents()
 	w.st.parked.Add(1)
-	s.log.Info("job parked on a question", "job", j.id, "park", park, "deadline", deadline, "state_bytes", len(p.State))
-}
-
-// scheduleParkTimeout stores the park's timeout: a one-shot schedule on
-// agents.parked.<job_id> whose fired copy is a resume request with
-// Fleet-Park-Timeout. Nats-Rollup replaces an earlier park's schedule.
-func (s *slot) scheduleParkTimeout(ctx context.Context, j *job, park uint64, deadline time.Time) error {
-	h := nats.Header{
-		wire.HeaderSchedule:       {"@at " + deadline.UTC().Format(time.RFC3339)},
-		wire.HeaderScheduleTarget: {wire.RunSubject(j.op)},
-		wire.HeaderResume:         {strconv.FormatUint(park, 10)},
-		wire.HeaderParkTimeout:    {"true"},
-		wire.HeaderContentType:    {"application/json"},
-		wire.HeaderProtocol:       {"1"},
-		wire.HeaderMsgID:          {j.id + "-park-" + strconv.FormatUint(park, 10)},
-		"Nats-Rollup":             {"sub"},
-	}
-	_, err := s.w.js.PublishMsg(ctx, &nats.Msg{Subject: wire.ParkTimeoutSubject(j.id), Header: h, Data: wire.ResumeBody(j.id, j.op)})
-	if err != nil {
-		return fmt.Errorf("queue: schedule the park timeout: %w", err)
-	}
-	return nil
+	s.log.Info("job parked on a question", "job", j.id, "park", req.Park, "deadline", req.Deadline, "state_bytes", len(p.State))
 }
 
 // unpark removes a resumed job's parked state and pending timeout once its
-// result is stored (store) (best effort: the object expires with the results, and
-// a timeout that fires later finds the job done).
+// result is stored (store) (best effort: the state expires with the
+// results, and a timeout that fires later finds the job done).
 func (s *slot) unpark(j *job) {
-	st := s.w.streams
-	if st == nil || st.Parked == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := st.Parked.Delete(ctx, j.id); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if err := s.w.broker.Unpark(ctx, j.id); err != nil {
 		s.log.Warn("cannot remove the parked state", "job", j.id, "err", err)
-	}
-	if st.Schedules {
-		if err := st.Runs.Purge(ctx, jetstream.WithPurgeSubject(wire.ParkTimeoutSubject(j.id))); err != nil {
-			s.log.Warn("cannot remove the park timeout", "job", j.id, "err", err)
-		}
 	}
 }

@@ -13,29 +13,21 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/queue/clock"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// A slot runs one job at a time: it pulls exactly one message when idle,
-// claims the job in the ledger, runs it, and completes, hands back or
+// A slot (an executor) runs one job at a time: it takes the next job the
+// worker's fetcher brought for it when idle (fetcher.go), claims the job in
+// the ledger, runs it, and completes, hands back or
 // dead-letters it. It owns a heartbeat goroutine and an event publisher
 // goroutine for its whole life.
 type slot struct {
 	w    *Worker
 	idx  int
 	proc Processor
-	nc   *nats.Conn
 	log  loggerish
-
-	// pull state (pull.go, slot_multi.go)
-	rot      int
-	pullSubj []string
-	pullBody []byte
-	noWait   []byte
-
-	timer *time.Timer // pull timeouts; Go 1.23+ timers: no stale ticks after Stop/Reset
-	multi *multiPull  // several operations: pulls answered through the worker's dispatcher
 
 	// heartbeat state (heartbeat.go)
 	hbMu  sync.Mutex
@@ -70,7 +62,6 @@ type loggerish interface {
 // job is one delivery being handled.
 type job struct {
 	d       *ledger.Delivery
-	msg     *nats.Msg
 	req     *wire.RunRequest
 	id, op  string
 	attempt int
@@ -102,15 +93,8 @@ type evItem struct {
 }
 
 func newSlot(w *Worker, idx int, p Processor) *slot {
-	s := &slot{w: w, idx: idx, proc: p, nc: w.cfg.Conn, log: w.log.With("slot", idx),
+	return &slot{w: w, idx: idx, proc: p, log: w.log.With("slot", idx),
 		evWake: make(chan struct{}, 1), evDone: make(chan struct{})}
-	for _, c := range pullConsumers(w.cfg.Operations) {
-		s.pullSubj = append(s.pullSubj, "$JS.API.CONSUMER.MSG.NEXT."+wire.StreamRuns+"."+c)
-	}
-	s.rot = idx % len(w.cfg.Operations)
-	s.pullBody = fmt.Appendf(nil, `{"batch":1,"expires":%d}`, w.cfg.PullExpiry.Nanoseconds())
-	s.noWait = []byte(`{"batch":1,"no_wait":true}`)
-	return s
 }
 
 func (s *slot) run() {
@@ -124,13 +108,8 @@ func (s *slot) run() {
 		close(s.evDone)
 		bg.Wait()
 	}()
-	defer func() {
-		for _, m := range s.multi.setBusy() {
-			s.w.overflow(m, s.multi)
-		}
-	}()
 	for {
-		m := s.next()
+		m := s.w.fetch.take(s.w.stopping)
 		if m == nil {
 			return
 		}
@@ -139,27 +118,21 @@ func (s *slot) run() {
 }
 
 // handle processes one delivery end to end.
-func (s *slot) handle(m *nats.Msg) {
-	meta, err := m.Metadata()
-	if err != nil {
-		s.log.Error("job message without metadata", "reply", m.Reply, "err", err)
-		_ = m.Term()
-		return
-	}
-	d := ledger.NewDelivery(m, meta)
-	j := &job{d: d, msg: m, op: d.Operation, attempt: d.Attempt, started: time.Now(), enqueued: meta.Timestamp,
+func (s *slot) handle(d *ledger.Delivery) {
+	h := nats.Header(d.Header)
+	j := &job{d: d, op: d.Operation, attempt: d.Attempt, started: s.w.cfg.Clock.Now(), enqueued: d.Enqueued,
 		id: d.JobID, enc: d.Encoding}
-	j.evLimit, j.evKinds = parseEventsHeader(m.Header.Get(wire.HeaderEvents))
-	req, err := wire.DecodeRunRequest(m.Data, m.Header.Get(wire.HeaderContentType))
+	j.evLimit, j.evKinds = parseEventsHeader(h.Get(wire.HeaderEvents))
+	req, err := wire.DecodeRunRequest(d.Data, h.Get(wire.HeaderContentType))
 	if err == nil {
 		j.req = req
-		firedJobID(req, m.Header)
+		firedJobID(req, h)
 		err = s.check(j)
 		if err == nil {
-			if j.resume, err = wire.ParseResume(m.Header); err != nil {
+			if j.resume, err = wire.ParseResume(h); err != nil {
 				// Not poison: dead-lettering would end the waiting job.
 				s.log.Warn("malformed resume request dropped", "job", j.id, "err", err)
-				_ = s.w.ledger.Settle(s.w.runCtx, d)
+				_ = s.w.broker.Settle(s.w.runCtx, d)
 				return
 			}
 		}
@@ -184,16 +157,14 @@ func (s *slot) handle(m *nats.Msg) {
 // subject, Reply-To is usable.
 func (s *slot) check(j *job) error {
 	req := j.req
-	served := false
-	for _, op := range s.w.cfg.Operations {
-		served = served || op == req.Operation
-	}
-	if !served || req.Operation != j.op {
+	// The fetcher pulled the request from the consumer of the subject's
+	// operation, which this worker serves (or served until a moment ago).
+	if req.Operation != j.op {
 		if !wire.ValidJobID(j.id) {
 			j.id = req.JobID
 		}
 		return &wire.RequestError{Code: wire.CodeUnknownOperation, Field: "operation",
-			Reason: fmt.Sprintf("%q is not served here (subject %s, served %v)", wire.Clip(req.Operation), j.msg.Subject, s.w.cfg.Operations)}
+			Reason: fmt.Sprintf("%q is not served here (subject %s, served %v)", wire.Clip(req.Operation), j.d.Subject, s.w.Operations())}
 	}
 	if j.id != "" && j.id != req.JobID {
 		bad := j.id
@@ -207,7 +178,7 @@ func (s *slot) check(j *job) error {
 	if err := s.w.checkParkTimeout(req); err != nil {
 		return err
 	}
-	if r := j.msg.Header.Get(wire.HeaderReplyTo); r != "" {
+	if r := nats.Header(j.d.Header).Get(wire.HeaderReplyTo); r != "" {
 		if err := wire.ValidateReplyTo(r); err != nil {
 			return err
 		}
@@ -292,10 +263,10 @@ func (s *slot) runJob(j *job) {
 // failed claim must not use up one of the job's deliveries each time.
 func (s *slot) claim(ctx context.Context, j *job) bool {
 	w := s.w
-	giveUp := time.Now().Add(w.cfg.Streams.FirstAckWait() / 2)
+	giveUp := w.cfg.Clock.Now().Add(w.cfg.Streams.FirstAckWait() / 2)
 	backoff := 25 * time.Millisecond
 	for {
-		l, err := w.ledger.Claim(ctx, j.d)
+		l, err := w.broker.Claim(ctx, j.d)
 		var ce *ledger.CanceledError
 		switch {
 		case err == nil:
@@ -309,20 +280,20 @@ func (s *slot) claim(ctx context.Context, j *job) bool {
 			errors.Is(err, ledger.ErrWaiting), errors.Is(err, ledger.ErrNotWaiting):
 			w.st.duplicates.Add(1)
 			s.log.Info("job already ended or held by another copy; settling without running", "job", j.id, "why", err)
-			if err := w.ledger.Settle(ctx, j.d); err != nil {
+			if err := w.broker.Settle(ctx, j.d); err != nil {
 				s.log.Warn("settle failed", "job", j.id, "err", err)
 			}
 			return false
 		}
-		if time.Now().Add(backoff).After(giveUp) || ctx.Err() != nil || s.stopping() {
+		if w.cfg.Clock.Now().Add(backoff).After(giveUp) || ctx.Err() != nil || w.isStopping() {
 			s.log.Warn("cannot claim job; retrying later", "job", j.id, "err", err)
 			w.st.retried.Add(1)
-			_ = j.msg.NakWithDelay(w.backoff(j.attempt))
+			_ = w.broker.Retry(j.d, w.backoff(j.attempt))
 			return false
 		}
 		s.log.Debug("claim failed; trying again", "job", j.id, "err", err, "in", backoff)
-		_ = j.msg.InProgress()
-		s.pause(backoff)
+		_ = w.broker.Extend(j.d)
+		clock.Sleep(w.cfg.Clock, backoff, w.stopping)
 		backoff = min(2*backoff, 2*time.Second)
 	}
 }

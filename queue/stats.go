@@ -25,9 +25,9 @@ type Stats struct {
 	// Fenced counts attempts whose lease another attempt took over (this
 	// worker paused or was cut off past the ack wait): they wrote nothing.
 	Fenced int64
-	// Overdelivered counts jobs that arrived on a withdrawn pull request
-	// (a slot long-polling several operations got two at once) while no
-	// slot was idle, and were handed back at once.
+	// Overdelivered counts jobs a pull brought while no slot was free (a
+	// long-poll of the worker's last idle moment answered after the slots
+	// filled up), handed back to the queue at once.
 	Overdelivered int64
 	// Parked counts jobs parked on a question (park.go).
 	Parked int64

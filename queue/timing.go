@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -27,14 +26,14 @@ func firedJobID(req *wire.RunRequest, h nats.Header) {
 // worker dies.
 func (w *Worker) uniqueKey(j *job) string {
 	if j.resume == nil {
-		return j.msg.Header.Get(wire.HeaderUnique)
+		return nats.Header(j.d.Header).Get(wire.HeaderUnique)
 	}
-	if !j.uniqueLoaded && w.streams != nil && w.streams.Parked != nil {
+	if !j.uniqueLoaded {
 		j.uniqueLoaded = true
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if info, err := w.streams.Parked.GetInfo(ctx, j.id); err == nil {
-			j.unique = info.Headers.Get(wire.HeaderUnique)
+		if pj, err := w.broker.ParkedState(ctx, j.id); err == nil {
+			j.unique = pj.Unique
 		}
 	}
 	return j.unique
@@ -46,18 +45,13 @@ func (w *Worker) uniqueKey(j *job) string {
 // refused by it finds the job finished and takes the key over
 // (docs/PROTOCOL.md §13), and the bucket's TTL bounds it in any case.
 func (w *Worker) releaseUnique(j *job) {
-	if j.msg == nil || w.streams == nil || w.streams.Unique == nil {
-		return
-	}
 	key := w.uniqueKey(j)
 	if !wire.ValidUniqueKey(key) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	e, err := w.streams.Unique.Get(ctx, key)
-	if err != nil || string(e.Value()) != j.id {
-		return
+	if err := w.broker.ReleaseUnique(ctx, key, j.id); err != nil {
+		w.log.Warn("cannot release the uniqueness key", "job", j.id, "key", key, "err", err)
 	}
-	_ = w.streams.Unique.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
 }

@@ -1,18 +1,11 @@
 package queue
 
 import (
-	"context"
 	"errors"
 
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
-
-// transcriptWriter is a ledger that stores transcripts (ledger.JetStream).
-// A ledger without it (the in-memory one) keeps none.
-type transcriptWriter interface {
-	PutTranscript(ctx context.Context, l *ledger.Lease, t *wire.Transcript) (uint64, error)
-}
 
 // storeTranscript stores the run's transcript t, if any, before its result
 // res, and makes res name it: a stored result implies its transcript. The
@@ -24,15 +17,14 @@ func (s *slot) storeTranscript(j *job, res *wire.AgentResult, t *wire.Transcript
 	if t != nil && t.Teacher {
 		res.Teacher = t.Model.Name
 	}
-	tw, ok := s.w.ledger.(transcriptWriter)
-	if t == nil || !ok {
+	if t == nil {
 		return true
 	}
 	t.Version = wire.ProtocolVersion
 	t.JobID, t.Operation, t.Worker, t.Attempt = res.JobID, res.Operation, res.Worker, res.Attempts
 	t.State, t.Status, t.Error, t.ErrorCode = res.State, res.Status, res.Error, res.ErrorCode
 	t.Turns, t.ToolCalls, t.Usage, t.Timings = res.Turns, res.ToolCalls, res.Usage, res.Timings
-	seq, err := tw.PutTranscript(s.w.runCtx, j.lease, t)
+	seq, err := s.w.broker.PutTranscript(s.w.runCtx, j.lease, t)
 	switch {
 	case err == nil:
 		res.TranscriptSeq = seq

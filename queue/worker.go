@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/fleettype"
@@ -96,31 +94,30 @@ type Worker struct {
 	js  jetstream.JetStream
 	log *slog.Logger
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	streams  *ledger.Streams
-	stopping chan struct{} // closed by Stop: slots stop pulling
-	runCtx   context.Context
-	cancel   context.CancelCauseFunc // cancels running jobs with ErrShutdown
-	slotsWG  sync.WaitGroup
-	bgWG     sync.WaitGroup
-	bgCancel context.CancelFunc
-	cancelSb *nats.Subscription
+	mu          sync.Mutex
+	started     bool
+	stopped     bool
+	streams     *ledger.Streams
+	stopping    chan struct{} // closed by Stop: slots stop pulling
+	runCtx      context.Context
+	cancel      context.CancelCauseFunc // cancels running jobs with ErrShutdown
+	slotsWG     sync.WaitGroup
+	bgWG        sync.WaitGroup
+	bgCancel    context.CancelFunc
+	stopCancels func() error // ends the cancel requests' delivery
 
 	kinds   map[fleettype.EventKind]bool // nil = all
 	runMu   sync.Mutex
 	running map[string][]*runningJob // job id -> its runs here (a redelivery may overlap a stale run)
 	abandon chan struct{}            // closed when Stop gives up on stuck slots
-	// Each slot's pull answers are dispatched by onPullMsg
-	// (slot_multi.go).
 	slots   []*slot
-	opIndex map[string]int // consumer name -> pull target index (pullConsumers)
-	transit transit        // jobs on their way to a slot or back to the queue (priority.go)
+	fetch   *fetcher // the one puller: jobs for free slots (fetcher.go)
+	fetchWG sync.WaitGroup
+	opsMu   sync.Mutex // serialises SetOperations
 	st      stats
 
-	ledger ledger.Ledger
-	jsl    *ledger.JetStream // the ledger the worker made (closed by Stop)
+	broker ledger.Broker
+	jsl    *ledger.JetStream // the broker the worker made (closed by Stop)
 
 	// signals reports states to tests (signals.go).
 	signals testSignals
@@ -131,9 +128,12 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout))
-	if err != nil {
-		return nil, fmt.Errorf("queue: %w", err)
+	var js jetstream.JetStream
+	if cfg.Broker == nil {
+		var err error
+		if js, err = jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout)); err != nil {
+			return nil, fmt.Errorf("queue: %w", err)
+		}
 	}
 	w := &Worker{cfg: cfg, js: js, log: cfg.Logger.With("worker", cfg.Name),
 		running: map[string][]*runningJob{}, abandon: make(chan struct{})}
@@ -171,8 +171,13 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.stopped {
 		return errors.New("queue: worker already stopped")
 	}
-	streams, err := ledger.EnsureStreams(ctx, w.js, w.cfg.Streams)
-	if err != nil {
+	var streams *ledger.Streams
+	var err error
+	if w.cfg.Broker == nil {
+		if streams, err = ledger.EnsureStreams(ctx, w.js, w.cfg.Streams); err != nil {
+			return err
+		}
+	} else if err := w.cfg.Broker.EnsureOperations(ctx, w.cfg.Operations); err != nil {
 		return err
 	}
 	procs := make([]Processor, w.cfg.Slots)
@@ -184,20 +189,20 @@ func (w *Worker) Start(ctx context.Context) error {
 			return fmt.Errorf("queue: NewProcessor(%d) returned nil", i)
 		}
 	}
-	if w.ledger = w.cfg.Ledger; w.ledger == nil {
+	if w.broker = w.cfg.Broker; w.broker == nil {
 		jsl, err := ledger.NewJetStream(ledger.JetStreamConfig{Conn: w.cfg.Conn, Status: streams.Status,
-			Worker: w.cfg.Name, PublishTimeout: w.cfg.PublishTimeout, Logger: w.log,
+			Worker: w.cfg.Name, PublishTimeout: w.cfg.PublishTimeout, Logger: w.log, Streams: streams,
 			OnRetry: func(string, error) { w.st.resultRetries.Add(1) }})
 		if err != nil {
 			return err
 		}
-		w.ledger, w.jsl = jsl, jsl
+		w.broker, w.jsl = jsl, jsl
 	}
-	sub, err := w.cfg.Conn.Subscribe(wire.SubjectCancelPrefix+"*", w.onCancel)
+	stopCancels, err := w.broker.Cancels(w.onCancel)
 	if err != nil {
-		return fmt.Errorf("queue: subscribe to cancels: %w", err)
+		return err
 	}
-	w.cancelSb = sub
+	w.stopCancels = stopCancels
 	w.streams = streams
 	w.stopping = make(chan struct{})
 	w.runCtx, w.cancel = context.WithCancelCause(context.Background())
@@ -207,18 +212,17 @@ func (w *Worker) Start(ctx context.Context) error {
 	for i, p := range procs {
 		w.slots[i] = newSlot(w, i, p)
 	}
-	w.opIndex = make(map[string]int, 3*len(w.cfg.Operations))
-	for k, c := range pullConsumers(w.cfg.Operations) {
-		w.opIndex[c] = k
+	w.fetch = newFetcher(w, w.cfg.Operations)
+	if err := w.fetch.open(); err != nil {
+		_ = stopCancels()
+		bgCancel()
+		return err
 	}
-	for _, s := range w.slots {
-		s.multi = newMultiPull(s)
-		if err := s.multi.subscribe(); err != nil {
-			w.drainPullSubs()
-			_ = sub.Unsubscribe()
-			return fmt.Errorf("queue: subscribe pull inbox: %w", err)
-		}
-	}
+	w.fetchWG.Add(1)
+	go func() {
+		defer w.fetchWG.Done()
+		w.fetch.run()
+	}()
 	for _, s := range w.slots {
 		w.slotsWG.Add(1)
 		go func() {
@@ -268,7 +272,7 @@ func (w *Worker) Stop() error {
 	if w.cfg.DrainGrace < 0 {
 		w.cancel(ErrShutdown)
 	} else {
-		t := time.NewTimer(w.cfg.DrainGrace)
+		t := time.NewTimer(w.cfg.DrainGrace) // wall clock: a Stop must end
 		select {
 		case <-done:
 		case <-t.C:
@@ -288,48 +292,35 @@ func (w *Worker) Stop() error {
 		w.log.Error("abandoning stuck slots", "err", err)
 	}
 	t.Stop()
-	w.drainPullSubs()
+	w.fetchWG.Wait()
+	w.fetch.drain()
 	w.bgCancel()
 	w.bgWG.Wait()
 	if w.jsl != nil {
 		defer w.jsl.Close()
 	}
-	if w.cancelSb != nil {
-		err = errors.Join(err, w.cancelSb.Unsubscribe())
+	if w.stopCancels != nil {
+		err = errors.Join(err, w.stopCancels())
 	}
-	if w.cfg.Conn.IsConnected() {
-		if ferr := w.cfg.Conn.FlushTimeout(5 * time.Second); ferr != nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
-			err = errors.Join(err, fmt.Errorf("queue: flush on stop: %w", ferr))
-		}
-	} else if !w.cfg.Conn.IsClosed() {
+	if c := w.cfg.Conn; c != nil && !c.IsConnected() && !c.IsClosed() {
 		// Reconnecting: nats.go sends what it buffered once it is back.
 		w.log.Warn("stopped while disconnected; buffered acks go out on reconnect")
+	} else if ferr := w.broker.Flush(5 * time.Second); ferr != nil {
+		err = errors.Join(err, fmt.Errorf("queue: flush on stop: %w", ferr))
 	}
 	w.log.Info("worker stopped")
 	return err
 }
 
-// handBackNak is a Nak with the smallest delay. A plain Nak only puts the
-// message on the consumer's in-memory redelivery queue: if the server stops
-// before redelivering it (an embedded server shut down with the worker), the
-// restarted server finds the delivery pending with its original timestamp
-// and redelivers it only after the whole ack wait. A Nak with a delay moves
-// the pending entry's timestamp to "expired" in the consumer's stored state,
-// so a restarted server redelivers it within about a second.
-var handBackNak = []byte(`-NAK {"delay":1}`)
-
-// handBack returns a delivery to the queue for immediate redelivery and
-// waits for the server's confirmation (the server answers an ack carrying a
-// reply subject after processing it), so that a shutdown that follows cannot
-// overtake it. Without a connection it falls back to a buffered plain Nak.
-func (w *Worker) handBack(m *nats.Msg) error {
-	if !w.cfg.Conn.IsConnected() {
-		return m.Nak()
+// isStopping reports whether Stop has begun (slots and the fetcher stop
+// taking jobs).
+func (w *Worker) isStopping() bool {
+	select {
+	case <-w.stopping:
+		return true
+	default:
+		return false
 	}
-	if _, err := w.cfg.Conn.Request(m.Reply, handBackNak, 5*time.Second); err != nil {
-		return errors.Join(err, m.Nak())
-	}
-	return nil
 }
 
 // runningJob is a job being processed, found by its cancel subject.
@@ -360,20 +351,12 @@ func (w *Worker) unregister(jobID string, r *runningJob) {
 	}
 }
 
-func (w *Worker) onCancel(m *nats.Msg) {
-	jobID := strings.TrimPrefix(m.Subject, wire.SubjectCancelPrefix)
+func (w *Worker) onCancel(jobID, reason string) {
 	w.runMu.Lock()
 	rs := append([]*runningJob(nil), w.running[jobID]...)
 	w.runMu.Unlock()
 	if len(rs) == 0 {
 		return
-	}
-	reason := ""
-	if len(m.Data) > 0 {
-		var body wire.CancelRequest
-		if err := wire.JSON.Unmarshal(m.Data, &body); err == nil {
-			reason = wire.Clip(body.Reason)
-		}
 	}
 	w.log.Info("cancel requested", "job", jobID, "reason", reason)
 	for _, r := range rs {
@@ -393,5 +376,5 @@ func (w *Worker) backoff(attempt int) time.Duration {
 	if half <= 0 {
 		return d
 	}
-	return time.Duration(half + time.Now().UnixNano()%half)
+	return time.Duration(half + w.cfg.Clock.Now().UnixNano()%half)
 }

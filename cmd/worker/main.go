@@ -342,8 +342,8 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 			// Transcripts and reviews: kept far longer than results.
 			TranscriptsMaxAge: cfg.Queue.TranscriptsMaxAge,
 		},
-		// An idle slot long-polls one operation at a time: a short expiry
-		// bounds how long a job of another operation waits for it.
+		// A short expiry: a long-poll lost in a reconnect is sent again
+		// within about two seconds.
 		PullExpiry: time.Second,
 		Heartbeat:  cfg.Queue.HeartbeatEvery,
 		DrainGrace: cfg.Queue.DrainGrace,
@@ -361,8 +361,8 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	if b := cfg.Queue.Backoff; len(b) > 0 {
 		wcfg.RetryBackoff, wcfg.MaxRetryBackoff = b[0], slices.Max(b)
 	}
-	// The engine restarts the queue.Worker when a push adds an operation
-	// (engine.go).
+	// A push that adds an operation makes the running queue.Worker serve
+	// it too (engine.go).
 	w, err := startEngine(ctx, ops, func(ops []string) (*queue.Worker, error) {
 		c := wcfg
 		c.Operations = ops

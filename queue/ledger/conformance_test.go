@@ -25,3 +25,13 @@ func TestConformanceR3(t *testing.T) {
 	}
 	ledgertest.Run(t, jsHarnessOn(ledger.R3Cluster))
 }
+
+// The Broker side's suite on the in-memory fake and on one embedded server.
+
+func TestBrokerConformanceMemory(t *testing.T) {
+	ledgertest.RunBroker(t, ledgertest.MemoryBrokerHarness)
+}
+
+func TestBrokerConformanceSingleNode(t *testing.T) {
+	ledgertest.RunBroker(t, func(t *testing.T) ledgertest.BrokerHarness { return newJSHarness(t, ledger.SingleNode(t)) })
+}

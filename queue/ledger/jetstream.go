@@ -32,6 +32,10 @@ type JetStreamConfig struct {
 	// OnRetry, when set, is called each time a result write failed and
 	// will be tried again (for the worker's counters).
 	OnRetry func(jobID string, err error)
+	// Streams are EnsureStreams' handles, for what the Broker does beyond
+	// the Ledger (parking, uniqueness keys, the dead-letter mover and the
+	// sweeper); nil refuses to park and finds nothing to sweep.
+	Streams *Streams
 }
 
 func (c *JetStreamConfig) validate() error {
@@ -65,6 +69,9 @@ type JetStream struct {
 	// kvReplicas is the status bucket's replica count, learned at the
 	// first claim (0: not yet).
 	kvReplicas atomic.Int32
+	// st is the streams (JetStreamConfig.Streams, with the consumers
+	// EnsureOperations adds).
+	st atomic.Pointer[Streams]
 }
 
 // NewJetStream returns the JetStream ledger. Close releases its
@@ -77,7 +84,9 @@ func NewJetStream(cfg JetStreamConfig) (*JetStream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &JetStream{reader: reader{nc: cfg.Conn, kv: cfg.Status}, cfg: cfg, js: js, free: make(chan *pubAcks, 256)}, nil
+	l := &JetStream{reader: reader{nc: cfg.Conn, kv: cfg.Status}, cfg: cfg, js: js, free: make(chan *pubAcks, 256)}
+	l.st.Store(cfg.Streams)
+	return l, nil
 }
 
 // Close releases the ledger's PubAck subscriptions.

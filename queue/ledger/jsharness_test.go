@@ -83,8 +83,12 @@ func newJSHarness(t *testing.T, srv *ledger.TestServers) *jsHarness {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := ledger.NewJetStream(ledger.JetStreamConfig{Conn: c, Status: kv, Worker: fmt.Sprintf("w%d", i),
-			PublishTimeout: 2 * time.Second, Logger: slog.New(h.warns)})
+		cfg := ledger.JetStreamConfig{Conn: c, Status: kv, Worker: fmt.Sprintf("w%d", i),
+			PublishTimeout: 2 * time.Second, Logger: slog.New(h.warns)}
+		if i == 0 {
+			cfg.Streams = h.streams // the Broker side (ledgertest.RunBroker)
+		}
+		l, err := ledger.NewJetStream(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,6 +42,8 @@ type Memory struct {
 	replies  map[string][]*wire.AgentResult
 	hook     func(*Delivery)
 	failing  *memFailure
+	broker   memBroker   // the Broker side (memory_broker.go)
+	io       memWorkerIO // the WorkerIO side (memory_pull.go)
 }
 
 type memLease struct {
@@ -104,7 +106,7 @@ func (m *Memory) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
 		return nil, err
 	}
 	m.noteForeign(d)
-	if d.Attempt <= 1 {
+	if d.Attempt <= 1 && resumeOf(d) == 0 {
 		if l, ok := m.casLease(d, wire.StateRunning, "", 0); ok {
 			return m.checkCanceled(l)
 		}
@@ -113,7 +115,12 @@ func (m *Memory) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
 		m.mu.Lock()
 		res, err := m.resultLocked(d.JobID)
 		cur, known := m.leases[d.JobID]
-		dup := known && cur.rec.Seq != 0 && cur.rec.Seq != d.Seq && m.queuedLocked(cur.rec.Seq)
+		var rec *wire.StatusRecord
+		if known {
+			rec = &cur.rec
+		}
+		waitErr := checkWaiting(d, rec)
+		dup := known && cur.rec.State != wire.StateWaiting && cur.rec.Seq != 0 && cur.rec.Seq != d.Seq && m.queuedLocked(cur.rec.Seq)
 		hook := m.hook
 		m.mu.Unlock()
 		switch {
@@ -121,6 +128,8 @@ func (m *Memory) Claim(ctx context.Context, d *Delivery) (*Lease, error) {
 			return nil, err
 		case res != nil:
 			return nil, &DoneError{Result: res}
+		case waitErr != nil:
+			return nil, waitErr
 		case dup:
 			return nil, ErrDuplicate
 		}
@@ -288,7 +297,7 @@ func (m *Memory) Requeue(ctx context.Context, l *Lease, delay time.Duration, rea
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if q := m.requests[l.Delivery.Seq]; q != nil && q.current != nil {
-		q.current, q.notBefore = nil, time.Now().Add(delay)
+		m.pendingLocked(q, delay)
 	}
 	return nil
 }

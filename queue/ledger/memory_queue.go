@@ -18,6 +18,9 @@ type MemoryRequest struct {
 	// ReplyTo is the request's Reply-To prefix ("" = none).
 	ReplyTo  string
 	Encoding wire.Encoding
+	// Priority is the request's priority ("" = normal): its subject and
+	// consumer are the priority's.
+	Priority wire.Priority
 	// Header and Data are the request as published (dead letters copy
 	// them); both optional.
 	Header map[string][]string
@@ -58,9 +61,16 @@ func (m *Memory) Publish(r MemoryRequest) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.seq++
-	m.requests[m.seq] = &memRequest{tmpl: Delivery{JobID: r.JobID, Operation: r.Operation, Seq: m.seq,
-		Enqueued: time.Now(), Encoding: r.Encoding, ReplyTo: r.ReplyTo, Subject: wire.RunSubject(r.Operation),
+	prio := r.Priority
+	if prio == "" {
+		prio = wire.PriorityNormal
+	}
+	subj := wire.PrioritySubject(r.Operation, prio)
+	q := &memRequest{tmpl: Delivery{JobID: r.JobID, Operation: r.Operation, Priority: prio, Seq: m.seq,
+		Enqueued: time.Now(), Encoding: r.Encoding, ReplyTo: r.ReplyTo, Subject: subj,
 		Header: r.Header, Data: r.Data}}
+	m.requests[m.seq] = q
+	m.offerLocked(q)
 	return m.seq
 }
 

@@ -83,13 +83,13 @@ func checkWaiting(d *Delivery, cur *wire.StatusRecord) error {
 	return nil
 }
 
-// Park records the job of l as waiting (a waiting lease record with the
+// parkRecord records the job of l as waiting (a waiting lease record with the
 // question, the park id and the deadline, compare-and-set on the lease)
 // and acknowledges its delivery, waiting for the server's confirmation so
 // that the request is gone before anyone can resume the job. ErrFenced
 // when the lease was taken over (nothing written). The park id is the
 // record's Park (the caller sets it; the parking lease's revision).
-func (j *JetStream) Park(ctx context.Context, l *Lease, question string, park uint64, deadline time.Time) error {
+func (j *JetStream) parkRecord(ctx context.Context, l *Lease, question string, park uint64, deadline time.Time) error {
 	d := l.Delivery
 	dl := deadline.UTC()
 	rec := wire.StatusRecord{JobID: d.JobID, Operation: d.Operation, State: wire.StateWaiting, Worker: j.cfg.Worker,

@@ -319,6 +319,23 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 	if s.StatusStream, err = js.Stream(ctx, "KV_"+wire.BucketJobs); err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", wire.BucketJobs, err)
 	}
+	if s.Consumers, err = EnsureConsumers(ctx, s.Runs, cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// EnsureConsumers creates or updates the durable consumers of
+// cfg.Operations on FLEET_RUNS (runs): one per priority each, named by
+// wire.PriorityConsumer. EnsureStreams calls it; a worker serving a new
+// operation while it runs calls it for that operation alone.
+func EnsureConsumers(ctx context.Context, runs jetstream.Stream, cfg StreamsConfig) (map[string]jetstream.Consumer, error) {
+	for _, op := range cfg.Operations {
+		if !wire.ValidOperation(op) {
+			return nil, fmt.Errorf("%w: operation %q must be 1-%d characters of [a-z0-9_-]", ErrInvalidConfig, op, wire.MaxOperationLength)
+		}
+	}
+	out := make(map[string]jetstream.Consumer, len(cfg.Operations)*len(wire.Priorities))
 	for _, op := range cfg.Operations {
 		for _, p := range wire.Priorities {
 			name := wire.PriorityConsumer(op, p)
@@ -337,14 +354,14 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 			if p == wire.PriorityNormal {
 				cc.Description = "fleet workers for operation " + op // as 1.3 workers create it
 			}
-			c, err := s.Runs.CreateOrUpdateConsumer(ctx, cc)
+			c, err := runs.CreateOrUpdateConsumer(ctx, cc)
 			if err != nil {
 				return nil, fmt.Errorf("queue: consumer %s on %s: %w", name, wire.StreamRuns, err)
 			}
-			s.Consumers[name] = c
+			out[name] = c
 		}
 	}
-	return s, nil
+	return out, nil
 }
 
 // replicas is the replica count EnsureStreams gives stream name: the

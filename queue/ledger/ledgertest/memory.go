@@ -1,6 +1,8 @@
 package ledgertest
 
 import (
+	"strconv"
+
 	"testing"
 
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -86,3 +88,36 @@ func (h *memHarness) CancelQueued(jobID, reason string) {
 		h.t.Fatal(err)
 	}
 }
+
+// MemoryBrokerHarness runs RunBroker on a new ledger.Memory.
+func MemoryBrokerHarness(t *testing.T) BrokerHarness {
+	m := ledger.NewMemory("memory-worker")
+	m.Serve(memOperation)
+	return &memHarness{t: t, m: m}
+}
+
+func (h *memHarness) Broker() ledger.Broker { return h.m }
+
+func (h *memHarness) PublishResume(jobID string, park uint64) uint64 {
+	return h.m.Publish(ledger.MemoryRequest{JobID: jobID, Operation: memOperation,
+		Header: map[string][]string{wire.HeaderResume: {strconv.FormatUint(park, 10)}, wire.HeaderAnswer: {`"yes"`}}, // no Nats-Msg-Id
+		Data:   wire.ResumeBody(jobID, memOperation)})
+}
+
+func (h *memHarness) ParkTimeoutPending(jobID string) bool {
+	_, ok := h.m.ParkTimeout(jobID)
+	return ok
+}
+
+func (h *memHarness) SetUnique(key, jobID string) { h.m.SetUnique(key, jobID) }
+func (h *memHarness) Unique(key string) string    { return h.m.Unique(key) }
+
+func (h *memHarness) PublishUnserved(jobID string) (string, uint64) {
+	seq := h.m.Publish(ledger.MemoryRequest{JobID: jobID, Operation: memOperation + "-unserved",
+		Header: map[string][]string{wire.HeaderMsgID: {jobID}}, Data: []byte(`{"job_id":"` + jobID + `"}`)})
+	return wire.RunSubject(memOperation + "-unserved"), seq
+}
+
+func (h *memHarness) Operation() string { return memOperation }
+
+func (h *memHarness) Cancel(jobID, reason string) { h.m.Cancel(jobID, reason) }

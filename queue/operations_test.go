@@ -1,0 +1,85 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/ledger"
+	"github.com/agentfleet/fleet/queue/wire"
+)
+
+// TestSetOperationsWhileRunning: a running worker starts serving an
+// operation added to it (its consumers are created then) without a
+// restart, and stops pulling one removed: a job of the removed operation
+// stays queued for another worker (neither run nor dead-lettered) while
+// jobs of the others go on. Bad sets are refused and change nothing.
+func TestSetOperationsWhileRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	var ran []string
+	w := b.worker(func(int) Processor {
+		return ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+			mu.Lock()
+			ran = append(ran, req.JobID)
+			mu.Unlock()
+			return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
+		})
+	}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	run := func(id, op string) {
+		t.Helper()
+		sub := b.subscribe(wire.ResultSubject(id))
+		r := newReq(id)
+		r.Operation = op
+		b.publish(r, wire.JSON, "")
+		if res := b.result(sub); res.State != wire.StateSucceeded {
+			t.Fatalf("%s: %+v", id, res)
+		}
+	}
+	run("ops-lint-1", "lint")
+	if err := w.SetOperations(ctx, []string{"lint", "docstring"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Operations(); !slices.Equal(got, []string{"lint", "docstring"}) {
+		t.Fatalf("operations %v", got)
+	}
+	if _, ok := w.Streams().Consumers[wire.PriorityConsumer("docstring", wire.PriorityHigh)]; !ok {
+		t.Fatal("no high consumer made for the added operation")
+	}
+	run("ops-doc-1", "docstring")
+
+	for _, bad := range [][]string{nil, {"lint", "Not An Op"}} {
+		if err := w.SetOperations(ctx, bad); !errors.Is(err, ledger.ErrInvalidConfig) {
+			t.Fatalf("SetOperations(%q): %v, want ErrInvalidConfig", bad, err)
+		}
+	}
+	if got := w.Operations(); !slices.Equal(got, []string{"lint", "docstring"}) {
+		t.Fatalf("operations after refused sets %v", got)
+	}
+
+	if err := w.SetOperations(ctx, []string{"docstring"}); err != nil {
+		t.Fatal(err)
+	}
+	b.publish(newReq("ops-lint-2"), wire.JSON, "")
+	run("ops-doc-2", "docstring")
+	run("ops-doc-3", "docstring")
+	mu.Lock()
+	defer mu.Unlock()
+	if slices.Contains(ran, "ops-lint-2") {
+		t.Fatalf("a job of the removed operation ran: %v", ran)
+	}
+	if n := b.countSubject(wire.StreamRuns, wire.RunSubject("lint")); n != 1 {
+		t.Fatalf("%d lint requests left in %s, want the one published after the removal", n, wire.StreamRuns)
+	}
+	if st := w.Stats(); st.Dead != 0 {
+		t.Fatalf("stats %+v: nothing may be dead-lettered", st)
+	}
+}
