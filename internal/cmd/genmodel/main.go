@@ -129,13 +129,13 @@ func describeFile(w io.Writer, path string) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	kv := g.KV()
-	if recs := kv.Uint(trainMeta + "records"); recs > 0 || kv.String(trainMeta+"data_digest") != "" {
+	if kv.String(trainMeta+"data_digest") != "" {
 		score := kv.String(trainMeta + "eval_score")
 		if score == "" {
 			score = "not graded yet"
 		}
-		fmt.Fprintf(w, "%s: trained by fleet-train on %d records (%s steps, %s); eval: %s\n", kv.String("general.name"),
-			recs, fmtAny(kv[trainMeta+"steps"]), kv.String(trainMeta+"stopped"), score)
+		fmt.Fprintf(w, "%s: trained by fleet-train on %s records (%s); eval: %s\n", kv.String("general.name"),
+			fmtAny(kv[trainMeta+"records"]), kv.String(trainMeta+"stopped"), score)
 		return nil
 	}
 	if desc := kv.String("general.description"); desc != "" {
