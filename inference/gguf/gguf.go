@@ -175,39 +175,10 @@ func write(f *os.File, s Spec) error {
 			return err
 		}
 	}
-	kv := ggml.KV{
-		"general.architecture":                    "gemma3",
-		"general.name":                            s.Name,
-		"general.description":                     s.Description(),
-		"general.file_type":                       fileType,
-		"general.quantization_version":            uint32(2),
-		"general.alignment":                       uint32(32),
-		"gemma3.context_length":                   uint32(s.ContextLength),
-		"gemma3.embedding_length":                 uint32(s.Embedding),
-		"gemma3.block_count":                      uint32(s.Blocks),
-		"gemma3.feed_forward_length":              uint32(s.FeedForward),
-		"gemma3.attention.head_count":             uint32(s.Heads),
-		"gemma3.attention.head_count_kv":          uint32(s.HeadsKV),
-		"gemma3.attention.key_length":             uint32(s.HeadDim),
-		"gemma3.attention.value_length":           uint32(s.HeadDim),
-		"gemma3.attention.layer_norm_rms_epsilon": float32(1e-6),
-		"gemma3.rope.freq_base":                   float32(1e6),
-		"tokenizer.ggml.model":                    "llama",
-		"tokenizer.ggml.pre":                      "default",
-		"tokenizer.ggml.tokens":                   v.Tokens,
-		"tokenizer.ggml.scores":                   v.Scores,
-		"tokenizer.ggml.token_type":               v.Types,
-		"tokenizer.ggml.bos_token_id":             uint32(TokBOS),
-		"tokenizer.ggml.eos_token_id":             uint32(TokEOS),
-		"tokenizer.ggml.unknown_token_id":         uint32(TokUnk),
-		"tokenizer.ggml.padding_token_id":         uint32(TokPad),
-		"tokenizer.ggml.add_bos_token":            true,
-		"tokenizer.ggml.add_eos_token":            false,
-		"tokenizer.ggml.add_space_prefix":         false,
-	}
-	if s.SlidingWindow > 0 {
-		kv["gemma3.attention.sliding_window"] = uint32(s.SlidingWindow)
-	}
+	kv := gemma3KV(s, v)
+	kv["general.description"] = s.Description()
+	kv["general.file_type"] = fileType
+	kv["general.quantization_version"] = uint32(2)
 	var ts []*ggml.Tensor
 	weight := func(name string, ne0, ne1 int) {
 		ts = append(ts, &ggml.Tensor{Name: name, Kind: uint32(tt), Shape: []uint64{uint64(ne0), uint64(ne1)},
@@ -382,4 +353,41 @@ func (s Spec) WeightBytes() int64 {
 	block := per(s.Embedding*q) + 2*per(s.Embedding*kv) + per(q*s.Embedding) +
 		3*per(s.Embedding*s.FeedForward) + int64(4*(4*s.Embedding+2*s.HeadDim))
 	return per(s.Embedding*s.VocabSize) + int64(4*s.Embedding) + int64(s.Blocks)*block
+}
+
+// gemma3KV is the metadata every Gemma 3 file fleet writes shares: the
+// architecture, the shape of s and the tokenizer v (generated and trained
+// models add their own general.* keys).
+func gemma3KV(s Spec, v *Vocab) ggml.KV {
+	kv := ggml.KV{
+		"general.architecture":                    "gemma3",
+		"general.name":                            s.Name,
+		"general.alignment":                       uint32(32),
+		"gemma3.context_length":                   uint32(s.ContextLength),
+		"gemma3.embedding_length":                 uint32(s.Embedding),
+		"gemma3.block_count":                      uint32(s.Blocks),
+		"gemma3.feed_forward_length":              uint32(s.FeedForward),
+		"gemma3.attention.head_count":             uint32(s.Heads),
+		"gemma3.attention.head_count_kv":          uint32(s.HeadsKV),
+		"gemma3.attention.key_length":             uint32(s.HeadDim),
+		"gemma3.attention.value_length":           uint32(s.HeadDim),
+		"gemma3.attention.layer_norm_rms_epsilon": float32(1e-6),
+		"gemma3.rope.freq_base":                   float32(1e6),
+		"tokenizer.ggml.model":                    "llama",
+		"tokenizer.ggml.pre":                      "default",
+		"tokenizer.ggml.tokens":                   v.Tokens,
+		"tokenizer.ggml.scores":                   v.Scores,
+		"tokenizer.ggml.token_type":               v.Types,
+		"tokenizer.ggml.bos_token_id":             uint32(TokBOS),
+		"tokenizer.ggml.eos_token_id":             uint32(TokEOS),
+		"tokenizer.ggml.unknown_token_id":         uint32(TokUnk),
+		"tokenizer.ggml.padding_token_id":         uint32(TokPad),
+		"tokenizer.ggml.add_bos_token":            true,
+		"tokenizer.ggml.add_eos_token":            false,
+		"tokenizer.ggml.add_space_prefix":         false,
+	}
+	if s.SlidingWindow > 0 {
+		kv["gemma3.attention.sliding_window"] = uint32(s.SlidingWindow)
+	}
+	return kv
 }

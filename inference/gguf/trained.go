@@ -41,37 +41,8 @@ func WriteTrainedFile(path string, t Trained) error {
 	if err := s.validate(); err != nil {
 		return err
 	}
-	kv := ggml.KV{
-		"general.architecture":                    "gemma3",
-		"general.name":                            s.Name,
-		"general.file_type":                       uint32(0), // all F32
-		"general.alignment":                       uint32(32),
-		"gemma3.context_length":                   uint32(s.ContextLength),
-		"gemma3.embedding_length":                 uint32(s.Embedding),
-		"gemma3.block_count":                      uint32(s.Blocks),
-		"gemma3.feed_forward_length":              uint32(s.FeedForward),
-		"gemma3.attention.head_count":             uint32(s.Heads),
-		"gemma3.attention.head_count_kv":          uint32(s.HeadsKV),
-		"gemma3.attention.key_length":             uint32(s.HeadDim),
-		"gemma3.attention.value_length":           uint32(s.HeadDim),
-		"gemma3.attention.layer_norm_rms_epsilon": float32(1e-6),
-		"gemma3.rope.freq_base":                   float32(1e6),
-		"tokenizer.ggml.model":                    "llama",
-		"tokenizer.ggml.pre":                      "default",
-		"tokenizer.ggml.tokens":                   t.Vocab.Tokens,
-		"tokenizer.ggml.scores":                   t.Vocab.Scores,
-		"tokenizer.ggml.token_type":               t.Vocab.Types,
-		"tokenizer.ggml.bos_token_id":             uint32(TokBOS),
-		"tokenizer.ggml.eos_token_id":             uint32(TokEOS),
-		"tokenizer.ggml.unknown_token_id":         uint32(TokUnk),
-		"tokenizer.ggml.padding_token_id":         uint32(TokPad),
-		"tokenizer.ggml.add_bos_token":            true,
-		"tokenizer.ggml.add_eos_token":            false,
-		"tokenizer.ggml.add_space_prefix":         false,
-	}
-	if s.SlidingWindow > 0 {
-		kv["gemma3.attention.sliding_window"] = uint32(s.SlidingWindow)
-	}
+	kv := gemma3KV(s, t.Vocab)
+	kv["general.file_type"] = uint32(0) // all F32
 	for k, v := range t.Metadata {
 		if !strings.HasPrefix(k, "general.") {
 			return fmt.Errorf("%w: metadata key %q must start with general.", ErrInvalidSpec, k)
