@@ -16,9 +16,9 @@ import (
 
 // BenchmarkBatchedStep measures what one step of a batched context costs on
 // the 270M model: one token of each of B sequences (B = 1, 2, 4, 8, 16, all
-// with logits, as generating turns have), and a prefill chunk of
-// Config.StepTokens tokens alone and riding along with B generating
-// tokens. The sizes are interleaved over rounds and the fastest of each is
+// with logits, as generating turns have), a prefill chunk of
+// Config.StepTokens tokens riding along with them, and prefill chunks of
+// 64 to 512 tokens alone (what model.step_tokens trades). The sizes are interleaved over rounds and the fastest of each is
 // kept, so that other work on a shared machine shows up as little as
 // possible; the process's CPU time per step is printed too (a contended
 // step's wall time includes waiting for a core). Threads:
@@ -40,15 +40,17 @@ func BenchmarkBatchedStep(b *testing.B) {
 	// a shared prefix (the agent's developer turn, stored once and copied
 	// into each sequence) and a text of its own.
 	const chunk, shared, history, rounds, reps = DefaultStepTokens, 768, 1024, 5, 4
+	chunks := []int{64, 128, 256, 512}
+	maxChunk := slices.Max(chunks)
 	maxSeq := slices.Max(sizes) + 1 // + the prefill's own sequence
-	cells := maxSeq * (history + 2*chunk)
-	c, err := ollamallama.NewContextWithModel(m.m, batchedContextParams(cells, chunk+maxSeq, maxSeq, threads))
+	cells := maxSeq*(history+chunk) + maxChunk
+	c, err := ollamallama.NewContextWithModel(m.m, batchedContextParams(cells, maxChunk+maxSeq, maxSeq, threads))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer freeContext(c)
 	disableEmbeddings(c)
-	bt, err := ollamallama.NewBatch(chunk+maxSeq, 1, 0)
+	bt, err := ollamallama.NewBatch(maxChunk+maxSeq, 1, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,18 +76,16 @@ func BenchmarkBatchedStep(b *testing.B) {
 	}
 	prefillSeq := maxSeq - 1
 	// step decodes one token at position history of sequences 0..n-1
-	// (logits for each) and, with pre set, a chunk into the prefill
-	// sequence; then removes what it added, so every step sees the same
-	// cache. It returns the wall and CPU time of the decode.
-	step := func(n int, pre bool) (time.Duration, time.Duration) {
+	// (logits for each) and pre tokens into the prefill sequence; then
+	// removes what it added, so every step sees the same cache. It
+	// returns the wall and CPU time of the decode.
+	step := func(n, pre int) (time.Duration, time.Duration) {
 		bt.Clear()
 		for s := range n {
 			bt.Add(tok(s), nil, history, true, s)
 		}
-		if pre {
-			for i := range chunk {
-				bt.Add(tok(i), nil, i, i == chunk-1, prefillSeq)
-			}
+		for i := range pre {
+			bt.Add(tok(i), nil, i, i == pre-1, prefillSeq)
 		}
 		c0 := procCPU()
 		t0 := time.Now()
@@ -97,23 +97,22 @@ func BenchmarkBatchedStep(b *testing.B) {
 		for s := range n {
 			c.KvCacheSeqRm(s, history, -1)
 		}
-		if pre {
+		if pre > 0 {
 			c.KvCacheSeqRm(prefillSeq, -1, -1)
 		}
 		return wall, cpu
 	}
-	type key struct {
-		n   int
-		pre bool
-	}
+	type key struct{ n, pre int }
 	best := map[key]time.Duration{}
 	bestCPU := map[key]time.Duration{}
 	var keys []key
-	keys = append(keys, key{0, true})
-	for _, n := range sizes {
-		keys = append(keys, key{n, false}, key{n, true})
+	for _, p := range chunks {
+		keys = append(keys, key{0, p})
 	}
-	step(1, false) // warm-up
+	for _, n := range sizes {
+		keys = append(keys, key{n, 0}, key{n, chunk})
+	}
+	step(1, 0) // warm-up
 	load0 := testutil.LoadAvg()
 	for range rounds {
 		for _, k := range keys {
@@ -129,19 +128,23 @@ func BenchmarkBatchedStep(b *testing.B) {
 	fmt.Fprintf(out, "batched step on %s, %d thread(s), every sequence %d tokens in (%d shared); fastest of %d; load %s -> %s\n",
 		be.cfg.Model.Path, threads, history, shared, rounds*reps, load0, testutil.LoadAvg())
 	fmt.Fprintf(out, "  %-26s %9s %9s %12s %14s\n", "step", "wall ms", "cpu ms", "gen tok/s", "x one sequence")
-	one := best[key{1, false}]
-	fmt.Fprintf(out, "  %-26s %9.1f %9.1f %12s %14s\n", fmt.Sprintf("prefill %d alone", chunk), ms(best[key{0, true}]), ms(bestCPU[key{0, true}]),
-		fmt.Sprintf("(%.0f pre/s)", chunk/best[key{0, true}].Seconds()), "")
+	one := best[key{1, 0}]
+	for _, p := range chunks {
+		k := key{0, p}
+		fmt.Fprintf(out, "  %-26s %9.1f %9.1f %12s %14s\n", fmt.Sprintf("prefill %d alone", p), ms(best[k]), ms(bestCPU[k]),
+			fmt.Sprintf("(%.0f pre/s)", float64(p)/best[k].Seconds()), "")
+		b.ReportMetric(float64(p)/best[k].Seconds(), fmt.Sprintf("pre%d-tok/s", p))
+	}
 	for _, n := range sizes {
-		for _, pre := range []bool{false, true} {
+		for _, pre := range []int{0, chunk} {
 			k := key{n, pre}
 			name := fmt.Sprintf("%d generating", n)
-			if pre {
-				name += fmt.Sprintf(" + prefill %d", chunk)
+			if pre > 0 {
+				name += fmt.Sprintf(" + prefill %d", pre)
 			}
 			rate := float64(n) / best[k].Seconds()
 			fmt.Fprintf(out, "  %-26s %9.1f %9.1f %12.1f %14.2f\n", name, ms(best[k]), ms(bestCPU[k]), rate, rate*one.Seconds())
-			if !pre {
+			if pre == 0 {
 				b.ReportMetric(rate, fmt.Sprintf("gen%d-tok/s", n))
 			}
 		}

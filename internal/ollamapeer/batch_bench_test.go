@@ -3,12 +3,15 @@
 package ollamapeer_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,12 +42,9 @@ import (
 // says how many of its jobs it left out, and its rates count the jobs it
 // finished over its own wall time.
 func BenchmarkBatchedJobs(b *testing.B) {
-	// FLEET_BENCH_NO_OLLAMA=1 runs the fleet sides alone.
+	// FLEET_BENCH_NO_OLLAMA=1 runs the fleet sides alone (as does
+	// FLEET_BENCH_SIDES without ollama).
 	noOllama := os.Getenv("FLEET_BENCH_NO_OLLAMA") != ""
-	bin, err := ollamapeer.Binary()
-	if err != nil && !noOllama {
-		b.Skipf("ollama peer unavailable: %v", err)
-	}
 	model := os.Getenv("FLEET_BENCH_MODEL")
 	if model == "" {
 		model, _ = filepath.Abs(filepath.Join("..", "..", "models", "functiongemma-270m-random-q8_0.gguf"))
@@ -58,9 +58,33 @@ func BenchmarkBatchedJobs(b *testing.B) {
 	seqs := envInts("FLEET_BENCH_SEQUENCES", []int{8})[0]
 	levels := envInts("FLEET_BENCH_LEVELS", []int{1, 2, 4, 8, 16})
 	saturated := os.Getenv("FLEET_BENCH_SATURATED") != "0"
-	rows := 3 * len(levels)
-	if saturated {
-		rows += 4
+	// FLEET_BENCH_SIDES picks and orders the sides: per-slot, sharded
+	// (batched, one single-thread context per core), ollama, one-context
+	// (batched, one context with a thread per core; saturated only).
+	sides := strings.Split(cmp.Or(os.Getenv("FLEET_BENCH_SIDES"), "per-slot,sharded,ollama,one-context"), ",")
+	if noOllama {
+		sides = slices.DeleteFunc(sides, func(s string) bool { return s == "ollama" })
+	}
+	noOllama = !slices.Contains(sides, "ollama")
+	bin, err := ollamapeer.Binary()
+	if err != nil && !noOllama {
+		b.Skipf("ollama peer unavailable: %v", err)
+	}
+	rows := 0
+	for _, side := range sides {
+		switch side {
+		case "per-slot", "sharded", "ollama":
+			rows += len(levels)
+			if saturated {
+				rows++
+			}
+		case "one-context":
+			if saturated {
+				rows++
+			}
+		default:
+			b.Fatalf("FLEET_BENCH_SIDES: unknown side %q (want per-slot, sharded, ollama, one-context)", side)
+		}
 	}
 	var bg budget
 	if total := envDuration(b, "FLEET_BENCH_BUDGET", 40*time.Minute); total > 0 && rows > 0 {
@@ -103,7 +127,7 @@ func BenchmarkBatchedJobs(b *testing.B) {
 			get = slotPool(b, be, seqs)
 		}
 		jobs := batchJobs(b, njobs+1)
-		drive(jobs[:1], 1, get, budget{}) // warm-up: weights paged in, the agent's prefix cached
+		drive(warmUp(jobs), 1, get, budget{}) // weights paged in, the agent's prefix cached
 		r := drive(jobs[1:], clients, get, bg)
 		r.rssMiB = rssMiB()
 		return r
@@ -133,7 +157,7 @@ func BenchmarkBatchedJobs(b *testing.B) {
 			return rm
 		})
 		jobs := batchJobs(b, njobs+1)
-		drive(jobs[:1], 1, get, budget{})
+		drive(warmUp(jobs), 1, get, budget{})
 		cpu0 := srv.CPUTime()
 		r := drive(jobs[1:], clients, get, bg)
 		r.cpu = srv.CPUTime() - cpu0 // ollama's processes, not this one
@@ -144,7 +168,7 @@ func BenchmarkBatchedJobs(b *testing.B) {
 	}
 	row := func(name string, conc int, r sideRun) {
 		pf("  %-14s %4d  %4d  %7.1f s  %8.1f  %9.1f  %7.0f  %7.2f s  %7.2f s  %5.2f  %8.2f  %4.1f-%-4.1f%s\n", name, conc, r.jobs, r.wall.Seconds(), r.jobsPerMin(), r.decodeRate(),
-			r.perJob(r.prefilled), r.pct(0.5).Seconds(), r.pct(0.99).Seconds(), r.cpu.Seconds()/r.wall.Seconds(), r.perJob(int(r.cpu.Milliseconds()))/1000,
+			r.perJob(r.prefilled), r.pct(0.5).Seconds(), r.pct(0.99).Seconds(), r.cpu.Seconds()/r.wall.Seconds(), r.cpuPerJob(),
 			r.loadMin, r.loadMax, errNote(r))
 	}
 	header := func() {
@@ -157,50 +181,80 @@ func BenchmarkBatchedJobs(b *testing.B) {
 	if saturated {
 		pf("\nsaturated: %d jobs queued at once; fleet per slot has %d slots (one per core), batched %d sequences, ollama OLLAMA_NUM_PARALLEL=%d\n", sat, cores, seqs, seqs)
 		header()
-		ps := fleetSide(0, 0, sat, sat)
-		row("fleet per-slot", cores, ps)
-		bs := fleetSide(cores, seqs, sat, sat)
-		row(fmt.Sprintf("batched %dx1t", cores), seqs, bs)
-		ol := ollamaSide(seqs, sat, sat)
-		row("ollama", seqs, ol)
-		pf("%s", ollamaNote(ol))
-		bt := fleetSide(1, seqs, sat, sat)
-		row(fmt.Sprintf("batched 1x%dt", cores), seqs, bt)
-		for _, v := range []struct {
-			name string
-			r    sideRun
-		}{{fmt.Sprintf("batched 1x%dt", cores), bt}, {fmt.Sprintf("batched %dx1t", cores), bs}} {
-			pf("  %s: / per-slot %.2fx, / ollama %.2fx jobs/min (targets >= 2x and >= 1.5x); RSS after it %.0f MiB\n",
-				v.name, v.r.jobsPerMin()/ps.jobsPerMin(), v.r.jobsPerMin()/ol.jobsPerMin(), v.r.rssMiB)
+		var ps, ol sideRun
+		var batched []namedRun
+		for _, side := range sides {
+			switch side {
+			case "per-slot":
+				ps = fleetSide(0, 0, sat, sat)
+				row("fleet per-slot", cores, ps)
+			case "sharded":
+				r := fleetSide(cores, seqs, sat, sat)
+				batched = append(batched, namedRun{fmt.Sprintf("batched %dx1t", cores), r})
+				row(batched[len(batched)-1].name, seqs, r)
+			case "one-context":
+				r := fleetSide(1, seqs, sat, sat)
+				batched = append(batched, namedRun{fmt.Sprintf("batched 1x%dt", cores), r})
+				row(batched[len(batched)-1].name, seqs, r)
+			case "ollama":
+				ol = ollamaSide(seqs, sat, sat)
+				row("ollama", seqs, ol)
+				pf("%s", ollamaNote(ol))
+			}
 		}
-		pf("  RSS after per-slot %.0f MiB (this process: model mapped once, per-slot contexts kept)\n", ps.rssMiB)
-		b.ReportMetric(bt.jobsPerMin()/ps.jobsPerMin(), "batched/per-slot")
-		b.ReportMetric(bt.jobsPerMin()/ol.jobsPerMin(), "batched/ollama")
-		b.ReportMetric(bs.jobsPerMin()/ps.jobsPerMin(), "sharded/per-slot")
-		b.ReportMetric(bs.jobsPerMin()/ol.jobsPerMin(), "sharded/ollama")
-
+		for _, v := range batched {
+			pf("  %s: / per-slot %s jobs/min (%s by CPU per job), / ollama %s (%s by CPU per job); targets >= 2x and >= 1.5x; RSS after it %.0f MiB\n",
+				v.name, ratio(v.r.jobsPerMin(), ps.jobsPerMin()), ratio(ps.cpuPerJob(), v.r.cpuPerJob()),
+				ratio(v.r.jobsPerMin(), ol.jobsPerMin()), ratio(ol.cpuPerJob(), v.r.cpuPerJob()), v.r.rssMiB)
+		}
+		if ps.jobs > 0 {
+			pf("  RSS after per-slot %.0f MiB (this process: model mapped once, per-slot contexts kept)\n", ps.rssMiB)
+		}
 	}
 
 	// 2. Each concurrency, closed loop.
 	shards := envInts("FLEET_BENCH_LEVEL_SHARDS", []int{cores})[0]
-	pf("\nby concurrency (closed loop: each client starts its next job when the last ends; per-slot always %d slots; batched %d shard(s) of %d thread(s))\n",
-		cores, shards, max(cores/shards, 1))
-	header()
+	if len(levels) > 0 {
+		pf("\nby concurrency (closed loop: each client starts its next job when the last ends; per-slot always %d slots; batched %d shard(s) of %d thread(s))\n",
+			cores, shards, max(cores/shards, 1))
+		header()
+	}
 	for _, c := range levels {
 		n := max(envInts("FLEET_BENCH_LEVEL_JOBS", []int{2})[0]*c, 2)
-		p := fleetSide(0, 0, c, n)
-		bb := fleetSide(shards, c, c, n)
-		o := ollamaSide(c, c, n)
-		row("fleet per-slot", c, p)
-		row("fleet batched", c, bb)
-		row("ollama", c, o)
-		pf("%s", ollamaNote(o))
-		pf("  %-14s %4d  batched / per-slot %.2fx, batched / ollama %.2fx jobs/min\n", "", c, bb.jobsPerMin()/p.jobsPerMin(), bb.jobsPerMin()/o.jobsPerMin())
+		var p, bb, o sideRun
+		for _, side := range sides {
+			switch side {
+			case "per-slot":
+				p = fleetSide(0, 0, c, n)
+				row("fleet per-slot", c, p)
+			case "sharded":
+				bb = fleetSide(shards, c, c, n)
+				row("fleet batched", c, bb)
+			case "ollama":
+				o = ollamaSide(c, c, n)
+				row("ollama", c, o)
+				pf("%s", ollamaNote(o))
+			}
+		}
+		pf("  %-14s %4d  batched / per-slot %s, batched / ollama %s jobs/min\n", "", c, ratio(bb.jobsPerMin(), p.jobsPerMin()), ratio(bb.jobsPerMin(), o.jobsPerMin()))
 	}
 	b.ReportMetric(0, "ns/op")
 	pf("load average at end %s\n", testutil.LoadAvg())
 	pf("%s", columns)
 	fmt.Print("\n--- batched decoding: fleet per slot, fleet batched, ollama ---\n" + out.String())
+}
+
+type namedRun struct {
+	name string
+	r    sideRun
+}
+
+// ratio is a / b, or "n/a" when either side has no figure.
+func ratio(a, b float64) string {
+	if a <= 0 || b <= 0 || math.IsNaN(a) || math.IsNaN(b) || math.IsInf(a, 0) || math.IsInf(b, 0) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
 }
 
 // columns explains the table's columns.

@@ -57,6 +57,12 @@ func batchJobs(b *testing.B, n int) []batchJob {
 	return jobs
 }
 
+// warmUp is the first turn of jobs[0], run before a side's measured jobs
+// (jobs[1:]): the weights paged in, the agent's prefix cached.
+func warmUp(jobs []batchJob) []batchJob {
+	return []batchJob{{turns: [2]*loop.Request{jobs[0].turns[0]}}}
+}
+
 // sideRun is what one side did at one concurrency.
 type sideRun struct {
 	jobs      int // jobs completed
@@ -89,6 +95,9 @@ func (r sideRun) pct(p float64) time.Duration {
 	slices.Sort(l)
 	return l[min(len(l)-1, int(p*float64(len(l))))]
 }
+
+// cpuPerJob is the side's CPU seconds per finished job (0 without one).
+func (r sideRun) cpuPerJob() float64 { return r.perJob(int(r.cpu.Milliseconds())) / 1000 }
 
 // perJob is n per completed job (0 without one).
 func (r sideRun) perJob(n int) float64 {
@@ -150,6 +159,9 @@ func drive(jobs []batchJob, conc int, model func() (loop.Model, func()), bg budg
 				var use loop.Usage
 				var jobErr error
 				for _, req := range jobs[i].turns {
+					if req == nil {
+						continue
+					}
 					resp, err := m.Complete(ctx, req)
 					var bad *loop.InvalidResponseError
 					switch {
@@ -168,7 +180,7 @@ func drive(jobs []batchJob, conc int, model func() (loop.Model, func()), bg budg
 				mu.Lock()
 				if jobErr != nil {
 					r.errs++
-					r.firstErr = cmp(r.firstErr, jobErr)
+					r.firstErr = firstErr(r.firstErr, jobErr)
 				} else {
 					r.jobs++
 					r.generated += use.CompletionTokens
@@ -187,7 +199,7 @@ func drive(jobs []batchJob, conc int, model func() (loop.Model, func()), bg budg
 	return r
 }
 
-func cmp(a, b error) error {
+func firstErr(a, b error) error {
 	if a != nil {
 		return a
 	}
