@@ -127,7 +127,7 @@ func BenchmarkBatchedJobs(b *testing.B) {
 			get = slotPool(b, be, seqs)
 		}
 		jobs := batchJobs(b, njobs+1)
-		drive(warmUp(jobs), 1, get, budget{}) // weights paged in, the agent's prefix cached
+		drive(warmUp(jobs, cores), cores, get, budget{})
 		r := drive(jobs[1:], clients, get, bg)
 		r.rssMiB = rssMiB()
 		return r
@@ -157,7 +157,7 @@ func BenchmarkBatchedJobs(b *testing.B) {
 			return rm
 		})
 		jobs := batchJobs(b, njobs+1)
-		drive(warmUp(jobs), 1, get, budget{})
+		drive(warmUp(jobs, cores), cores, get, budget{})
 		cpu0 := srv.CPUTime()
 		r := drive(jobs[1:], clients, get, bg)
 		r.cpu = srv.CPUTime() - cpu0 // ollama's processes, not this one

@@ -57,10 +57,17 @@ func batchJobs(b *testing.B, n int) []batchJob {
 	return jobs
 }
 
-// warmUp is the first turn of jobs[0], run before a side's measured jobs
-// (jobs[1:]): the weights paged in, the agent's prefix cached.
-func warmUp(jobs []batchJob) []batchJob {
-	return []batchJob{{turns: [2]*loop.Request{jobs[0].turns[0]}}}
+// warmUp is the first turn of jobs[0], n times, run with n clients
+// before a side's measured jobs (jobs[1:]): the weights paged in, and the
+// agent's prompt cached on every per-slot context or batched shard (n =
+// cores; the slot pools hand slots out in order), as a worker that has
+// run for a while has it.
+func warmUp(jobs []batchJob, n int) []batchJob {
+	w := make([]batchJob, n)
+	for i := range w {
+		w[i] = batchJob{turns: [2]*loop.Request{jobs[0].turns[0]}}
+	}
+	return w
 }
 
 // sideRun is what one side did at one concurrency.
