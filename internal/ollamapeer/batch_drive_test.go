@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -100,7 +101,8 @@ func (r sideRun) pct(p float64) time.Duration {
 	}
 	l := slices.Clone(r.latencies)
 	slices.Sort(l)
-	return l[min(len(l)-1, int(p*float64(len(l))))]
+	// nearest rank: the smallest latency at or above which p of them lie
+	return l[max(0, int(math.Ceil(p*float64(len(l))))-1)]
 }
 
 // cpuPerJob is the side's CPU seconds per finished job (0 without one).
