@@ -24,17 +24,18 @@ import (
 )
 
 // BenchmarkBatchedJobs prints, in one run on the same GGUF: agent jobs per
-// minute, aggregate decode tok/s and p50/p99 job latency for fleet per slot
-// (one context and one thread per core), fleet batched (one context, one
-// sequence per concurrent job, threads = cores) and ollama
+// minute, aggregate decode tok/s, prompt tokens computed and CPU seconds
+// per job and p50/p99 job latency for fleet per slot (one context and one
+// thread per core), fleet batched (one sequence per concurrent job) and
+// ollama
 // (OLLAMA_NUM_PARALLEL = concurrent jobs, num_thread = cores) driven
 // through fleet's remote backend: first saturated (4 × as many jobs queued
 // at once as batched sequences), then at each concurrency of
 // FLEET_BENCH_LEVELS (default 1,2,4,8,16; closed loop,
 // FLEET_BENCH_LEVEL_JOBS × the concurrency jobs, default 2). Batched runs
 // as one context with threads = cores, and as cores single-thread shards
-// (the levels use FLEET_BENCH_LEVEL_SHARDS, default cores). Run it with
-// -benchtime 1x.
+// (the levels use FLEET_BENCH_LEVEL_SHARDS, default cores);
+// FLEET_BENCH_SIDES picks the sides. Run it with -benchtime 1x.
 //
 // FLEET_BENCH_BUDGET (default 40m, 0 = none) bounds the whole run: each
 // row gets an equal share (FLEET_BENCH_ROW_BUDGET overrides it), starts no
