@@ -58,7 +58,7 @@ TEST_DEPS  += llama-headers model-tiny model-tiny-gemma3
 BENCH_DEPS += llama-headers model model-tiny
 BENCH_TARGETS += bench-inference
 
-.PHONY: llama-headers check-llama-headers model model-tiny model-tiny-gemma3 gemma3-vocab bench-inference soak-inference
+.PHONY: llama-headers check-llama-headers model model-tiny model-tiny-gemma3 gemma3-vocab bench-inference bench-batched soak-inference
 
 llama-headers: check-llama-headers $(MINIAUDIO) ## check/assemble the headers the llama.cpp cgo build needs
 
@@ -123,6 +123,16 @@ bench-inference: llama-headers model model-tiny ollama-peer ## llama.cpp inferen
 	$(GO) test -run '^$$' -bench '^BenchmarkBatchedJobs$$' -benchtime 1x -count 1 -timeout 120m -tags llama ./internal/ollamapeer/
 	@$(MAKE) --no-print-directory bench-arch-ab
 	@$(MAKE) --no-print-directory bench-peer-native
+
+# The batched-decoding part of bench-inference alone: the step cost model
+# (BenchmarkBatchedStep), then jobs/min, decode tok/s and p50/p99 latency
+# for fleet per slot, fleet batched and ollama, saturated and at 1, 2, 4,
+# 8 and 16 concurrent jobs (BenchmarkBatchedJobs). FLEET_BENCH_BUDGET
+# (default 40m, 0 = none) bounds the table's run; the other knobs are in
+# docs/PERFORMANCE.md.
+bench-batched: llama-headers model ollama-peer ## batched decoding: fleet per slot vs batched vs ollama, saturated and by concurrency (FLEET_BENCH_BUDGET=40m)
+	$(GO) test -run '^$$' -bench '^BenchmarkBatchedStep$$' -benchtime 1x -count 1 -timeout 30m ./inference/llama/
+	$(GO) test -run '^$$' -bench '^BenchmarkBatchedJobs$$' -benchtime 1x -count 1 -timeout 120m -tags llama ./internal/ollamapeer/
 
 # fleet vs ollama with both built for the host (-march=native): the issue's
 # "each with its best flags" when the A/B above says the host build pays.

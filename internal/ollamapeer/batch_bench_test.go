@@ -3,22 +3,19 @@
 package ollamapeer_test
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/llama"
 	"github.com/agentfleet/fleet/inference/remote"
 	"github.com/agentfleet/fleet/internal/ollamapeer"
@@ -26,193 +23,29 @@ import (
 	"github.com/agentfleet/fleet/loop"
 )
 
-// batchJob is the benchmark's agent job: the lint agent's first turn (its
-// system prompt and tools, shared by every job, then a node context of its
-// own) and a second turn after a run_linter call and its result. Each turn
-// samples exactly genTokens tokens unless a stop token comes first
-// (temperature 0.8, top-k 40 on random weights: rare).
-type batchJob struct{ turns [2]*loop.Request }
-
-func batchJobs(b *testing.B, n int) []batchJob {
-	def, base := benchMessages(b, 0)
-	base[0].Content = def.InitialContext.SystemPrompt
-	// The node context: the demo file's first lines (FLEET_BENCH_NODE_LINES,
-	// default 30), so a job's own text is a few hundred tokens.
-	lines := strings.SplitAfter(base[1].Content, "\n")
-	if n := envInts("FLEET_BENCH_NODE_LINES", []int{30})[0]; n+1 < len(lines) {
-		base[1].Content = strings.Join(lines[:n+1], "") + "```"
-	}
-	var tools []fleettype.ToolSpec
-	for _, tl := range def.Tools {
-		tools = append(tools, fleettype.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
-	}
-	jobs := make([]batchJob, n)
-	for i := range jobs {
-		msgs := slices.Clone(base)
-		msgs[1].Content = fmt.Sprintf("Job %d. %s", i, base[1].Content)
-		first := &loop.Request{Messages: msgs, Tools: tools, CacheKey: def.Name}
-		second := &loop.Request{Messages: append(slices.Clone(msgs),
-			fleettype.Message{Role: fleettype.RoleAssistant, ToolCalls: []fleettype.ToolCall{{ID: "call_1", Name: "run_linter", Arguments: json.RawMessage(`{}`)}}},
-			fleettype.Message{Role: fleettype.RoleTool, ToolCallID: "call_1", Name: "run_linter",
-				Content: fmt.Sprintf(`{"outcome":"ok","result":{"issues":[{"code":"W291","line":%d,"message":"trailing whitespace","fixable":true}]},"summary":"1 issue"}`, 10+i%40)}),
-			Tools: tools, CacheKey: def.Name}
-		jobs[i] = batchJob{turns: [2]*loop.Request{first, second}}
-	}
-	return jobs
-}
-
-// sideRun is what one side did at one concurrency.
-type sideRun struct {
-	jobs      int
-	wall      time.Duration
-	generated int
-	latencies []time.Duration
-	errs      int
-	firstErr  error
-	load      string
-	rssMiB    float64
-}
-
-func (r sideRun) jobsPerMin() float64 { return float64(r.jobs) / r.wall.Minutes() }
-func (r sideRun) decodeRate() float64 { return float64(r.generated) / r.wall.Seconds() }
-func (r sideRun) pct(p float64) time.Duration {
-	if len(r.latencies) == 0 {
-		return 0
-	}
-	l := slices.Clone(r.latencies)
-	slices.Sort(l)
-	return l[min(len(l)-1, int(p*float64(len(l))))]
-}
-
-// drive runs jobs with conc clients, each taking the next job when its
-// last one ends (conc = len(jobs): all queued at once). model(i) returns
-// the model for a job started by client i and a release func.
-func drive(jobs []batchJob, conc int, model func() (loop.Model, func())) sideRun {
-	var mu sync.Mutex
-	r := sideRun{jobs: len(jobs), load: testutil.LoadAvg()}
-	next := 0
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= len(jobs) {
-					return
-				}
-				t0 := time.Now()
-				if conc == len(jobs) {
-					t0 = start // all queued at once: latency from the common start
-				}
-				m, release := model()
-				gen := 0
-				var jobErr error
-				for _, req := range jobs[i].turns {
-					resp, err := m.Complete(context.Background(), req)
-					var bad *loop.InvalidResponseError
-					switch {
-					case err == nil:
-						gen += resp.Usage.CompletionTokens
-					case errors.As(err, &bad):
-						gen += bad.Usage.CompletionTokens
-					default:
-						jobErr = err
-					}
-				}
-				release()
-				mu.Lock()
-				r.generated += gen
-				r.latencies = append(r.latencies, time.Since(t0))
-				if jobErr != nil {
-					r.errs++
-					r.firstErr = cmpErr(r.firstErr, jobErr)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	r.wall = time.Since(start)
-	return r
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-// slotPool hands out a backend's slots like a worker's pull loop: a job
-// waits for a free slot.
-func slotPool(b *testing.B, be *llama.Backend, n int) func() (loop.Model, func()) {
-	pool := make(chan *llama.Slot, n)
-	for range n {
-		s, err := be.NewSlot()
-		if err != nil {
-			b.Fatal(err)
-		}
-		pool <- s
-	}
-	return func() (loop.Model, func()) {
-		s := <-pool
-		return s, func() { pool <- s }
-	}
-}
-
-func envInts(name string, def []int) []int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	var out []int
-	for _, f := range strings.Split(v, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err == nil && n > 0 {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-func rssMiB() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
 // BenchmarkBatchedJobs prints, in one run on the same GGUF: agent jobs per
-// minute, aggregate decode tok/s and p50/p99 job latency for fleet per slot
-// (one context and one thread per core), fleet batched (one context, one
-// sequence per concurrent job, threads = cores) and ollama
+// minute, aggregate decode tok/s, prompt tokens computed and CPU seconds
+// per job and p50/p99 job latency for fleet per slot (one context and one
+// thread per core), fleet batched (one sequence per concurrent job) and
+// ollama
 // (OLLAMA_NUM_PARALLEL = concurrent jobs, num_thread = cores) driven
 // through fleet's remote backend: first saturated (4 × as many jobs queued
 // at once as batched sequences), then at each concurrency of
 // FLEET_BENCH_LEVELS (default 1,2,4,8,16; closed loop,
 // FLEET_BENCH_LEVEL_JOBS × the concurrency jobs, default 2). Batched runs
 // as one context with threads = cores, and as cores single-thread shards
-// (the levels use FLEET_BENCH_LEVEL_SHARDS, default cores). Run it with
-// -benchtime 1x.
+// (the levels use FLEET_BENCH_LEVEL_SHARDS, default cores);
+// FLEET_BENCH_SIDES picks the sides. Run it with -benchtime 1x.
+//
+// FLEET_BENCH_BUDGET (default 40m, 0 = none) bounds the whole run: each
+// row gets an equal share (FLEET_BENCH_ROW_BUDGET overrides it), starts no
+// job after it and cancels what still runs at 1.5 × it; a row cut short
+// says how many of its jobs it left out, and its rates count the jobs it
+// finished over its own wall time.
 func BenchmarkBatchedJobs(b *testing.B) {
-	// FLEET_BENCH_NO_OLLAMA=1 runs the fleet sides alone.
+	// FLEET_BENCH_NO_OLLAMA=1 runs the fleet sides alone (as does
+	// FLEET_BENCH_SIDES without ollama).
 	noOllama := os.Getenv("FLEET_BENCH_NO_OLLAMA") != ""
-	bin, err := ollamapeer.Binary()
-	if err != nil && !noOllama {
-		b.Skipf("ollama peer unavailable: %v", err)
-	}
 	model := os.Getenv("FLEET_BENCH_MODEL")
 	if model == "" {
 		model, _ = filepath.Abs(filepath.Join("..", "..", "models", "functiongemma-270m-random-q8_0.gguf"))
@@ -225,12 +58,48 @@ func BenchmarkBatchedJobs(b *testing.B) {
 	gen := envInts("FLEET_BENCH_GEN", []int{16})[0]
 	seqs := envInts("FLEET_BENCH_SEQUENCES", []int{8})[0]
 	levels := envInts("FLEET_BENCH_LEVELS", []int{1, 2, 4, 8, 16})
+	saturated := os.Getenv("FLEET_BENCH_SATURATED") != "0"
+	// FLEET_BENCH_SIDES picks and orders the sides: per-slot, sharded
+	// (batched, one single-thread context per core), ollama, one-context
+	// (batched, one context with a thread per core; saturated only).
+	sides := strings.Split(cmp.Or(os.Getenv("FLEET_BENCH_SIDES"), "per-slot,sharded,ollama,one-context"), ",")
+	if noOllama {
+		sides = slices.DeleteFunc(sides, func(s string) bool { return s == "ollama" })
+	}
+	noOllama = !slices.Contains(sides, "ollama")
+	bin, err := ollamapeer.Binary()
+	if err != nil && !noOllama {
+		b.Skipf("ollama peer unavailable: %v", err)
+	}
+	rows := 0
+	for _, side := range sides {
+		switch side {
+		case "per-slot", "sharded", "ollama":
+			rows += len(levels)
+			if saturated {
+				rows++
+			}
+		case "one-context":
+			if saturated {
+				rows++
+			}
+		default:
+			b.Fatalf("FLEET_BENCH_SIDES: unknown side %q (want per-slot, sharded, ollama, one-context)", side)
+		}
+	}
+	var bg budget
+	if total := envDuration(b, "FLEET_BENCH_BUDGET", 40*time.Minute); total > 0 && rows > 0 {
+		bg.soft = (total / time.Duration(rows)).Round(time.Second)
+	}
+	bg.soft = envDuration(b, "FLEET_BENCH_ROW_BUDGET", bg.soft)
+	bg.hard = bg.soft * 3 / 2
 	sampling := llama.Sampling{Temperature: 0.8, TopK: 40, Seed: 1}
 	out := &strings.Builder{}
 	// Lines are printed as they come (a run takes minutes) and again
 	// together at the end.
 	pf := func(format string, a ...any) { fmt.Fprintf(out, format, a...); fmt.Fprintf(os.Stderr, format, a...) }
-	pf("model %s, %d cores, %d tokens sampled per turn, 2 turns per job; load average at start %s\n", filepath.Base(model), cores, gen, testutil.LoadAvg())
+	pf("model %s, %d cores, %d tokens sampled per turn, 2 turns per job; budget %s; load average at start %s\n",
+		filepath.Base(model), cores, gen, bg, testutil.LoadAvg())
 
 	perSlot, err := llama.New(llama.Config{Model: llama.ModelRef{Path: model}, ContextSize: 4096, MaxTokens: gen, Lenient: true, Sampling: sampling})
 	if err != nil {
@@ -259,14 +128,14 @@ func BenchmarkBatchedJobs(b *testing.B) {
 			get = slotPool(b, be, seqs)
 		}
 		jobs := batchJobs(b, njobs+1)
-		drive(jobs[:1], 1, get) // warm-up: weights paged in, the agent's prefix cached
-		r := drive(jobs[1:], clients, get)
+		drive(warmUp(jobs, cores), cores, get, budget{})
+		r := drive(jobs[1:], clients, get, bg)
 		r.rssMiB = rssMiB()
 		return r
 	}
 	ollamaSide := func(parallel, clients, njobs int) sideRun {
 		if noOllama {
-			return sideRun{wall: time.Nanosecond, jobs: 0, load: "skipped"}
+			return sideRun{wall: time.Nanosecond}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -279,77 +148,146 @@ func BenchmarkBatchedJobs(b *testing.B) {
 			b.Fatal(err)
 		}
 		t := 0.8
-		get := func() (loop.Model, func()) {
-			rm, err := remote.New(remote.Config{BaseURL: srv.URL + "/v1", Model: "fleet-bench", MaxTokens: gen, Temperature: &t, MaxRetries: -1, Timeout: 10 * time.Minute})
+		// A worker with parallel slots over the remote backend: at most
+		// parallel jobs in flight, the rest wait for a slot as in fleet.
+		get := limit(parallel, func() loop.Model {
+			rm, err := remote.New(remote.Config{BaseURL: srv.URL + "/v1", Model: "fleet-bench", MaxTokens: gen, Temperature: &t, MaxRetries: -1, Timeout: 30 * time.Minute})
 			if err != nil {
 				b.Fatal(err)
 			}
-			return rm, func() {}
-		}
+			return rm
+		})
 		jobs := batchJobs(b, njobs+1)
-		drive(jobs[:1], 1, get)
-		return drive(jobs[1:], clients, get)
+		drive(warmUp(jobs, cores), cores, get, budget{})
+		cpu0 := srv.CPUTime()
+		r := drive(jobs[1:], clients, get, bg)
+		r.cpu = srv.CPUTime() - cpu0 // ollama's processes, not this one
+		if loads, err := srv.PromptLoads(); err == nil {
+			r.ollamaLoads = loads
+		}
+		return r
 	}
 	row := func(name string, conc int, r sideRun) {
-		pf("  %-14s %4d  %4d  %7.1f s  %8.1f  %8.1f  %7.2f s  %7.2f s  %s%s\n", name, conc, r.jobs, r.wall.Seconds(), r.jobsPerMin(), r.decodeRate(),
-			r.pct(0.5).Seconds(), r.pct(0.99).Seconds(), r.load, errNote(r))
+		pf("  %-14s %4d  %4d  %7.1f s  %8.1f  %9.1f  %7.0f  %7.2f s  %7.2f s  %5.2f  %8.2f  %4.1f-%-4.1f%s\n", name, conc, r.jobs, r.wall.Seconds(), r.jobsPerMin(), r.decodeRate(),
+			r.perJob(r.prefilled), r.pct(0.5).Seconds(), r.pct(0.99).Seconds(), r.cpu.Seconds()/r.wall.Seconds(), r.cpuPerJob(),
+			r.loadMin, r.loadMax, errNote(r))
 	}
 	header := func() {
-		pf("  %-14s %4s  %4s  %9s  %8s  %8s  %9s  %9s  %s\n", "side", "conc", "jobs", "wall", "jobs/min", "dec tok/s", "p50", "p99", "load (1 5 15 min)")
+		pf("  %-14s %4s  %4s  %9s  %8s  %9s  %7s  %9s  %9s  %5s  %8s  %s\n", "side", "conc", "jobs", "wall", "jobs/min", "dec tok/s", "pre/job", "p50", "p99", "cores", "cpu s/job", "load1 range")
 	}
 
 	// 1. Saturated: 4 × seqs jobs queued at once (FLEET_BENCH_SATURATED=0
 	// skips it).
 	sat := 4 * seqs
-	if os.Getenv("FLEET_BENCH_SATURATED") != "0" {
+	if saturated {
 		pf("\nsaturated: %d jobs queued at once; fleet per slot has %d slots (one per core), batched %d sequences, ollama OLLAMA_NUM_PARALLEL=%d\n", sat, cores, seqs, seqs)
 		header()
-		ps := fleetSide(0, 0, sat, sat)
-		row("fleet per-slot", cores, ps)
-		bt := fleetSide(1, seqs, sat, sat)
-		row(fmt.Sprintf("batched 1x%dt", cores), seqs, bt)
-		bs := fleetSide(cores, seqs, sat, sat)
-		row(fmt.Sprintf("batched %dx1t", cores), seqs, bs)
-		ol := ollamaSide(seqs, sat, sat)
-		row("ollama", seqs, ol)
-		for _, v := range []struct {
-			name string
-			r    sideRun
-		}{{fmt.Sprintf("batched 1x%dt", cores), bt}, {fmt.Sprintf("batched %dx1t", cores), bs}} {
-			pf("  %s: / per-slot %.2fx, / ollama %.2fx jobs/min (targets >= 2x and >= 1.5x); RSS after it %.0f MiB\n",
-				v.name, v.r.jobsPerMin()/ps.jobsPerMin(), v.r.jobsPerMin()/ol.jobsPerMin(), v.r.rssMiB)
+		var ps, ol sideRun
+		var batched []namedRun
+		for _, side := range sides {
+			switch side {
+			case "per-slot":
+				ps = fleetSide(0, 0, sat, sat)
+				row("fleet per-slot", cores, ps)
+			case "sharded":
+				r := fleetSide(cores, seqs, sat, sat)
+				batched = append(batched, namedRun{fmt.Sprintf("batched %dx1t", cores), r})
+				row(batched[len(batched)-1].name, seqs, r)
+			case "one-context":
+				r := fleetSide(1, seqs, sat, sat)
+				batched = append(batched, namedRun{fmt.Sprintf("batched 1x%dt", cores), r})
+				row(batched[len(batched)-1].name, seqs, r)
+			case "ollama":
+				ol = ollamaSide(seqs, sat, sat)
+				row("ollama", seqs, ol)
+				pf("%s", ollamaNote(ol))
+			}
 		}
-		pf("  RSS after per-slot %.0f MiB (this process: model mapped once, per-slot contexts kept)\n", ps.rssMiB)
-		b.ReportMetric(bt.jobsPerMin()/ps.jobsPerMin(), "batched/per-slot")
-		b.ReportMetric(bt.jobsPerMin()/ol.jobsPerMin(), "batched/ollama")
-		b.ReportMetric(bs.jobsPerMin()/ps.jobsPerMin(), "sharded/per-slot")
-		b.ReportMetric(bs.jobsPerMin()/ol.jobsPerMin(), "sharded/ollama")
-
+		for _, v := range batched {
+			pf("  %s: / per-slot %s jobs/min (%s by CPU per job), / ollama %s (%s by CPU per job); targets >= 2x and >= 1.5x; RSS after it %.0f MiB\n",
+				v.name, ratio(v.r.jobsPerMin(), ps.jobsPerMin()), ratio(ps.cpuPerJob(), v.r.cpuPerJob()),
+				ratio(v.r.jobsPerMin(), ol.jobsPerMin()), ratio(ol.cpuPerJob(), v.r.cpuPerJob()), v.r.rssMiB)
+		}
+		if ps.jobs > 0 {
+			pf("  RSS after per-slot %.0f MiB (this process: model mapped once, per-slot contexts kept)\n", ps.rssMiB)
+		}
 	}
 
 	// 2. Each concurrency, closed loop.
 	shards := envInts("FLEET_BENCH_LEVEL_SHARDS", []int{cores})[0]
-	pf("\nby concurrency (closed loop: each client starts its next job when the last ends; per-slot always %d slots; batched %d shard(s) of %d thread(s))\n",
-		cores, shards, max(cores/shards, 1))
-	header()
+	if len(levels) > 0 {
+		pf("\nby concurrency (closed loop: each client starts its next job when the last ends; per-slot always %d slots; batched %d shard(s) of %d thread(s))\n",
+			cores, shards, max(cores/shards, 1))
+		header()
+	}
 	for _, c := range levels {
 		n := max(envInts("FLEET_BENCH_LEVEL_JOBS", []int{2})[0]*c, 2)
-		p := fleetSide(0, 0, c, n)
-		bb := fleetSide(shards, c, c, n)
-		o := ollamaSide(c, c, n)
-		row("fleet per-slot", c, p)
-		row("fleet batched", c, bb)
-		row("ollama", c, o)
-		pf("  %-14s %4d  batched / per-slot %.2fx, batched / ollama %.2fx jobs/min\n", "", c, bb.jobsPerMin()/p.jobsPerMin(), bb.jobsPerMin()/o.jobsPerMin())
+		var p, bb, o sideRun
+		for _, side := range sides {
+			switch side {
+			case "per-slot":
+				p = fleetSide(0, 0, c, n)
+				row("fleet per-slot", c, p)
+			case "sharded":
+				bb = fleetSide(shards, c, c, n)
+				row("fleet batched", c, bb)
+			case "ollama":
+				o = ollamaSide(c, c, n)
+				row("ollama", c, o)
+				pf("%s", ollamaNote(o))
+			}
+		}
+		pf("  %-14s %4d  batched / per-slot %s, batched / ollama %s jobs/min\n", "", c, ratio(bb.jobsPerMin(), p.jobsPerMin()), ratio(bb.jobsPerMin(), o.jobsPerMin()))
 	}
 	b.ReportMetric(0, "ns/op")
 	pf("load average at end %s\n", testutil.LoadAvg())
+	pf("%s", columns)
 	fmt.Print("\n--- batched decoding: fleet per slot, fleet batched, ollama ---\n" + out.String())
 }
 
-func errNote(r sideRun) string {
-	if r.errs == 0 {
+type namedRun struct {
+	name string
+	r    sideRun
+}
+
+// ratio is a / b, or "n/a" when either side has no figure.
+func ratio(a, b float64) string {
+	if a <= 0 || b <= 0 || math.IsNaN(a) || math.IsNaN(b) || math.IsInf(a, 0) || math.IsInf(b, 0) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+// columns explains the table's columns.
+const columns = `columns: conc = slots or sequences (per slot: always one per core); jobs = finished;
+  dec tok/s = tokens generated / wall; pre/job = prompt tokens computed per job (not from a cache);
+  p50/p99 = job latency (saturated: from the common start, queueing included); cores = CPU
+  time / wall of the side's processes (fleet: this process; ollama: its server and runner),
+  what the side got of the machine; cpu s/job = that CPU time per finished job (comparable
+  across rows on a shared machine, where wall time is not; spinning threads count);
+  load1 range = the 1-minute load average sampled during the row
+`
+
+// ollamaNote sums what ollama's runner said it computed for the row's
+// prompts (its debug log), when it said anything.
+func ollamaNote(r sideRun) string {
+	if len(r.ollamaLoads) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("  [%d jobs failed: %v]", r.errs, r.firstErr)
+	n, used, rem, timed := 0, 0, 0, 0
+	var tok time.Duration
+	for _, l := range r.ollamaLoads {
+		n++
+		used += l.Used
+		rem += l.Remaining
+		if !l.Received.IsZero() && !l.Loaded.IsZero() {
+			timed++
+			tok += l.Loaded.Sub(l.Received)
+		}
+	}
+	note := fmt.Sprintf("  %-14s       ollama's log: %d prompts, %.0f tokens computed and %.0f from its cache per prompt", "", n, float64(rem)/float64(n), float64(used)/float64(n))
+	if timed > 0 {
+		note += fmt.Sprintf("; %.1f s per prompt in its runner before the prompt's first batch (tokenizing)", tok.Seconds()/float64(timed))
+	}
+	return note + "\n"
 }

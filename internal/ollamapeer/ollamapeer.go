@@ -140,6 +140,13 @@ type PromptLoad struct {
 	// already began with one (its FunctionGemma renderer writes it), so
 	// the model saw two.
 	DoubleBOS bool
+	// Received is when the server handed the rendered prompt to the
+	// runner ("completion request"; the n-th such line is paired with the
+	// n-th load) and Loaded when the runner took it after tokenizing it
+	// (and waiting for a free sequence, if none was). Under concurrency
+	// the pairing may cross requests, but the sum of Loaded - Received
+	// over all loads is exact. Zero when the log line has no time.
+	Received, Loaded time.Time
 }
 
 // PromptLoads parses the server's log (OLLAMA_DEBUG=1, which Start sets)
@@ -158,13 +165,19 @@ func (s *Server) PromptLoads() ([]PromptLoad, error) {
 // doubled the <bos>. A cache line without its numbers is an error.
 func ParsePromptLoads(log string) ([]PromptLoad, error) {
 	var out []PromptLoad
+	var received []time.Time
 	double := false
 	for line := range strings.Lines(log) {
 		switch {
 		case strings.Contains(line, `msg="adding bos token to prompt which already has it"`):
 			double = true
+		case strings.Contains(line, `msg="completion request"`):
+			received = append(received, logTime(line))
 		case strings.Contains(line, `msg="loading cache slot"`):
-			var l PromptLoad
+			l := PromptLoad{Loaded: logTime(line)}
+			if len(received) > 0 {
+				l.Received, received = received[0], received[1:]
+			}
 			for _, f := range []struct {
 				key string
 				v   *int
@@ -182,6 +195,90 @@ func ParsePromptLoads(log string) ([]PromptLoad, error) {
 		}
 	}
 	return out, nil
+}
+
+// CPUTime is the CPU time (user + system) the server and every process
+// under it (its model runner) have used so far, read from /proc; 0 where
+// there is no /proc. Benchmarks divide it by the jobs served, which stays
+// comparable on a machine shared with other work, unlike wall time.
+func (s *Server) CPUTime() time.Duration {
+	if s.cmd.Process == nil {
+		return 0
+	}
+	return procTreeCPU(s.cmd.Process.Pid)
+}
+
+// procTreeCPU sums utime and stime of pid and its descendants.
+func procTreeCPU(root int) time.Duration {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	type stat struct{ ppid, ticks int }
+	procs := map[int]stat{}
+	for _, d := range dirs {
+		var pid int
+		if _, err := fmt.Sscanf(d.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The command name (field 2) may hold spaces: fields after the
+		// last ')' are state, ppid, ...; utime and stime are fields 14
+		// and 15 of the whole line.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		var st stat
+		var ut, stt int
+		fmt.Sscanf(f[1], "%d", &st.ppid)
+		fmt.Sscanf(f[11], "%d", &ut)
+		fmt.Sscanf(f[12], "%d", &stt)
+		st.ticks = ut + stt
+		procs[pid] = st
+	}
+	var total int
+	var walk func(pid int)
+	seen := map[int]bool{}
+	walk = func(pid int) {
+		if seen[pid] {
+			return
+		}
+		seen[pid] = true
+		total += procs[pid].ticks
+		for c, st := range procs {
+			if st.ppid == pid {
+				walk(c)
+			}
+		}
+	}
+	walk(root)
+	// USER_HZ is 100 on Linux for every architecture fleet builds for.
+	return time.Duration(total) * (time.Second / 100)
+}
+
+// logTime reads the time= field that begins an ollama log line (zero if
+// there is none).
+func logTime(line string) time.Time {
+	v, ok := strings.CutPrefix(line, "time=")
+	if !ok {
+		return time.Time{}
+	}
+	if i := strings.IndexByte(v, ' '); i > 0 {
+		v = v[:i]
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // LogPath is the server's log file.
