@@ -23,7 +23,6 @@ type Lint struct{}
 
 type lintIssue struct {
 	Code    string `json:"code"`
-	Line    int    `json:"line"`
 	Fixable bool   `json:"fixable"`
 }
 
