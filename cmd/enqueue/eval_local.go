@@ -84,16 +84,11 @@ func (c *cli) evalLocal(args []string) error {
 	}
 	ctx, cancel := interruptible(context.Background())
 	defer cancel()
-	py := &eval.Python{}
-	defer py.Close()
-	if err := py.Check(ctx); err != nil {
-		return err
-	}
-	pool, err := startPool(max(*parallel, 1))
+	py, pool, done, err := evalTools(ctx, *parallel)
 	if err != nil {
 		return err
 	}
-	defer pool.Stop()
+	defer done()
 	dir, err := os.MkdirTemp("", "fleet-eval-")
 	if err != nil {
 		return err
@@ -132,6 +127,23 @@ func (c *cli) evalLocal(args []string) error {
 	return nil
 }
 
+// evalTools starts what the in-process commands grade and run tools with:
+// Python with Debian's linters (checked) and a Monty pool of parallel
+// workers. done stops both.
+func evalTools(ctx context.Context, parallel int) (*eval.Python, *monty.Pool, func(), error) {
+	py := &eval.Python{}
+	if err := py.Check(ctx); err != nil {
+		py.Close()
+		return nil, nil, nil, err
+	}
+	pool, err := startPool(max(parallel, 1))
+	if err != nil {
+		py.Close()
+		return nil, nil, nil, err
+	}
+	return py, pool, func() { pool.Stop(); py.Close() }, nil
+}
+
 func printFailures(w interface{ Write([]byte) (int, error) }, results []eval.Result, n int) {
 	shown := 0
 	for _, r := range results {
@@ -167,16 +179,11 @@ func (c *cli) evalAgreement(args []string) error {
 	}
 	ctx, cancel := interruptible(context.Background())
 	defer cancel()
-	py := &eval.Python{}
-	defer py.Close()
-	if err := py.Check(ctx); err != nil {
-		return err
-	}
-	pool, err := startPool(max(*parallel, 1))
+	py, pool, done, err := evalTools(ctx, *parallel)
 	if err != nil {
 		return err
 	}
-	defer pool.Stop()
+	defer done()
 	bar := c.bar(len(files), "files", *noProgress || *asJSON)
 	t, err := agreement.Measure(ctx, agreement.Config{Agent: defs["lint"], Sandbox: pool, Files: files, Python: py,
 		Parallel: *parallel, Progress: func(int, int) {
