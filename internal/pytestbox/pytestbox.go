@@ -2,7 +2,8 @@
 // bubblewrap sandbox (Debian's bubblewrap): no network (every namespace
 // unshared), no host files but /usr read-only and the copy, a fresh /tmp,
 // and limits on wall time, CPU time, memory and processes (prlimit). It
-// serves the test agent's run_tests tool (docs/TOOLS.md §4.7).
+// serves the test agent's run_tests and try_calls tools (docs/TOOLS.md
+// §4.7, §4.8).
 package pytestbox
 
 import (
@@ -118,47 +119,17 @@ var countRe = regexp.MustCompile(`(\d+) (passed|failed|errors?|skipped)`)
 // runs `python3 -m pytest -q paths...` there in the sandbox. An error is
 // returned only when the sandbox cannot run; test failures are a Result.
 func (b *Box) Run(ctx context.Context, files map[string]string, paths []string) (*Result, error) {
-	if len(files) > b.cfg.MaxFiles {
-		return nil, fmt.Errorf("pytestbox: %d files, the limit is %d", len(files), b.cfg.MaxFiles)
-	}
-	dir, err := os.MkdirTemp("", "fleet-pytest-")
+	dir, err := b.copyFiles(files)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	var total int64
-	for p, text := range files {
-		total += int64(len(text))
-		clean := filepath.Clean(filepath.FromSlash(p))
-		if total > b.cfg.MaxBytes || filepath.IsAbs(clean) || strings.HasPrefix(clean, "..") {
-			return nil, fmt.Errorf("pytestbox: refused workspace file %q (or over %d bytes)", p, b.cfg.MaxBytes)
-		}
-		full := filepath.Join(dir, clean)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(full, []byte(text), 0o644); err != nil {
-			return nil, err
-		}
-	}
 	rctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
-	args := []string{
-		"--cpu=" + strconv.Itoa(b.cfg.CPUSeconds), "--as=" + strconv.FormatInt(b.cfg.MemoryBytes, 10),
-		"--nproc=" + strconv.Itoa(b.cfg.Processes), "--",
-		b.cfg.Bwrap, "--unshare-all", "--die-with-parent", "--new-session",
-		"--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-		"--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-		"--bind", dir, "/work", "--chdir", "/work", "--clearenv",
-		"--setenv", "HOME", "/work", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-		"--setenv", "PYTHONHASHSEED", "0", "--setenv", "LC_ALL", "C.UTF-8",
-		b.cfg.Python, "-B", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-	}
-	args = append(args, paths...)
-	cmd := exec.CommandContext(rctx, b.cfg.Prlimit, args...)
+	argv := append([]string{"-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="}, paths...)
+	cmd := b.command(rctx, dir, argv...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = 5 * time.Second
 	err = cmd.Run()
 	res := &Result{}
 	var ee *exec.ExitError
@@ -194,6 +165,56 @@ func (b *Box) Run(ctx context.Context, files map[string]string, paths []string) 
 	}
 	res.Output = text
 	return res, nil
+}
+
+// copyFiles writes files (workspace path -> content) into a new private
+// folder, within the configured limits; the caller removes it.
+func (b *Box) copyFiles(files map[string]string) (string, error) {
+	if len(files) > b.cfg.MaxFiles {
+		return "", fmt.Errorf("pytestbox: %d files, the limit is %d", len(files), b.cfg.MaxFiles)
+	}
+	dir, err := os.MkdirTemp("", "fleet-pytest-")
+	if err != nil {
+		return "", err
+	}
+	var total int64
+	for p, text := range files {
+		total += int64(len(text))
+		clean := filepath.Clean(filepath.FromSlash(p))
+		if total > b.cfg.MaxBytes || filepath.IsAbs(clean) || strings.HasPrefix(clean, "..") {
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("pytestbox: refused workspace file %q (or over %d bytes)", p, b.cfg.MaxBytes)
+		}
+		full := filepath.Join(dir, clean)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			os.RemoveAll(dir)
+			return "", err
+		}
+		if err := os.WriteFile(full, []byte(text), 0o644); err != nil {
+			os.RemoveAll(dir)
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// command is `python3 -B argv...` in the sandbox, with dir as its /work
+// (the working directory) and the configured limits.
+func (b *Box) command(ctx context.Context, dir string, argv ...string) *exec.Cmd {
+	args := []string{
+		"--cpu=" + strconv.Itoa(b.cfg.CPUSeconds), "--as=" + strconv.FormatInt(b.cfg.MemoryBytes, 10),
+		"--nproc=" + strconv.Itoa(b.cfg.Processes), "--",
+		b.cfg.Bwrap, "--unshare-all", "--die-with-parent", "--new-session",
+		"--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+		"--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+		"--bind", dir, "/work", "--chdir", "/work", "--clearenv",
+		"--setenv", "HOME", "/work", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+		"--setenv", "PYTHONHASHSEED", "0", "--setenv", "LC_ALL", "C.UTF-8",
+		b.cfg.Python, "-B",
+	}
+	cmd := exec.CommandContext(ctx, b.cfg.Prlimit, append(args, argv...)...)
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
 }
 
 func lastLine(s string) string {

@@ -1,0 +1,293 @@
+package pytestbox
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"time"
+)
+
+//go:embed trycalls.py
+var harness string
+
+// Limits of one Call.
+const (
+	// MaxCalls is the most calls of one CallSpec.
+	MaxCalls = 12
+	// MaxCallChars is the longest call expression.
+	MaxCallChars = 4000
+	// maxReport caps the harness's report (its stdout).
+	maxReport = 1 << 20
+)
+
+// CallSpec is one try_calls request: call a module-level function of the
+// workspace with each call expression.
+type CallSpec struct {
+	// Module is the dotted module to import, e.g. "toolz.itertoolz".
+	Module string `json:"module"`
+	// Function is the module-level function's name.
+	Function string `json:"function"`
+	// Calls are call expressions of Function, as a test writes them:
+	// `f(x=1, y="a")`, or `asyncio.run(f(...))` for a coroutine function.
+	// Their arguments may be any Python expressions.
+	Calls []string `json:"calls"`
+	// PerCall limits one call (run twice, see CallResult.Deterministic);
+	// default 5 s.
+	PerCall time.Duration `json:"-"`
+}
+
+var (
+	identRe  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	moduleRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+)
+
+func (s *CallSpec) validate() error {
+	switch {
+	case !moduleRe.MatchString(s.Module):
+		return &CallError{Kind: CallBadInput, Message: fmt.Sprintf("module %q is not a dotted module name", clip(s.Module))}
+	case !identRe.MatchString(s.Function):
+		return &CallError{Kind: CallBadInput, Message: fmt.Sprintf("function %q is not a name", clip(s.Function))}
+	case len(s.Calls) == 0:
+		return &CallError{Kind: CallBadInput, Message: "no calls"}
+	case len(s.Calls) > MaxCalls:
+		return &CallError{Kind: CallBadInput, Message: fmt.Sprintf("%d calls, the limit is %d", len(s.Calls), MaxCalls)}
+	}
+	for i, c := range s.Calls {
+		switch {
+		case strings.TrimSpace(c) == "":
+			return &CallError{Kind: CallBadInput, Message: fmt.Sprintf("call %d is empty", i+1)}
+		case len(c) > MaxCallChars:
+			return &CallError{Kind: CallBadInput, Message: fmt.Sprintf("call %d is %d characters, the limit is %d", i+1, len(c), MaxCallChars)}
+		case strings.ContainsRune(c, 0):
+			return &CallError{Kind: CallBadInput, Message: fmt.Sprintf("call %d contains a NUL byte", i+1)}
+		}
+	}
+	if s.PerCall <= 0 {
+		s.PerCall = 5 * time.Second
+	}
+	return nil
+}
+
+// Kinds of CallError.
+const (
+	// CallBadInput: the spec is malformed, or a call is not a call of the
+	// function; nothing ran.
+	CallBadInput = "bad_input"
+	// CallImport: the module could not be imported (its error in Message).
+	CallImport = "import"
+	// CallTimeout: the whole run did not finish within the Box's Timeout.
+	CallTimeout = "timeout"
+	// CallCrashed: the harness ended without a report (the function killed
+	// the interpreter, or a limit did).
+	CallCrashed = "crashed"
+)
+
+// CallError is a Call that gave no results.
+type CallError struct {
+	Kind    string
+	Message string
+}
+
+func (e *CallError) Error() string { return "pytestbox: try_calls: " + e.Kind + ": " + e.Message }
+
+// CallResult is what one call did.
+type CallResult struct {
+	// Call is the call expression.
+	Call string `json:"call"`
+	// Outcome is "returned", "raised" or "timeout" (the call did not end
+	// within CallSpec.PerCall).
+	Outcome string `json:"outcome"`
+	// Type is the returned value's type (builtins unqualified: "dict").
+	Type string `json:"type,omitempty"`
+	// Repr is repr() of the returned value, clipped.
+	Repr string `json:"repr,omitempty"`
+	// Exact is true when the value survives a JSON round trip equal to
+	// itself (`value == json.loads(json.dumps(value))`); JSON is then the
+	// value.
+	Exact bool            `json:"exact"`
+	JSON  json.RawMessage `json:"json,omitempty"`
+	// Items, for a returned iterator that is not Exact, is the list of
+	// what it yields when that list is JSON-exact (at most 1000 items).
+	Items json.RawMessage `json:"items,omitempty"`
+	// Exception, ExceptionModule and Message describe a raised exception.
+	Exception       string `json:"exception,omitempty"`
+	ExceptionModule string `json:"exception_module,omitempty"`
+	Message         string `json:"message,omitempty"`
+	// Deterministic is true when a second evaluation of the call gave the
+	// same outcome, value (or items) and exception.
+	Deterministic bool `json:"deterministic"`
+}
+
+// CallReport is the results of a Call, in the order of CallSpec.Calls.
+type CallReport struct {
+	Results []CallResult `json:"results"`
+}
+
+type rawReport struct {
+	Results []CallResult `json:"results"`
+	Error   *struct {
+		Kind    string `json:"kind"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// ParseCallReport reads the harness's report for calls: one JSON object,
+// either {"results": [...]} with one valid result per call, in order, or
+// {"error": {kind, message}} (returned as a *CallError).
+func ParseCallReport(data []byte, calls []string) (*CallReport, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var raw rawReport
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("pytestbox: try_calls report: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("pytestbox: try_calls report: data after the JSON object")
+	}
+	if raw.Error != nil {
+		if raw.Results != nil {
+			return nil, errors.New("pytestbox: try_calls report: both results and error")
+		}
+		kind := raw.Error.Kind
+		if kind == "bad_call" {
+			kind = CallBadInput
+		}
+		if kind != CallBadInput && kind != CallImport {
+			return nil, fmt.Errorf("pytestbox: try_calls report: unknown error kind %q", clip(kind))
+		}
+		return nil, &CallError{Kind: kind, Message: raw.Error.Message}
+	}
+	if len(raw.Results) != len(calls) {
+		return nil, fmt.Errorf("pytestbox: try_calls report: %d results for %d calls", len(raw.Results), len(calls))
+	}
+	for i := range raw.Results {
+		if err := checkResult(&raw.Results[i], calls[i]); err != nil {
+			return nil, fmt.Errorf("pytestbox: try_calls report: result %d: %w", i+1, err)
+		}
+	}
+	return &CallReport{Results: raw.Results}, nil
+}
+
+func checkResult(r *CallResult, call string) error {
+	if r.Call != call {
+		return fmt.Errorf("call %q, want %q", clip(r.Call), clip(call))
+	}
+	switch r.Outcome {
+	case "returned":
+		if r.Type == "" || r.Exception != "" {
+			return errors.New("a returned result needs a type and no exception")
+		}
+		if r.Exact != (len(r.JSON) > 0) {
+			return errors.New("json is set exactly when exact is true")
+		}
+		if r.Exact && len(r.Items) > 0 {
+			return errors.New("items on an exact result")
+		}
+	case "raised":
+		if r.Exception == "" || r.Exact || len(r.JSON) > 0 || len(r.Items) > 0 || r.Type != "" {
+			return errors.New("a raised result needs an exception and no value")
+		}
+	case "timeout":
+		if r.Exception != "" || r.Exact || len(r.JSON) > 0 || len(r.Items) > 0 || r.Type != "" || r.Deterministic {
+			return errors.New("a timeout has no value, exception or determinism")
+		}
+	default:
+		return fmt.Errorf("unknown outcome %q", clip(r.Outcome))
+	}
+	return nil
+}
+
+// Call copies files (workspace path -> content) into a private folder and
+// runs the spec's calls there in the sandbox, under the Box's limits: the
+// module is imported once and each call is evaluated twice, each within
+// spec.PerCall. The copy is thrown away: a call cannot change the
+// workspace. Errors: *CallError for bad input (nothing runs), a module
+// that does not import, the Box's Timeout, or a harness that died
+// without a report; other errors when the sandbox cannot run.
+func (b *Box) Call(ctx context.Context, files map[string]string, spec CallSpec) (*CallReport, error) {
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	input, err := json.Marshal(map[string]any{"module": spec.Module, "function": spec.Function,
+		"calls": spec.Calls, "per_call": spec.PerCall.Seconds()})
+	if err != nil {
+		return nil, err
+	}
+	dir, err := b.copyFiles(files)
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	rctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	defer cancel()
+	cmd := b.command(rctx, dir, "-c", harness)
+	cmd.Stdin = bytes.NewReader(input)
+	stdout := &capped{max: maxReport}
+	stderr := &capped{max: b.cfg.MaxOutput, tail: true}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	err = cmd.Run()
+	switch {
+	case rctx.Err() != nil && ctx.Err() == nil:
+		return nil, &CallError{Kind: CallTimeout, Message: fmt.Sprintf("the calls did not finish within %s", b.cfg.Timeout)}
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return nil, fmt.Errorf("pytestbox: %w", err)
+	}
+	if stdout.over || stdout.buf.Len() == 0 || err != nil {
+		why := "no report"
+		if stdout.over {
+			why = "a report over the size limit"
+		}
+		if ee != nil {
+			why += fmt.Sprintf(", exit code %d", ee.ExitCode())
+		}
+		return nil, &CallError{Kind: CallCrashed, Message: why + ": " + lastLine(stderr.String())}
+	}
+	return ParseCallReport(stdout.buf.Bytes(), spec.Calls)
+}
+
+// capped is a writer that keeps at most max bytes: the first (over is set
+// when more came) or, with tail, the last.
+type capped struct {
+	buf  bytes.Buffer
+	max  int
+	tail bool
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	n := len(p)
+	if c.tail {
+		c.buf.Write(p)
+		if c.buf.Len() > c.max {
+			keep := c.buf.Bytes()[c.buf.Len()-c.max:]
+			c.buf = *bytes.NewBuffer(append([]byte(nil), keep...))
+		}
+		return n, nil
+	}
+	if room := c.max - c.buf.Len(); len(p) > room {
+		c.over = true
+		p = p[:max(room, 0)]
+	}
+	c.buf.Write(p)
+	return n, nil
+}
+
+func (c *capped) String() string { return c.buf.String() }
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
