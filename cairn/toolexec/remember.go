@@ -20,11 +20,14 @@ type Rememberer interface {
 }
 
 // serve serves a script's external calls: remember from the run's
-// memory, run_tests from the test runner, every other name from the
-// workspace.
+// memory, run_tests and try_calls from the test sandbox, every other name
+// from the workspace.
 func (e *Executor) serve(ctx context.Context, name string, args []any, kwargs map[string]any) (any, error) {
-	if name == RunTestsExternal {
+	switch name {
+	case RunTestsExternal:
 		return e.runTests(ctx, args, kwargs)
+	case TryCallsExternal:
+		return e.tryCalls(ctx, args, kwargs)
 	}
 	if name != RememberExternal {
 		return e.cfg.Workspace.CallExternal(ctx, name, args, kwargs)

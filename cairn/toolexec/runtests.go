@@ -50,6 +50,21 @@ func (e *Executor) runTests(ctx context.Context, args []any, kwargs map[string]a
 			paths = append(paths, s)
 		}
 	}
+	files, err := e.workspaceFiles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := e.cfg.Tests.Run(ctx, files, paths)
+	if err != nil {
+		return nil, &monty.PythonError{Type: "RuntimeError", Message: "run_tests: " + err.Error()}
+	}
+	return map[string]any{"exit_code": res.ExitCode, "timed_out": res.TimedOut, "passed": res.Passed,
+		"failed": res.Failed, "errors": res.Errors, "skipped": res.Skipped, "output": res.Output}, nil
+}
+
+// workspaceFiles is the workspace as the run sees it (stable files with the
+// overlay's changes), by path; files that are not text are left out.
+func (e *Executor) workspaceFiles(ctx context.Context) (map[string]string, error) {
 	found, err := e.cfg.Workspace.CallExternal(ctx, "search_files", []any{"**/*"}, nil)
 	if err != nil {
 		return nil, err
@@ -67,10 +82,5 @@ func (e *Executor) runTests(ctx context.Context, args []any, kwargs map[string]a
 		}
 		files[p], _ = text.(string)
 	}
-	res, err := e.cfg.Tests.Run(ctx, files, paths)
-	if err != nil {
-		return nil, &monty.PythonError{Type: "RuntimeError", Message: "run_tests: " + err.Error()}
-	}
-	return map[string]any{"exit_code": res.ExitCode, "timed_out": res.TimedOut, "passed": res.Passed,
-		"failed": res.Failed, "errors": res.Errors, "skipped": res.Skipped, "output": res.Output}, nil
+	return files, nil
 }

@@ -56,6 +56,10 @@ type Config struct {
 	// Tests serves the scripts' run_tests(paths) calls (runtests.go); nil
 	// makes run_tests raise RuntimeError naming what to install.
 	Tests TestRunner
+	// Calls serves the scripts' try_calls(module, function, calls) calls
+	// (trycalls.go); nil makes try_calls raise RuntimeError naming what to
+	// install.
+	Calls CallRunner
 }
 
 func (c *Config) validate() error {

@@ -95,13 +95,14 @@ func (c *cli) evalLocal(args []string) error {
 	}
 	defer os.RemoveAll(dir)
 	var tests toolexec.TestRunner
+	var calls toolexec.CallRunner
 	if box, err := pytestbox.New(pytestbox.Config{}); err != nil {
-		fmt.Fprintln(c.stderr, "warning: run_tests unavailable:", err)
+		fmt.Fprintln(c.stderr, "warning: run_tests and try_calls unavailable:", err)
 	} else {
-		tests = box
+		tests, calls = box, box
 	}
 	bar := c.bar(len(tasks), "tasks", *noProgress || *asJSON)
-	results, err := runner.Run(ctx, runner.Config{Suite: s, Tasks: tasks, Agents: defs, Sandbox: pool, Tests: tests,
+	results, err := runner.Run(ctx, runner.Config{Suite: s, Tasks: tasks, Agents: defs, Sandbox: pool, Tests: tests, Calls: calls,
 		WorkspaceDir: filepath.Join(dir, "ws"), Parallel: *parallel, Grader: &eval.Grader{Python: py},
 		Model: func(op string) (loop.Model, error) {
 			m, _ := expert.For(op)

@@ -78,6 +78,7 @@ func expertData(args []string) int {
 	suites := strings.Split(c.Suite, ",")
 	parts := make([]string, len(suites))
 	passed, total, n := 0, 0, 0
+	var all []eval.Result
 	for i, s := range suites {
 		c.Suite = s
 		parts[i] = fmt.Sprintf("%s.part%d", *out, i)
@@ -91,12 +92,14 @@ func expertData(args []string) int {
 		}
 		p, t := flywheel.Score(rs)
 		passed, total, n = passed+p, total+t, n+k
+		all = append(all, rs...)
 	}
 	if err := concatFiles(*out, parts); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet-train expert-data:", err)
 		return 1
 	}
 	fmt.Printf("wrote %d records to %s (the expert passed %d of %d tasks)\n", n, *out, passed, total)
+	printFailures(os.Stdout, all)
 	return 0
 }
 
@@ -207,4 +210,27 @@ func evalModel(args []string) int {
 		}
 	}
 	return 0
+}
+
+// printFailures writes each operation's pass count and failure reasons,
+// then each failed task with its reason and detail (clipped).
+func printFailures(w io.Writer, rs []eval.Result) {
+	for _, s := range eval.Summarize(rs) {
+		var rsn []string
+		for r, k := range s.Reasons {
+			rsn = append(rsn, fmt.Sprintf("%s %d", r, k))
+		}
+		sort.Strings(rsn)
+		fmt.Fprintf(w, "%s: %d/%d passed, %.1f turns, %.0f ms per job; failures: %s\n", s.Op, s.Passed, s.Tasks,
+			s.MeanTurns, s.MeanWallMS, strings.Join(append(rsn, "none")[:max(len(rsn), 1)], ", "))
+	}
+	for _, r := range rs {
+		if !r.Grade.Pass {
+			d := r.Grade.Detail
+			if len(d) > 160 {
+				d = d[:160] + "..."
+			}
+			fmt.Fprintf(w, "  failed %s: %s: %s\n", r.TaskID, r.Grade.Reason, d)
+		}
+	}
 }

@@ -288,14 +288,15 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	// The test agent's run_tests: pytest in a bubblewrap sandbox, when
-	// bubblewrap, prlimit and python3 are installed (else run_tests raises
-	// RuntimeError naming the packages).
+	// The test agent's run_tests and try_calls: pytest and function calls
+	// in a bubblewrap sandbox, when bubblewrap, prlimit and python3 are
+	// installed (else both raise RuntimeError naming the packages).
 	var tests toolexec.TestRunner
+	var calls toolexec.CallRunner
 	if box, err := pytestbox.New(pytestbox.Config{}); err != nil {
-		log.Warn("run_tests unavailable", "err", err)
+		log.Warn("run_tests and try_calls unavailable", "err", err)
 	} else {
-		tests = box
+		tests, calls = box, box
 	}
 	mem := memory.NewStore(js, log)  // fleet_memory, for agents with memory: (w.Start creates it)
 	tracker := presence.NewTracker() // the running jobs, for the presence record
@@ -326,6 +327,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 				Logger:        log.With("slot", slot),
 				Memory:        mem,
 				Tests:         tests,
+				Calls:         calls,
 			})
 			if err != nil {
 				return nil, err

@@ -7,21 +7,6 @@ import (
 	"github.com/agentfleet/fleet/loop"
 )
 
-// Test is the test agent's expert: analyze_signature, read_existing_tests,
-// one write_test_file with the generated tests (no cases: an expert does
-// not guess expected values), run_tests on it when the agent has it, then
-// submit_result with the test file.
-type Test struct{}
-
-// Complete implements loop.Model.
-func (Test) Complete(ctx context.Context, req *loop.Request) (*loop.Response, error) {
-	steps := []string{"analyze_signature", "read_existing_tests", "write_test_file"}
-	if offered(req, "run_tests") {
-		steps = append(steps, "run_tests")
-	}
-	return sequence(ctx, req, steps, "write_test_file", map[string]any{"write_test_file": map[string]any{}})
-}
-
 // SampleData is the sample_data agent's expert: analyze_signature, one
 // write_fixture_file in JSON with the generated values, then submit_result.
 type SampleData struct{}

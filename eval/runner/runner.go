@@ -57,6 +57,9 @@ type Config struct {
 	// Tests serves the test agent's run_tests (a pytestbox.Box); nil =
 	// run_tests raises RuntimeError.
 	Tests toolexec.TestRunner
+	// Calls serves the test agent's try_calls (a pytestbox.Box); nil =
+	// try_calls raises RuntimeError.
+	Calls toolexec.CallRunner
 	// Logger; nil = discard.
 	Logger *slog.Logger
 }
@@ -161,7 +164,7 @@ func runOne(ctx context.Context, cfg *Config, i int) (eval.Result, error) {
 		return r, fmt.Errorf("runner: model for %s: %w", t.Op, err)
 	}
 	p, err := jobrun.New(jobrun.Config{Agents: cfg.Agents, Sandbox: cfg.Sandbox, Model: model, Loop: cfg.Loop,
-		WorkspaceDir: cfg.WorkspaceDir, Logger: cfg.Logger, Tests: cfg.Tests})
+		WorkspaceDir: cfg.WorkspaceDir, Logger: cfg.Logger, Tests: cfg.Tests, Calls: cfg.Calls})
 	if err != nil {
 		return r, err
 	}

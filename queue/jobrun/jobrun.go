@@ -122,6 +122,9 @@ type Config struct {
 	// Tests runs the run_tests tool's pytest in a sandbox
 	// (internal/pytestbox); nil = run_tests raises RuntimeError.
 	Tests toolexec.TestRunner
+	// Calls runs the try_calls tool's calls in the same sandbox
+	// (internal/pytestbox); nil = try_calls raises RuntimeError.
+	Calls toolexec.CallRunner
 }
 
 func (c *Config) validate() error {
@@ -306,6 +309,7 @@ func (p *Processor) input(req *wire.RunRequest, ja *jobAgent, ws *workspace, eve
 		Logger:     log,
 		Memory:     rememberer(mem),
 		Tests:      p.cfg.Tests,
+		Calls:      p.cfg.Calls,
 	})
 	if err != nil {
 		return loop.Input{}, fmt.Errorf("jobrun: tools of %s: %w", req.Operation, err)

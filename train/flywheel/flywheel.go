@@ -22,6 +22,7 @@ import (
 	"github.com/agentfleet/fleet/eval/expert"
 	"github.com/agentfleet/fleet/eval/runner"
 	"github.com/agentfleet/fleet/inference/llama"
+	"github.com/agentfleet/fleet/internal/pytestbox"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -70,6 +71,10 @@ type env struct {
 	pool  *monty.Pool
 	py    *eval.Python
 	dir   string
+	// box serves the test agent's run_tests and try_calls; nil when
+	// bubblewrap, prlimit or python3 is missing (then both raise
+	// RuntimeError in the runs).
+	box *pytestbox.Box
 }
 
 func open(ctx context.Context, c *Config) (*env, error) {
@@ -91,6 +96,9 @@ func open(ctx context.Context, c *Config) (*env, error) {
 	e := &env{suite: s, tasks: tasks, defs: defs, py: &eval.Python{}}
 	if err := e.py.Check(ctx); err != nil {
 		return nil, err
+	}
+	if box, err := pytestbox.New(pytestbox.Config{}); err == nil {
+		e.box = box
 	}
 	wd, _ := os.Getwd()
 	bin, err := monty.FindBinary(wd)
@@ -121,9 +129,13 @@ func (e *env) close() {
 }
 
 func (e *env) run(ctx context.Context, c *Config, runID string, model func(op string) (loop.Model, error), outcomes func(eval.Result, *queue.Outcome)) ([]eval.Result, error) {
-	return runner.Run(ctx, runner.Config{Suite: e.suite, Tasks: e.tasks, Agents: e.defs, Sandbox: e.pool,
+	cfg := runner.Config{Suite: e.suite, Tasks: e.tasks, Agents: e.defs, Sandbox: e.pool,
 		WorkspaceDir: filepath.Join(e.dir, runID), Parallel: c.Parallel, Grader: &eval.Grader{Python: e.py},
-		RunID: runID, Model: model, Progress: c.Progress, Outcomes: outcomes})
+		RunID: runID, Model: model, Progress: c.Progress, Outcomes: outcomes}
+	if e.box != nil {
+		cfg.Tests, cfg.Calls = e.box, e.box
+	}
+	return runner.Run(ctx, cfg)
 }
 
 // ExpertData runs the expert policies over the split and writes the
