@@ -13,8 +13,8 @@ import (
 // TryCallsExternal is the name of the external function that calls a
 // module-level function of the run's workspace in the test sandbox
 // (docs/TOOLS.md §4.8): try_calls(module, function, calls) -> [{call,
-// outcome, type, repr, exact, json, items, exception, exception_module,
-// message, deterministic}].
+// outcome, type, repr, exact, json, literal, items, items_repr,
+// items_literal, exception, exception_module, message, deterministic}].
 const TryCallsExternal = "try_calls"
 
 // CallRunner calls a function of a copy of a workspace (*pytestbox.Box
@@ -70,8 +70,9 @@ func (e *Executor) tryCalls(ctx context.Context, args []any, kwargs map[string]a
 	out := make([]any, len(rep.Results))
 	for i, r := range rep.Results {
 		m := map[string]any{"call": r.Call, "outcome": r.Outcome, "type": r.Type, "repr": r.Repr, "exact": r.Exact,
-			"json": nil, "items": nil, "exception": r.Exception, "exception_module": r.ExceptionModule,
-			"message": r.Message, "deterministic": r.Deterministic}
+			"json": nil, "literal": r.Literal, "items": nil, "items_repr": r.ItemsRepr, "items_literal": r.ItemsLiteral,
+			"exception": r.Exception, "exception_module": r.ExceptionModule, "message": r.Message,
+			"deterministic": r.Deterministic}
 		for key, raw := range map[string]json.RawMessage{"json": r.JSON, "items": r.Items} {
 			if len(raw) == 0 {
 				continue

@@ -4,21 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/agentfleet/fleet/loop"
 )
 
 // Test is the test agent's expert: analyze_signature, read_existing_tests,
-// try_calls with no calls (the sample calls write_test_file generates),
-// then one write_test_file whose cases are what try_calls observed: each
-// deterministic call that returned a JSON-exact value other than None
-// asserts that value, and each deterministic call that raised a built-in
-// exception the function raises on purpose (one analyze_signature lists)
-// asserts the raise; with such cases only they are written (generate:
-// false), without any (or without try_calls) the generated tests are.
-// Then run_tests on it when the agent has it, then submit_result with the
-// test file. The expert guesses no value: every expected value is observed.
+// try_calls with no calls (the sample calls write_test_file generates)
+// and, when none of those gave a usable result, try_calls once more with
+// arguments chosen by parameter name (varied.go); then one
+// write_test_file whose cases are what try_calls observed (observedCases),
+// with generate: false, or the generated tests when nothing was usable;
+// run_tests on it when the agent has it; submit_result with the test file.
+// Every expected value is observed, none guessed.
 type Test struct{}
 
 // Complete implements loop.Model.
@@ -27,18 +26,31 @@ func (Test) Complete(ctx context.Context, req *loop.Request) (*loop.Response, er
 		return nil, err
 	}
 	done := map[string]toolResult{}
+	var tried []toolResult
 	for _, tr := range tools(req.Messages) {
 		done[tr.Name] = tr
+		if tr.Name == "try_calls" {
+			tried = append(tried, tr)
+		}
 	}
-	steps := []string{"analyze_signature", "read_existing_tests", "try_calls", "write_test_file", "run_tests"}
-	for _, s := range steps {
+	var sig signature
+	_ = json.Unmarshal(done["analyze_signature"].Result, &sig)
+	for _, s := range []string{"analyze_signature", "read_existing_tests", "try_calls", "write_test_file", "run_tests"} {
 		tr, ok := done[s]
 		if !ok && offered(req, s) {
 			args := map[string]any{}
 			if s == "write_test_file" {
-				args = testFileArgs(done["analyze_signature"], done["try_calls"])
+				args = testFileArgs(sig, tried)
 			}
 			return call(s, args)
+		}
+		_, wrote := done["write_test_file"]
+		if s == "try_calls" && ok && len(tried) == 1 && offered(req, s) && !wrote {
+			if cases := observedCases(sig, tried); len(cases) == 0 {
+				if calls := variedCalls(sig); len(calls) > 0 {
+					return call("try_calls", map[string]any{"calls": calls})
+				}
+			}
 		}
 		// try_calls and run_tests only inform: without them (no sandbox
 		// on this worker) the expert writes the generated tests.
@@ -62,6 +74,19 @@ func (Test) Complete(ctx context.Context, req *loop.Request) (*loop.Response, er
 	return call("submit_result", map[string]any{"summary": summary, "changed_files": changed, "status": "success"})
 }
 
+// signature is the part of analyze_signature's result the expert uses.
+type signature struct {
+	Name   string `json:"name"`
+	Params []struct {
+		Name    string  `json:"name"`
+		Default *string `json:"default"`
+		Kind    string  `json:"kind"`
+	} `json:"params"`
+	Raises []struct {
+		Exception string `json:"exception"`
+	} `json:"raises"`
+}
+
 // observedCall is one call of try_calls' result.
 type observedCall struct {
 	Name            string          `json:"name"`
@@ -69,6 +94,11 @@ type observedCall struct {
 	Outcome         string          `json:"outcome"`
 	Exact           bool            `json:"exact"`
 	Value           json.RawMessage `json:"value"`
+	Repr            string          `json:"repr"`
+	Literal         bool            `json:"literal"`
+	Items           json.RawMessage `json:"items"`
+	ItemsRepr       string          `json:"items_repr"`
+	ItemsLiteral    bool            `json:"items_literal"`
 	Exception       string          `json:"exception"`
 	ExceptionModule string          `json:"exception_module"`
 	Deterministic   bool            `json:"deterministic"`
@@ -76,46 +106,74 @@ type observedCall struct {
 
 var labelRe = regexp.MustCompile(`[^A-Za-z0-9_]+`)
 
-// testFileArgs are write_test_file's arguments: the cases try_calls
-// observed (generate: false), or none.
-func testFileArgs(sig, tried toolResult) map[string]any {
-	var info struct {
-		Name   string `json:"name"`
-		Raises []struct {
-			Exception string `json:"exception"`
-		} `json:"raises"`
-	}
-	_ = json.Unmarshal(sig.Result, &info)
+// maxReprCase is the longest repr the expert writes into a test.
+const maxReprCase = 300
+
+// observedCases are write_test_file cases from every try_calls result, one
+// per distinct argument set, for deterministic calls only:
+//   - a JSON-exact value other than None: expected;
+//   - a value whose repr is a Python literal (a tuple, a dict with int
+//     keys) other than None: expected_repr;
+//   - an iterator whose items are JSON-exact or a literal: the same with
+//     iterate (the test compares list(result));
+//   - a built-in exception the function raises on purpose (one that
+//     analyze_signature lists): raises.
+func observedCases(sig signature, tried []toolResult) []map[string]any {
 	declared := map[string]bool{}
-	for _, r := range info.Raises {
+	for _, r := range sig.Raises {
 		declared[r.Exception[strings.LastIndex(r.Exception, ".")+1:]] = true
 	}
-	var res struct {
-		Calls []observedCall `json:"calls"`
-	}
-	if !tried.OK || tried.Outcome == "error" || json.Unmarshal(tried.Result, &res) != nil {
-		return map[string]any{}
-	}
-	base := "test_" + strings.ReplaceAll(info.Name, ".", "_")
+	base := "test_" + strings.ReplaceAll(sig.Name, ".", "_")
 	var cases []map[string]any
 	seen := map[string]bool{}
-	for _, c := range res.Calls {
-		if !c.Deterministic || seen[string(c.Args)] || len(c.Args) == 0 {
+	names := map[string]bool{}
+	for _, tr := range tried {
+		var res struct {
+			Calls []observedCall `json:"calls"`
+		}
+		if !tr.OK || tr.Outcome == "error" || json.Unmarshal(tr.Result, &res) != nil {
 			continue
 		}
-		name := base + "_" + strings.Trim(labelRe.ReplaceAllString(c.Name, "_"), "_")
-		switch {
-		case c.Outcome == "returned" && c.Exact && len(c.Value) > 0 && string(c.Value) != "null":
-			cases = append(cases, map[string]any{"name": name, "args": c.Args, "expected": c.Value})
-		case c.Outcome == "raised" && c.ExceptionModule == "builtins" && declared[c.Exception]:
-			cases = append(cases, map[string]any{"name": name, "args": c.Args, "raises": c.Exception})
-		default:
-			continue
+		for _, c := range res.Calls {
+			if !c.Deterministic || seen[string(c.Args)] || len(c.Args) == 0 {
+				continue
+			}
+			cs := map[string]any{"args": c.Args}
+			switch {
+			case c.Outcome == "returned" && c.Exact && len(c.Value) > 0 && string(c.Value) != "null":
+				cs["expected"] = c.Value
+			case c.Outcome == "returned" && c.Literal && c.Repr != "None" && len(c.Repr) <= maxReprCase:
+				cs["expected_repr"] = c.Repr
+			case c.Outcome == "returned" && len(c.Items) > 0 && string(c.Items) != "null":
+				cs["expected"], cs["iterate"] = c.Items, true
+			case c.Outcome == "returned" && c.ItemsLiteral && len(c.ItemsRepr) <= maxReprCase:
+				cs["expected_repr"], cs["iterate"] = c.ItemsRepr, true
+			case c.Outcome == "raised" && c.ExceptionModule == "builtins" && declared[c.Exception]:
+				cs["raises"] = c.Exception
+			default:
+				continue
+			}
+			name := base + "_" + strings.Trim(labelRe.ReplaceAllString(c.Name, "_"), "_")
+			for k := 2; names[name]; k++ {
+				name = base + "_" + strings.Trim(labelRe.ReplaceAllString(c.Name, "_"), "_") + "_" + itoa(k)
+			}
+			names[name] = true
+			cs["name"] = name
+			seen[string(c.Args)] = true
+			cases = append(cases, cs)
 		}
-		seen[string(c.Args)] = true
 	}
+	return cases
+}
+
+// testFileArgs are write_test_file's arguments: the observed cases
+// (generate: false), or none (the generated tests).
+func testFileArgs(sig signature, tried []toolResult) map[string]any {
+	cases := observedCases(sig, tried)
 	if len(cases) == 0 {
 		return map[string]any{}
 	}
 	return map[string]any{"cases": cases, "generate": false}
 }
+
+func itoa(k int) string { return strconv.Itoa(k) }

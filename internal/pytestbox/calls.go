@@ -114,9 +114,15 @@ type CallResult struct {
 	// value.
 	Exact bool            `json:"exact"`
 	JSON  json.RawMessage `json:"json,omitempty"`
-	// Items, for a returned iterator that is not Exact, is the list of
-	// what it yields when that list is JSON-exact (at most 1000 items).
-	Items json.RawMessage `json:"items,omitempty"`
+	// Literal is true when Repr is a Python literal that evaluates equal
+	// to the value (tuples, sets, dicts with int keys...).
+	Literal bool `json:"literal"`
+	// ItemsRepr, for a returned iterator that is not Exact and ends within
+	// 1000 items, is repr() of the list of what it yields; ItemsLiteral
+	// and Items (that list, when JSON-exact) are as Literal and JSON.
+	ItemsRepr    string          `json:"items_repr,omitempty"`
+	ItemsLiteral bool            `json:"items_literal"`
+	Items        json.RawMessage `json:"items,omitempty"`
 	// Exception, ExceptionModule and Message describe a raised exception.
 	Exception       string `json:"exception,omitempty"`
 	ExceptionModule string `json:"exception_module,omitempty"`
@@ -187,15 +193,18 @@ func checkResult(r *CallResult, call string) error {
 		if r.Exact != (len(r.JSON) > 0) {
 			return errors.New("json is set exactly when exact is true")
 		}
-		if r.Exact && len(r.Items) > 0 {
+		if r.Exact && (len(r.Items) > 0 || r.ItemsRepr != "") {
 			return errors.New("items on an exact result")
 		}
+		if (len(r.Items) > 0 || r.ItemsLiteral) && r.ItemsRepr == "" {
+			return errors.New("items without items_repr")
+		}
 	case "raised":
-		if r.Exception == "" || r.Exact || len(r.JSON) > 0 || len(r.Items) > 0 || r.Type != "" {
+		if r.Exception == "" || r.Exact || r.Literal || len(r.JSON) > 0 || len(r.Items) > 0 || r.ItemsRepr != "" || r.Type != "" {
 			return errors.New("a raised result needs an exception and no value")
 		}
 	case "timeout":
-		if r.Exception != "" || r.Exact || len(r.JSON) > 0 || len(r.Items) > 0 || r.Type != "" || r.Deterministic {
+		if r.Exception != "" || r.Exact || r.Literal || len(r.JSON) > 0 || len(r.Items) > 0 || r.ItemsRepr != "" || r.Type != "" || r.Deterministic {
 			return errors.New("a timeout has no value, exception or determinism")
 		}
 	default:

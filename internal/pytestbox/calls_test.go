@@ -55,7 +55,7 @@ func TestCallDescribesEachResult(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := rep.Results
-	if r[0].Outcome != "returned" || !r[0].Exact || string(r[0].JSON) != `{"a": 3}` || r[0].Type != "dict" || !r[0].Deterministic {
+	if r[0].Outcome != "returned" || !r[0].Exact || !r[0].Literal || string(r[0].JSON) != `{"a": 3}` || r[0].Type != "dict" || !r[0].Deterministic {
 		t.Errorf("f(x=1): %+v", r[0])
 	}
 	if r[1].Outcome != "raised" || r[1].Exception != "ValueError" || r[1].ExceptionModule != "builtins" || r[1].Message != "zero" {
@@ -64,13 +64,13 @@ func TestCallDescribesEachResult(t *testing.T) {
 	if r[2].Outcome != "timeout" {
 		t.Errorf("f(x=9) (a loop): %+v", r[2])
 	}
-	if r[3].Exact || string(r[3].Items) != "[1, 2]" || r[3].Type != "list_iterator" {
+	if r[3].Exact || string(r[3].Items) != "[1, 2]" || r[3].ItemsRepr != "[1, 2]" || !r[3].ItemsLiteral || r[3].Type != "list_iterator" || r[3].Literal {
 		t.Errorf("f(x=7) (an iterator): %+v", r[3])
 	}
-	if r[4].Exact || r[4].Repr != "(1, 2)" || r[4].Type != "tuple" || len(r[4].Items) > 0 {
+	if r[4].Exact || !r[4].Literal || r[4].Repr != "(1, 2)" || r[4].Type != "tuple" || len(r[4].Items) > 0 {
 		t.Errorf("f(x=8) (a tuple is not JSON-exact): %+v", r[4])
 	}
-	if r[5].Exact || r[5].Repr != "nan" {
+	if r[5].Exact || r[5].Literal || r[5].Repr != "nan" {
 		t.Errorf("f(x=6) (nan is not JSON): %+v", r[5])
 	}
 	if r[6].Outcome != "returned" || string(r[6].JSON) != "null" {
@@ -159,6 +159,8 @@ func TestParseCallReport(t *testing.T) {
 		`{"results": [{"call": "f(1)", "outcome": "raised", "exception": "E", "json": 1}, {"call": "f(2)", "outcome": "timeout"}]}`,
 		`{"results": [{"call": "f(1)", "outcome": "maybe"}, {"call": "f(2)", "outcome": "timeout"}]}`,
 		`{"results": [{"call": "f(1)", "outcome": "returned"}, {"call": "f(2)", "outcome": "timeout"}]}`,
+		`{"results": [{"call": "f(1)", "outcome": "returned", "type": "g", "items": [1]}, {"call": "f(2)", "outcome": "timeout"}]}`,
+		`{"results": [{"call": "f(1)", "outcome": "raised", "exception": "E", "literal": true}, {"call": "f(2)", "outcome": "timeout"}]}`,
 		`{"error": {"kind": "other", "message": "m"}}`,
 		`{"error": {"kind": "import", "message": "m"}, "results": []}`,
 	} {
@@ -176,7 +178,7 @@ func TestParseCallReport(t *testing.T) {
 func FuzzParseCallReport(f *testing.F) {
 	f.Add(`{"results": [{"call": "f(1)", "outcome": "returned", "type": "int", "repr": "1", "exact": true, "json": 1, "deterministic": true}]}`)
 	f.Add(`{"results": [{"call": "f(1)", "outcome": "raised", "exception": "E", "message": "m"}]}`)
-	f.Add(`{"results": [{"call": "f(1)", "outcome": "returned", "type": "g", "exact": false, "items": [1, 2]}]}`)
+	f.Add(`{"results": [{"call": "f(1)", "outcome": "returned", "type": "g", "exact": false, "items": [1, 2], "items_repr": "[1, 2]", "items_literal": true}]}`)
 	f.Add(`{"error": {"kind": "import", "message": "ModuleNotFoundError"}}`)
 	f.Fuzz(func(t *testing.T, data string) {
 		rep, err := ParseCallReport([]byte(data), []string{"f(1)"})

@@ -71,20 +71,32 @@ def _type(v):
 def _exact(v):
     """(json text, True) when v survives a JSON round trip equal to itself."""
     try:
-        text = json.dumps(v, allow_nan=False, sort_keys=False)
+        text = json.dumps(v, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         return None, False
     if len(text) > MAX_JSON:
         return None, False
     try:
-        same = json.loads(text) == v
+        same = v == json.loads(text)
     except Exception:
         return None, False
     return (text, True) if same is True else (None, False)
 
 
+def _literal(v, text):
+    """True when text (v's repr) is a Python literal that evaluates equal to v."""
+    if len(text) > MAX_REPR:
+        return False
+    try:
+        same = v == ast.literal_eval(text)
+    except Exception:
+        return False
+    return same is True
+
+
 def _describe(v):
     d = {"outcome": "returned", "type": _type(v), "repr": _repr(v), "exact": False}
+    d["literal"] = _literal(v, d["repr"])
     text, ok = _exact(v)
     if ok:
         d["exact"] = True
@@ -93,6 +105,8 @@ def _describe(v):
     if hasattr(v, "__next__") and hasattr(v, "__iter__"):
         items = list(itertools.islice(v, MAX_ITEMS + 1))
         if len(items) <= MAX_ITEMS:
+            d["items_repr"] = _repr(items)
+            d["items_literal"] = _literal(items, d["items_repr"])
             text, ok = _exact(items)
             if ok:
                 d["items"] = json.loads(text)
