@@ -48,6 +48,7 @@ var wantTools = map[string][]struct {
 	"test": {
 		{"analyze_signature", nil},
 		{"read_existing_tests", nil},
+		{"try_calls", nil},
 		{"write_test_file", []string{"context/pytest_config.pym"}},
 		{"run_tests", nil},
 		{"submit_result", nil},
