@@ -11,6 +11,7 @@ import (
 	"github.com/agentfleet/fleet/eval"
 	"github.com/agentfleet/fleet/eval/expert"
 	"github.com/agentfleet/fleet/eval/runner"
+	"github.com/agentfleet/fleet/internal/pytestbox"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 )
@@ -62,4 +63,69 @@ func TestExpertsPassSmallSuite(t *testing.T) {
 			t.Errorf("noop model: %+v", r)
 		}
 	}
+}
+
+// The test agent's expert with the sandbox (run_tests, try_calls) passes
+// test tasks of a suite built from toolz, whose own tests say which
+// functions are tested: every expected value it writes was observed by
+// try_calls. Without the sandbox it can only write the generated tests,
+// which the grader rejects.
+func TestTestExpertPassesWithTryCalls(t *testing.T) {
+	ctx := context.Background()
+	py := &eval.Python{}
+	defer py.Close()
+	var src []eval.Source
+	for _, s := range eval.DefaultSources() {
+		if s.Name == "toolz" {
+			src = append(src, s)
+		}
+	}
+	if len(src) == 0 {
+		t.Fatal("no toolz source")
+	}
+	s, err := eval.Build(ctx, eval.BuildConfig{Seed: 3, Python: py, Sources: src, Ops: []string{eval.OpTest},
+		Only:     []string{"itertoolz.py", "recipes.py", "dicttoolz.py"},
+		PerSplit: map[string]int{eval.SplitTrain: 4, eval.SplitDev: 2, eval.SplitTest: 2}})
+	if err != nil {
+		t.Fatal(err) // python3-toolz is in .ci/apt-packages
+	}
+	tasks := s.Select("", []string{eval.OpTest}, 6)
+	if len(tasks) < 4 {
+		t.Fatalf("%d test tasks", len(tasks))
+	}
+	defs, err := agents.LoadDirWith("../../agents", agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := pytestbox.New(pytestbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := montytest.Pool(t, monty.Config{Size: 2})
+	run := func(withBox bool) (passed int, rs []eval.Result) {
+		cfg := runner.Config{Suite: s, Tasks: tasks, Agents: defs, Sandbox: pool, WorkspaceDir: t.TempDir(), Parallel: 2,
+			Grader: &eval.Grader{Python: py}, Model: func(op string) (loop.Model, error) { m, _ := expert.For(op); return m, nil }}
+		if withBox {
+			cfg.Tests, cfg.Calls = box, box
+		}
+		rs, err := runner.Run(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			if r.Grade.Pass {
+				passed++
+			}
+		}
+		return passed, rs
+	}
+	with, rs := run(true)
+	if 2*with <= len(tasks) {
+		t.Errorf("with try_calls the expert passed %d of %d: %+v", with, len(tasks), rs)
+	}
+	without, rs := run(false)
+	if without >= with {
+		t.Errorf("without the sandbox the expert passed %d, with it %d: %+v", without, with, rs)
+	}
+	t.Logf("the test expert passed %d of %d tasks with try_calls, %d without", with, len(tasks), without)
 }
