@@ -226,11 +226,15 @@ func printFailures(w io.Writer, rs []eval.Result) {
 	}
 	for _, r := range rs {
 		if !r.Grade.Pass {
+			id := r.JobID // names the suite's seed: task ids repeat across suites
+			if id == "" {
+				id = r.TaskID
+			}
 			d := r.Grade.Detail
 			if len(d) > 160 {
 				d = d[:160] + "..."
 			}
-			fmt.Fprintf(w, "  failed %s: %s: %s\n", r.TaskID, r.Grade.Reason, d)
+			fmt.Fprintf(w, "  failed %s: %s: %s\n", id, r.Grade.Reason, d)
 		}
 	}
 }

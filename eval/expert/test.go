@@ -16,7 +16,8 @@ import (
 // arguments chosen by parameter name (varied.go); then one
 // write_test_file whose cases are what try_calls observed (observedCases),
 // with generate: false, or the generated tests when nothing was usable;
-// run_tests on it when the agent has it; submit_result with the test file.
+// run_tests on it when the agent has it; submit_result with the test file
+// (status failed when run_tests saw a test fail).
 // Every expected value is observed, none guessed.
 type Test struct{}
 
@@ -67,11 +68,15 @@ func (Test) Complete(ctx context.Context, req *loop.Request) (*loop.Response, er
 	if w.Path != "" {
 		changed = []string{w.Path}
 	}
-	summary := "wrote " + w.Path
+	summary, status := "wrote "+w.Path, "success"
 	if rt, ok := done["run_tests"]; ok && rt.Summary != "" {
 		summary += "; " + rt.Summary
+		var counts struct{ Failed, Errors int }
+		if json.Unmarshal(rt.Result, &counts) == nil && counts.Failed+counts.Errors > 0 {
+			status = "failed" // reported, not hidden (the system prompt)
+		}
 	}
-	return call("submit_result", map[string]any{"summary": summary, "changed_files": changed, "status": "success"})
+	return call("submit_result", map[string]any{"summary": summary, "changed_files": changed, "status": status})
 }
 
 // signature is the part of analyze_signature's result the expert uses.

@@ -88,10 +88,13 @@ func TestTestExpertTriesVariedArgumentsThenWritesObservedCases(t *testing.T) {
 	if name, _ := next(t, msgs); name != "run_tests" {
 		t.Fatalf("after write: %s", name)
 	}
-	msgs = append(msgs, toolMsg(t, "run_tests", map[string]any{"passed": 2}))
-	name, args = next(t, msgs)
+	name, args = next(t, append(msgs, toolMsg(t, "run_tests", map[string]any{"passed": 2, "failed": 0})))
 	if name != "submit_result" || args["changed_files"].([]any)[0] != "tests/test_recipes.py" || args["status"] != "success" {
 		t.Fatalf("submit: %s %v", name, args)
+	}
+	name, args = next(t, append(msgs, toolMsg(t, "run_tests", map[string]any{"passed": 1, "failed": 1})))
+	if name != "submit_result" || args["status"] != "failed" || len(args["changed_files"].([]any)) != 1 {
+		t.Fatalf("a failing test is reported: %s %v", name, args)
 	}
 }
 
