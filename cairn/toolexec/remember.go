@@ -49,34 +49,12 @@ func (e *Executor) serve(ctx context.Context, name string, args []any, kwargs ma
 // rememberArgs binds remember(key, text) the way Python does.
 func rememberArgs(args []any, kwargs map[string]any) (key, text string, err error) {
 	names := []string{"key", "text"}
-	if len(args) > len(names) {
-		return "", "", typeErr("remember() takes 2 positional arguments but %d were given", len(args))
-	}
-	vals := make([]any, len(names))
-	set := make([]bool, len(names))
-	for i, a := range args {
-		vals[i], set[i] = a, true
-	}
-	for k, v := range kwargs {
-		i := -1
-		for j, n := range names {
-			if n == k {
-				i = j
-			}
-		}
-		switch {
-		case i < 0:
-			return "", "", typeErr("remember() got an unexpected keyword argument '%s'", clip(k))
-		case set[i]:
-			return "", "", typeErr("remember() got multiple values for argument '%s'", k)
-		}
-		vals[i], set[i] = v, true
+	vals, err := bindArgs("remember", names, args, kwargs)
+	if err != nil {
+		return "", "", err
 	}
 	out := make([]string, len(names))
 	for i, n := range names {
-		if !set[i] {
-			return "", "", typeErr("remember() missing required argument: '%s'", n)
-		}
 		s, ok := vals[i].(string)
 		if !ok {
 			return "", "", typeErr("remember() argument '%s' must be str, not %T", n, vals[i])
