@@ -213,13 +213,17 @@ func checkResult(r *CallResult, call string) error {
 	return nil
 }
 
-// Call copies files (workspace path -> content) into a private folder and
-// runs the spec's calls there in the sandbox, under the Box's limits: the
-// module is imported once and each call is evaluated twice, each within
-// spec.PerCall. The copy is thrown away: a call cannot change the
-// workspace. Errors: *CallError for bad input (nothing runs), a module
-// that does not import, the Box's Timeout, or a harness that died
-// without a report; other errors when the sandbox cannot run.
+// Call runs the spec's calls in the sandbox, on a private copy of files
+// (workspace path -> content), under the Box's limits: the module is
+// imported once and each call is evaluated twice, within spec.PerCall.
+// All of it runs twice, in two processes with other string hashes
+// (PYTHONHASHSEED 0 and 1): a result is Deterministic only when all four
+// evaluations agree, so that a value that depends on set order is not
+// taken for a fact. Each run gets a fresh copy that is thrown away: a
+// call cannot change the workspace. Errors: *CallError for bad input
+// (nothing runs), a module that does not import, the Box's Timeout, or a
+// harness that died without a report; other errors when the sandbox
+// cannot run.
 func (b *Box) Call(ctx context.Context, files map[string]string, spec CallSpec) (*CallReport, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
@@ -229,6 +233,32 @@ func (b *Box) Call(ctx context.Context, files map[string]string, spec CallSpec) 
 	if err != nil {
 		return nil, err
 	}
+	first, err := b.callOnce(ctx, files, input, spec.Calls, "0")
+	if err != nil {
+		return nil, err
+	}
+	second, err := b.callOnce(ctx, files, input, spec.Calls, "1")
+	if err != nil {
+		return nil, err
+	}
+	for i := range first.Results {
+		r := &first.Results[i]
+		r.Deterministic = r.Deterministic && second.Results[i].Deterministic && agree(r, &second.Results[i])
+	}
+	return first, nil
+}
+
+// agree reports whether two runs of a call gave the same outcome, value
+// (JSON, or repr when not JSON), items and exception.
+func agree(a, b *CallResult) bool {
+	return a.Outcome == b.Outcome && a.Type == b.Type && a.Exact == b.Exact && bytes.Equal(a.JSON, b.JSON) &&
+		a.Literal == b.Literal && (a.Exact || a.Repr == b.Repr) && bytes.Equal(a.Items, b.Items) &&
+		a.ItemsRepr == b.ItemsRepr && a.ItemsLiteral == b.ItemsLiteral && a.Exception == b.Exception &&
+		a.ExceptionModule == b.ExceptionModule && a.Message == b.Message
+}
+
+// callOnce runs the harness once on a fresh copy of files.
+func (b *Box) callOnce(ctx context.Context, files map[string]string, input []byte, calls []string, hashSeed string) (*CallReport, error) {
 	dir, err := b.copyFiles(files)
 	if err != nil {
 		return nil, err
@@ -236,7 +266,7 @@ func (b *Box) Call(ctx context.Context, files map[string]string, spec CallSpec) 
 	defer os.RemoveAll(dir)
 	rctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
-	cmd := b.command(rctx, dir, "-c", harness)
+	cmd := b.command(rctx, dir, hashSeed, "-c", harness)
 	cmd.Stdin = bytes.NewReader(input)
 	stdout := &capped{max: maxReport}
 	stderr := &capped{max: b.cfg.MaxOutput, tail: true}
@@ -262,7 +292,7 @@ func (b *Box) Call(ctx context.Context, files map[string]string, spec CallSpec) 
 		}
 		return nil, &CallError{Kind: CallCrashed, Message: why + ": " + lastLine(stderr.String())}
 	}
-	return ParseCallReport(stdout.buf.Bytes(), spec.Calls)
+	return ParseCallReport(stdout.buf.Bytes(), calls)
 }
 
 // capped is a writer that keeps at most max bytes: the first (over is set

@@ -127,7 +127,7 @@ func (b *Box) Run(ctx context.Context, files map[string]string, paths []string) 
 	rctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
 	argv := append([]string{"-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="}, paths...)
-	cmd := b.command(rctx, dir, argv...)
+	cmd := b.command(rctx, dir, "0", argv...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
@@ -199,8 +199,9 @@ func (b *Box) copyFiles(files map[string]string) (string, error) {
 }
 
 // command is `python3 -B argv...` in the sandbox, with dir as its /work
-// (the working directory) and the configured limits.
-func (b *Box) command(ctx context.Context, dir string, argv ...string) *exec.Cmd {
+// (the working directory), PYTHONHASHSEED=hashSeed and the configured
+// limits.
+func (b *Box) command(ctx context.Context, dir, hashSeed string, argv ...string) *exec.Cmd {
 	args := []string{
 		"--cpu=" + strconv.Itoa(b.cfg.CPUSeconds), "--as=" + strconv.FormatInt(b.cfg.MemoryBytes, 10),
 		"--nproc=" + strconv.Itoa(b.cfg.Processes), "--",
@@ -209,7 +210,7 @@ func (b *Box) command(ctx context.Context, dir string, argv ...string) *exec.Cmd
 		"--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 		"--bind", dir, "/work", "--chdir", "/work", "--clearenv",
 		"--setenv", "HOME", "/work", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-		"--setenv", "PYTHONHASHSEED", "0", "--setenv", "LC_ALL", "C.UTF-8",
+		"--setenv", "PYTHONHASHSEED", hashSeed, "--setenv", "LC_ALL", "C.UTF-8",
 		b.cfg.Python, "-B",
 	}
 	cmd := exec.CommandContext(ctx, b.cfg.Prlimit, append(args, argv...)...)
