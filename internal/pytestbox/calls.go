@@ -249,10 +249,11 @@ func (b *Box) Call(ctx context.Context, files map[string]string, spec CallSpec) 
 }
 
 // agree reports whether two runs of a call gave the same outcome, value
-// (JSON, or repr when not JSON), items and exception.
+// (JSON, or the repr of a literal: another repr may hold an address),
+// items and exception.
 func agree(a, b *CallResult) bool {
 	return a.Outcome == b.Outcome && a.Type == b.Type && a.Exact == b.Exact && bytes.Equal(a.JSON, b.JSON) &&
-		a.Literal == b.Literal && (a.Exact || a.Repr == b.Repr) && bytes.Equal(a.Items, b.Items) &&
+		a.Literal == b.Literal && (a.Exact || !a.Literal || a.Repr == b.Repr) && bytes.Equal(a.Items, b.Items) &&
 		a.ItemsRepr == b.ItemsRepr && a.ItemsLiteral == b.ItemsLiteral && a.Exception == b.Exception &&
 		a.ExceptionModule == b.ExceptionModule && a.Message == b.Message
 }

@@ -68,7 +68,8 @@ func TestCallDescribesEachResult(t *testing.T) {
 	if r[2].Outcome != "timeout" {
 		t.Errorf("f(x=9) (a loop): %+v", r[2])
 	}
-	if r[3].Exact || string(r[3].Items) != "[1, 2]" || r[3].ItemsRepr != "[1, 2]" || !r[3].ItemsLiteral || r[3].Type != "list_iterator" || r[3].Literal {
+	if r[3].Exact || string(r[3].Items) != "[1, 2]" || r[3].ItemsRepr != "[1, 2]" || !r[3].ItemsLiteral || r[3].Type != "list_iterator" ||
+		r[3].Literal || !r[3].Deterministic {
 		t.Errorf("f(x=7) (an iterator): %+v", r[3])
 	}
 	if r[4].Exact || !r[4].Literal || r[4].Repr != "(1, 2)" || r[4].Type != "tuple" || len(r[4].Items) > 0 {
