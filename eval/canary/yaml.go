@@ -53,7 +53,7 @@ func SetModel(src []byte, model, canaryModel string, share float64) ([]byte, err
 	if canaryModel != "" {
 		c := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{
 			str("model"), str(canaryModel),
-			str("share"), {Kind: yaml.ScalarNode, Tag: "!!float", Value: strconv.FormatFloat(share, 'g', -1, 64)},
+			str("share"), {Kind: yaml.ScalarNode, Value: strconv.FormatFloat(share, 'g', -1, 64)},
 		}}
 		i := key("model")
 		m.Content = append(m.Content[:i+2], append([]*yaml.Node{str("canary"), c}, m.Content[i+2:]...)...)
