@@ -89,7 +89,8 @@ func (c *cli) evalCanary(args []string) error {
 	out, err := canary.Run(ctx, canary.Config{Client: cl, JS: js, Models: store, Agents: kv, AgentsDir: *agentsDir, Op: *op,
 		ModelName: name, ModelFile: file, Suite: s, Split: *split, Tasks: tasks, BaseLimit: *baseLimit, By: who,
 		Grader: &eval.Grader{Python: py}, Timeout: *timeout, ServeTimeout: *serveTimeout,
-		Step: func(format string, a ...any) { fmt.Fprintf(c.stdout, "canary: "+format+"\n", a...) },
+		Step:   func(format string, a ...any) { fmt.Fprintf(c.stdout, "canary: "+format+"\n", a...) },
+		Pushed: func(info modelstore.Info, _ bool) { printTraining(c.stdout, info.Training) },
 		Progress: func(done, total int) {
 			if bar != nil {
 				bar.ChangeMax(total)
@@ -98,9 +99,6 @@ func (c *cli) evalCanary(args []string) error {
 		}})
 	if bar != nil {
 		_ = bar.Finish()
-	}
-	if out != nil && out.Model.Name != "" && !out.Existed {
-		printTraining(c.stdout, out.Model.Training)
 	}
 	if out == nil || out.Base == nil {
 		if out != nil && out.Final.Version != 0 {
@@ -136,6 +134,8 @@ func (c *cli) evalCanary(args []string) error {
 	case err != nil:
 		return err
 	}
+	fmt.Fprintf(c.stdout, "gate: B (%s) passes at least as many tasks as A (%s) on every operation: it may be promoted\n",
+		out.Candidate.ID, out.Base.ID)
 	fmt.Fprintf(c.stdout, "promoted: agent %s version %d runs %s (canary removed)\n", *op, out.Final.Version, out.Model.Ref())
 	return nil
 }

@@ -64,8 +64,10 @@ type Config struct {
 	// Timeout bounds the batch (default 30 min); ServeTimeout the wait
 	// for the workers to run the pushed agent (default 2 min).
 	Timeout, ServeTimeout time.Duration
-	// Step, when set, is told each step done, in words.
-	Step func(format string, args ...any)
+	// Step, when set, is told each step done, in words; Pushed, when set,
+	// is given the stored model version after its push.
+	Step   func(format string, args ...any)
+	Pushed func(info modelstore.Info, existed bool)
 	// Progress is called with the batch's done and total jobs.
 	Progress func(done, total int)
 }
@@ -145,6 +147,9 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	ref := info.Ref()
 	cfg.Step("model %s: %s %s, sha256 %s", map[bool]string{true: "already stored as " + ref, false: "pushed as " + ref}[existed],
 		info.Kind, info.Arch, info.SHA256)
+	if cfg.Pushed != nil {
+		cfg.Pushed(info, existed)
+	}
 
 	// 2. the plan and the agent with its canary share
 	base := cfg.Tasks
