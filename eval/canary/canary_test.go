@@ -9,6 +9,7 @@ import (
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/eval"
 	"github.com/agentfleet/fleet/queue/wire"
+	"gopkg.in/yaml.v3"
 )
 
 // A plan's batch puts exactly the canary arm's jobs in the share, by the
@@ -139,4 +140,31 @@ func TestArms(t *testing.T) {
 	if why := eval.Regressions(c.Results, b.Results); len(why) != 0 {
 		t.Fatalf("the better arm blocked: %q", why)
 	}
+}
+
+// SetModel never panics, and what it returns parses with model: set.
+func FuzzSetModel(f *testing.F) {
+	f.Add([]byte("name: x\nmodel: \"\"\nmax_turns: 3\n"), "m@1", "m@2")
+	f.Add([]byte("name: x\ncanary:\n  model: a@1\n  share: 0.5\n"), "", "")
+	f.Add([]byte("- a\n"), "m", "")
+	f.Add([]byte("a: &x [1]\nb: *x\n"), "m", "n@3")
+	f.Fuzz(func(t *testing.T, src []byte, model, canaryModel string) {
+		if yaml.Unmarshal(src, &map[string]any{}) != nil {
+			return // the loader refuses it anyway (duplicate keys, ...)
+		}
+		out, err := SetModel(src, model, canaryModel, 0.5)
+		if err != nil {
+			return
+		}
+		var doc struct {
+			Model  string         `yaml:"model"`
+			Canary map[string]any `yaml:"canary"`
+		}
+		if err := yaml.Unmarshal(out, &doc); err != nil {
+			t.Fatalf("output does not parse: %v\n%s", err, out)
+		}
+		if doc.Model != model || (canaryModel != "") != (doc.Canary != nil) {
+			t.Fatalf("model %q canary %v, want %q and %q\n%s", doc.Model, doc.Canary, model, canaryModel, out)
+		}
+	})
 }

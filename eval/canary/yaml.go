@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -14,6 +17,11 @@ import (
 // (canaryModel "" removes the canary). The rest of the file (comments,
 // order, block scalars) is kept as yaml.v3 re-encodes it.
 func SetModel(src []byte, model, canaryModel string, share float64) ([]byte, error) {
+	for _, v := range []string{model, canaryModel} {
+		if strings.IndexFunc(v, unicode.IsControl) >= 0 || !utf8.ValidString(v) {
+			return nil, fmt.Errorf("canary: model reference %q: control characters or invalid UTF-8", v)
+		}
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(src, &doc); err != nil {
 		return nil, fmt.Errorf("canary: agent YAML: %w", err)
@@ -66,6 +74,10 @@ func SetModel(src []byte, model, canaryModel string, share float64) ([]byte, err
 	}
 	if err := enc.Close(); err != nil {
 		return nil, fmt.Errorf("canary: agent YAML: %w", err)
+	}
+	// an alias into what was removed, for one, would not read back
+	if err := yaml.Unmarshal(out.Bytes(), &map[string]any{}); err != nil {
+		return nil, fmt.Errorf("canary: agent YAML after the edit: %w", err)
 	}
 	return out.Bytes(), nil
 }
