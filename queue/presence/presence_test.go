@@ -50,7 +50,9 @@ func TestPublisherRecord(t *testing.T) {
 
 	pub, err := presence.NewPublisher(presence.Config{Conn: nc, Name: "w 1", Operations: []string{"lint"}, Slots: 4,
 		Model: "backend=scripted", Tracker: tr, Stats: func() queue.Stats { return queue.Stats{Succeeded: 5, Failed: 1} },
-		Agents: func() map[string]string { return map[string]string{"lint": "sha256:ab", "docstring": presence.AgentLocal} }})
+		Agents: func() map[string]string {
+			return map[string]string{"lint": "sha256:ab", "docstring": presence.AgentLocal}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
