@@ -104,7 +104,10 @@ func (c *cli) evalCanary(args []string) error {
 		if out != nil && out.Final.Version != 0 {
 			fmt.Fprintf(c.stdout, "canary: removed again: agent %s version %d runs %s\n", *op, out.Final.Version, baseName(out.BaseModel))
 		}
-		return err
+		if errors.Is(err, canary.ErrConfig) {
+			return &exitError{code: exitUsage, err: err}
+		}
+		return modelErr(ctx, err)
 	}
 	// the arms' reports, stored and compared as `eval compare --gate` does
 	for _, r := range []*eval.Run{out.Base, out.Candidate} {

@@ -35,6 +35,11 @@ import (
 // promotion; the error says why.
 var ErrBlocked = errors.New("promotion blocked")
 
+// ErrConfig is matched by the errors of a run that cannot start as asked:
+// no such agent, an agent that has a canary already or runs the model
+// already, a LoRA adapter for a model, no tasks.
+var ErrConfig = errors.New("canary: cannot run")
+
 // Config is what Run needs.
 type Config struct {
 	// Client publishes the batch; JS reads the workers' presence; Models
@@ -75,17 +80,17 @@ type Config struct {
 func (c *Config) validate() error {
 	switch {
 	case c.Client == nil || c.JS == nil || c.Models == nil || c.Agents == nil:
-		return errors.New("canary: Client, JS, Models and Agents are required")
+		return fmt.Errorf("%w: Client, JS, Models and Agents are required", ErrConfig)
 	case c.Suite == nil || len(c.Tasks) == 0:
-		return errors.New("canary: no tasks to run")
+		return fmt.Errorf("%w: no tasks to run", ErrConfig)
 	case c.ModelName == "" || c.ModelFile == "":
-		return errors.New("canary: the model's name and file are required")
+		return fmt.Errorf("%w: the model's name and file are required", ErrConfig)
 	case c.BaseLimit < 0:
-		return errors.New("canary: the base limit must not be negative")
+		return fmt.Errorf("%w: the base limit must not be negative", ErrConfig)
 	}
 	for _, t := range c.Tasks {
 		if t.Op != c.Op {
-			return fmt.Errorf("canary: task %s is of %s, not of the agent's operation %s", t.ID, t.Op, c.Op)
+			return fmt.Errorf("%w: task %s is of %s, not of the agent's operation %s", ErrConfig, t.ID, t.Op, c.Op)
 		}
 	}
 	if c.Timeout <= 0 {
@@ -142,9 +147,12 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 	out.Model, out.Existed = info, existed
 	if info.Kind != modelstore.KindGGUF {
-		return nil, fmt.Errorf("canary: %s is a %s adapter, not a model (stored as %s)", cfg.ModelFile, info.Kind, info.Ref())
+		return nil, fmt.Errorf("%w: %s is a %s adapter, not a model (stored as %s)", ErrConfig, cfg.ModelFile, info.Kind, info.Ref())
 	}
 	ref := info.Ref()
+	if def.Model == ref {
+		return out, fmt.Errorf("%w: agent %s in %s already runs %s: there is nothing to compare it with", ErrConfig, cfg.Op, cfg.AgentsDir, ref)
+	}
 	cfg.Step("model %s: %s %s, sha256 %s", map[bool]string{true: "already stored as " + ref, false: "pushed as " + ref}[existed],
 		info.Kind, info.Arch, info.SHA256)
 	if cfg.Pushed != nil {
@@ -245,7 +253,7 @@ func short(d string) string {
 func agentBundle(dir, op string) (*agentkv.Bundle, []byte, *agents.Definition, error) {
 	bs, err := agentkv.Collect(dir, loadOptions)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	for _, b := range bs {
 		if b.Operation != op {
@@ -256,11 +264,11 @@ func agentBundle(dir, op string) (*agentkv.Bundle, []byte, *agents.Definition, e
 			return nil, nil, nil, err
 		}
 		if d.Canary != nil {
-			return nil, nil, nil, fmt.Errorf("canary: agent %s already has a canary (%s); remove it first", op, d.Canary.Model)
+			return nil, nil, nil, fmt.Errorf("%w: agent %s already has a canary (%s); remove it first", ErrConfig, op, d.Canary.Model)
 		}
 		return b, b.Files[b.Definition], d, nil
 	}
-	return nil, nil, nil, fmt.Errorf("canary: no agent of operation %s in %s", op, dir)
+	return nil, nil, nil, fmt.Errorf("%w: no agent of operation %s in %s", ErrConfig, op, dir)
 }
 
 var loadOptions = agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile}
