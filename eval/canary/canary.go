@@ -140,15 +140,17 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 	out.BaseModel = def.Model
 
-	// 1. the model
+	// 1. the model (a model, not an adapter: checked before anything is stored)
+	if kind, err := inspect(cfg.ModelFile); err != nil {
+		return nil, fmt.Errorf("canary: %s: %w", cfg.ModelFile, err)
+	} else if kind != modelstore.KindGGUF {
+		return nil, fmt.Errorf("%w: %s is a %s adapter, not a model", ErrConfig, cfg.ModelFile, kind)
+	}
 	info, existed, err := cfg.Models.Push(ctx, cfg.ModelName, cfg.ModelFile, modelstore.PushOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("canary: push %s: %w", cfg.ModelFile, err)
 	}
 	out.Model, out.Existed = info, existed
-	if info.Kind != modelstore.KindGGUF {
-		return nil, fmt.Errorf("%w: %s is a %s adapter, not a model (stored as %s)", ErrConfig, cfg.ModelFile, info.Kind, info.Ref())
-	}
 	ref := info.Ref()
 	if def.Model == ref {
 		return out, fmt.Errorf("%w: agent %s in %s already runs %s: there is nothing to compare it with", ErrConfig, cfg.Op, cfg.AgentsDir, ref)
@@ -239,6 +241,16 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return out, fmt.Errorf("%w: an eval regression: %s", ErrBlocked, strings.Join(out.Regressions, "; "))
 	}
 	return out, nil
+}
+
+func inspect(path string) (modelstore.Kind, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	kind, _, err := modelstore.Inspect(f)
+	return kind, err
 }
 
 func short(d string) string {

@@ -163,6 +163,15 @@ func TestCanaryPromotes(t *testing.T) {
 	suite, _ := evalSuite(t)
 	w := canaryWorker(t, bin, base)
 	out := t.TempDir()
+	// bad input first: a LoRA adapter is not a model for the canary; nothing
+	// is pushed (the versions below go on from 1)
+	lora := filepath.Join(t.TempDir(), "lora.gguf")
+	if err := gguf.WriteLoRA(lora, gguf.Tiny(), 4, 1); err != nil {
+		t.Fatal(err)
+	}
+	if stdout, stderr, code := canaryRun(t, w, suite, lora, out); code != 2 || !strings.Contains(stderr, "is a lora adapter, not a model") {
+		t.Fatalf("a LoRA adapter as the canary: exit %d\n%s%s", code, stdout, stderr)
+	}
 	stdout, stderr, code := canaryRun(t, w, suite, next, out)
 	if code != 0 {
 		t.Fatalf("eval canary: exit %d\n%s\n%s\n%s", code, stdout, stderr, w.Logs())
