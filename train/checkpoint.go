@@ -1,3 +1,5 @@
+//go:build llama
+
 package train
 
 import (
