@@ -46,6 +46,11 @@ def tick():
     return len(COUNT)
 
 
+def lazy():
+    yield 1
+    raise KeyError("late")
+
+
 async def co(x):
     return [x, x]
 `,
@@ -91,6 +96,11 @@ func TestCallDescribesEachResult(t *testing.T) {
 	rep, err = b.Call(context.Background(), callFiles, CallSpec{Module: "pkg.m", Function: "tick", Calls: []string{"tick()"}})
 	if err != nil || rep.Results[0].Deterministic || string(rep.Results[0].JSON) != "1" {
 		t.Errorf("tick() counts its calls: the first is reported, not deterministic: %+v %v", rep, err)
+	}
+	// A generator that fails while it is consumed: the call returned.
+	rep, err = b.Call(context.Background(), callFiles, CallSpec{Module: "pkg.m", Function: "lazy", Calls: []string{"lazy()"}})
+	if err != nil || rep.Results[0].Outcome != "returned" || rep.Results[0].Type != "generator" || rep.Results[0].ItemsRepr != "" {
+		t.Errorf("lazy(): %+v %v", rep, err)
 	}
 	// A list made from a set of strings follows the hash seed: not a fact.
 	rep, err = b.Call(context.Background(), callFiles, CallSpec{Module: "pkg.m", Function: "tags",

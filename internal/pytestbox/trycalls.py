@@ -103,7 +103,10 @@ def _describe(v):
         d["json"] = json.loads(text)
         return d
     if hasattr(v, "__next__") and hasattr(v, "__iter__"):
-        items = list(itertools.islice(v, MAX_ITEMS + 1))
+        try:
+            items = list(itertools.islice(v, MAX_ITEMS + 1))
+        except Exception:  # the call returned; only its iteration fails: no items
+            return d
         if len(items) <= MAX_ITEMS:
             d["items_repr"] = _repr(items)
             d["items_literal"] = _literal(items, d["items_repr"])
