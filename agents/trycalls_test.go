@@ -30,6 +30,11 @@ def pairs(xs):
     return zip(xs, xs[1:])
 
 
+def head(xs):
+    it = iter(xs)
+    return next(it), it
+
+
 def counts(words):
     out = {}
     for w in words:
@@ -180,6 +185,25 @@ func TestTryCallsLiteralsAndIterators(t *testing.T) {
 	if r := env.call("run_tests", `{}`); r.Result["passed"] != 1.0 {
 		t.Errorf("run_tests: %s", r.Summary)
 	}
+
+	env = sandboxEnv(t, defs["test"], pool, agents.Node{Name: "head", Type: "function", FilePath: "shop/cart.py"}, files, true)
+	c = observed(t, env.call("try_calls", `{"calls":[{"args":{"xs":["a","b","c"]}}]}`))[0]
+	parts, _ := c["parts"].([]any)
+	if len(parts) != 2 || parts[0].(map[string]any)["value"] != "a" || parts[1].(map[string]any)["items_repr"] != "['b', 'c']" {
+		t.Fatalf("head: %v", c)
+	}
+	b, _ = json.Marshal(map[string]any{"generate": false, "cases": []map[string]any{
+		{"name": "test_head_first", "args": c["args"], "expected": "a", "index": 0},
+		{"name": "test_head_rest", "args": c["args"], "expected": parts[1].(map[string]any)["items"], "index": 1, "iterate": true}}})
+	env.call("write_test_file", string(b))
+	got := env.file("tests/test_cart.py")
+	if !strings.Contains(got, "    assert result[0] == \"a\"\n") || !strings.Contains(got, "    assert list(result[1]) == [\"b\", \"c\"]\n") {
+		t.Errorf("test file:\n%s", got)
+	}
+	if r := env.call("run_tests", `{}`); r.Result["passed"] != 2.0 {
+		t.Errorf("run_tests: %s", r.Summary)
+	}
+	wantErr(t, env.call("write_test_file", `{"cases":[{"args":{},"expected":1,"index":-1}]}`), "index must be a non-negative int")
 
 	env = sandboxEnv(t, defs["test"], pool, agents.Node{Name: "counts", Type: "function", FilePath: "shop/cart.py"}, files, true)
 	c = observed(t, env.call("try_calls", `{"calls":[{"args":{"words":["ab","cd","e"]}}, {"args":{"words":{"__py__":"(\"ab\",)","json":["ab"]}}}]}`))[0]

@@ -14,7 +14,8 @@ import (
 // module-level function of the run's workspace in the test sandbox
 // (docs/TOOLS.md §4.8): try_calls(module, function, calls) -> [{call,
 // outcome, type, repr, exact, json, literal, items, items_repr,
-// items_literal, exception, exception_module, message, deterministic}].
+// items_literal, parts, exception, exception_module, message,
+// deterministic}].
 const TryCallsExternal = "try_calls"
 
 // CallRunner calls a function of a copy of a workspace (*pytestbox.Box
@@ -69,25 +70,41 @@ func (e *Executor) tryCalls(ctx context.Context, args []any, kwargs map[string]a
 	}
 	out := make([]any, len(rep.Results))
 	for i, r := range rep.Results {
-		m := map[string]any{"call": r.Call, "outcome": r.Outcome, "type": r.Type, "repr": r.Repr, "exact": r.Exact,
-			"json": nil, "literal": r.Literal, "items": nil, "items_repr": r.ItemsRepr, "items_literal": r.ItemsLiteral,
-			"exception": r.Exception, "exception_module": r.ExceptionModule, "message": r.Message,
-			"deterministic": r.Deterministic}
-		for key, raw := range map[string]json.RawMessage{"json": r.JSON, "items": r.Items} {
-			if len(raw) == 0 {
-				continue
-			}
-			dec := json.NewDecoder(bytes.NewReader(raw))
-			dec.UseNumber() // ints beyond 53 bits stay exact
-			var v any
-			if err := dec.Decode(&v); err != nil {
+		m, err := valueMap(&r.Value)
+		if err != nil {
+			return nil, &monty.PythonError{Type: "RuntimeError", Message: "try_calls: result " + r.Call + ": " + err.Error()}
+		}
+		m["call"], m["outcome"], m["deterministic"] = r.Call, r.Outcome, r.Deterministic
+		m["exception"], m["exception_module"], m["message"] = r.Exception, r.ExceptionModule, r.Message
+		parts := make([]any, len(r.Parts))
+		for k := range r.Parts {
+			if parts[k], err = valueMap(&r.Parts[k]); err != nil {
 				return nil, &monty.PythonError{Type: "RuntimeError", Message: "try_calls: result " + r.Call + ": " + err.Error()}
 			}
-			m[key] = v
 		}
+		m["parts"] = parts
 		out[i] = m
 	}
 	return out, nil
+}
+
+// valueMap is v as the script sees it, its JSON decoded (None when unset).
+func valueMap(v *pytestbox.Value) (map[string]any, error) {
+	m := map[string]any{"type": v.Type, "repr": v.Repr, "exact": v.Exact, "json": nil, "literal": v.Literal,
+		"items": nil, "items_repr": v.ItemsRepr, "items_literal": v.ItemsLiteral}
+	for key, raw := range map[string]json.RawMessage{"json": v.JSON, "items": v.Items} {
+		if len(raw) == 0 {
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber() // ints beyond 53 bits stay exact
+		var x any
+		if err := dec.Decode(&x); err != nil {
+			return nil, err
+		}
+		m[key] = x
+	}
+	return m, nil
 }
 
 // bindArgs binds a host function's arguments the way Python does: every

@@ -50,9 +50,11 @@ func (f *fakeCalls) Call(_ context.Context, files map[string]string, spec pytest
 func TestTryCallsExternal(t *testing.T) {
 	ctx := context.Background()
 	fc := &fakeCalls{rep: &pytestbox.CallReport{Results: []pytestbox.CallResult{
-		{Call: "f(x=1)", Outcome: "returned", Type: "int", Repr: "123456789012345678901234567890", Exact: true,
-			JSON: json.RawMessage("123456789012345678901234567890"), Literal: true, Deterministic: true},
-		{Call: "f(x=2)", Outcome: "returned", Type: "zip", Repr: "<zip>", ItemsRepr: "[(1, 2)]", ItemsLiteral: true},
+		{Call: "f(x=1)", Outcome: "returned", Value: pytestbox.Value{Type: "int", Repr: "123456789012345678901234567890", Exact: true,
+			JSON: json.RawMessage("123456789012345678901234567890"), Literal: true}, Deterministic: true},
+		{Call: "f(x=2)", Outcome: "returned", Value: pytestbox.Value{Type: "tuple", Repr: "(1, <zip>)"},
+			Parts: []pytestbox.Value{{Type: "int", Repr: "1", Exact: true, JSON: json.RawMessage("1"), Literal: true},
+				{Type: "zip", Repr: "<zip>", ItemsRepr: "[(1, 2)]", ItemsLiteral: true}}},
 		{Call: "f(x=3)", Outcome: "raised", Exception: "KeyError", ExceptionModule: "builtins", Message: "'k'"},
 	}}}
 	e := &Executor{cfg: Config{Workspace: fakeWorkspace{map[string]string{"m.py": "def f(x): ...\n"}}, Calls: fc}}
@@ -68,9 +70,12 @@ func TestTryCallsExternal(t *testing.T) {
 	if n, ok := first["json"].(json.Number); !ok || n.String() != "123456789012345678901234567890" {
 		t.Errorf("a big int stays exact: %#v", first["json"])
 	}
-	second := rs[1].(map[string]any)
-	if second["items"] != nil || second["items_repr"] != "[(1, 2)]" || second["items_literal"] != true || second["json"] != nil {
-		t.Errorf("iterator: %v", second)
+	parts := rs[1].(map[string]any)["parts"].([]any)
+	if p0 := parts[0].(map[string]any); p0["json"] != json.Number("1") || p0["exact"] != true {
+		t.Errorf("part 0: %v", p0)
+	}
+	if p1 := parts[1].(map[string]any); p1["items"] != nil || p1["items_repr"] != "[(1, 2)]" || p1["items_literal"] != true || p1["json"] != nil {
+		t.Errorf("part 1 (an iterator): %v", p1)
 	}
 	if third := rs[2].(map[string]any); third["exception"] != "KeyError" || third["message"] != "'k'" {
 		t.Errorf("raised: %v", third)

@@ -92,21 +92,59 @@ type signature struct {
 	} `json:"raises"`
 }
 
+// observedValue is a returned value (or a part of one) in try_calls'
+// result.
+type observedValue struct {
+	Exact        bool            `json:"exact"`
+	Value        json.RawMessage `json:"value"`
+	Repr         string          `json:"repr"`
+	Literal      bool            `json:"literal"`
+	Items        json.RawMessage `json:"items"`
+	ItemsRepr    string          `json:"items_repr"`
+	ItemsLiteral bool            `json:"items_literal"`
+}
+
 // observedCall is one call of try_calls' result.
 type observedCall struct {
+	observedValue
 	Name            string          `json:"name"`
 	Args            json.RawMessage `json:"args"`
 	Outcome         string          `json:"outcome"`
-	Exact           bool            `json:"exact"`
-	Value           json.RawMessage `json:"value"`
-	Repr            string          `json:"repr"`
-	Literal         bool            `json:"literal"`
-	Items           json.RawMessage `json:"items"`
-	ItemsRepr       string          `json:"items_repr"`
-	ItemsLiteral    bool            `json:"items_literal"`
+	Parts           []observedValue `json:"parts"`
 	Exception       string          `json:"exception"`
 	ExceptionModule string          `json:"exception_module"`
 	Deterministic   bool            `json:"deterministic"`
+}
+
+// assertion sets what a case compares a returned value v with: expected
+// (JSON-exact, not None), expected_repr (a literal, not None) or, for an
+// iterator, its items with iterate. False when v offers none.
+func assertion(cs map[string]any, v *observedValue) bool {
+	switch {
+	case v.Exact && len(v.Value) > 0 && string(v.Value) != "null":
+		cs["expected"] = v.Value
+	case v.Literal && v.Repr != "None" && len(v.Repr) <= maxReprCase:
+		cs["expected_repr"] = v.Repr
+	case len(v.Items) > 0 && string(v.Items) != "null":
+		cs["expected"], cs["iterate"] = v.Items, true
+	case v.ItemsLiteral && len(v.ItemsRepr) <= maxReprCase:
+		cs["expected_repr"], cs["iterate"] = v.ItemsRepr, true
+	default:
+		return false
+	}
+	return true
+}
+
+// partAssertion is assertion on the first part of a returned tuple that
+// offers one, with its index.
+func partAssertion(cs map[string]any, parts []observedValue) bool {
+	for i := range parts {
+		if assertion(cs, &parts[i]) {
+			cs["index"] = i
+			return true
+		}
+	}
+	return false
 }
 
 var labelRe = regexp.MustCompile(`[^A-Za-z0-9_]+`)
@@ -121,6 +159,8 @@ const maxReprCase = 300
 //     keys) other than None: expected_repr;
 //   - an iterator whose items are JSON-exact or a literal: the same with
 //     iterate (the test compares list(result));
+//   - else, for a tuple holding an iterator, the first of its parts that
+//     is one of the above, with index (the test compares result[index]);
 //   - a built-in exception the function raises on purpose (one that
 //     analyze_signature lists): raises.
 func observedCases(sig signature, tried []toolResult) []map[string]any {
@@ -145,14 +185,8 @@ func observedCases(sig signature, tried []toolResult) []map[string]any {
 			}
 			cs := map[string]any{"args": c.Args}
 			switch {
-			case c.Outcome == "returned" && c.Exact && len(c.Value) > 0 && string(c.Value) != "null":
-				cs["expected"] = c.Value
-			case c.Outcome == "returned" && c.Literal && c.Repr != "None" && len(c.Repr) <= maxReprCase:
-				cs["expected_repr"] = c.Repr
-			case c.Outcome == "returned" && len(c.Items) > 0 && string(c.Items) != "null":
-				cs["expected"], cs["iterate"] = c.Items, true
-			case c.Outcome == "returned" && c.ItemsLiteral && len(c.ItemsRepr) <= maxReprCase:
-				cs["expected_repr"], cs["iterate"] = c.ItemsRepr, true
+			case c.Outcome == "returned" && assertion(cs, &c.observedValue):
+			case c.Outcome == "returned" && partAssertion(cs, c.Parts):
 			case c.Outcome == "raised" && c.ExceptionModule == "builtins" && declared[c.Exception]:
 				cs["raises"] = c.Exception
 			default:

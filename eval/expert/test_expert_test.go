@@ -112,11 +112,18 @@ func TestObservedCasesKeepsOnlyObservedBehaviour(t *testing.T) {
 		map[string]any{"name": "object", "args": map[string]any{"x": 6}, "outcome": "returned", "exact": false, "repr": "<obj>", "literal": false, "deterministic": true},
 		map[string]any{"name": "bad", "args": map[string]any{"x": 7}, "outcome": "raised", "exception": "ValueError", "exception_module": "builtins", "deterministic": true},
 		map[string]any{"name": "ok", "args": map[string]any{"x": 8}, "outcome": "returned", "exact": true, "value": []any{1, "a"}, "deterministic": true},
+		map[string]any{"name": "peek", "args": map[string]any{"x": 9}, "outcome": "returned", "exact": false, "literal": false, "repr": "(None, <it>)",
+			"parts": []any{map[string]any{"exact": true, "value": nil, "repr": "None", "literal": true},
+				map[string]any{"exact": false, "repr": "<it>", "items": []any{2, 3}, "items_repr": "[2, 3]", "items_literal": true}},
+			"deterministic": true},
 	}}
 	msg := toolMsg(t, "try_calls", res)
 	cases := observedCases(sig, []toolResult{decodeTool(msg)})
-	if len(cases) != 2 || cases[0]["raises"] != "ValueError" || cases[0]["name"] != "test_f_bad" || cases[1]["name"] != "test_f_ok" {
+	if len(cases) != 3 || cases[0]["raises"] != "ValueError" || cases[0]["name"] != "test_f_bad" || cases[1]["name"] != "test_f_ok" {
 		t.Fatalf("cases = %v", cases)
+	}
+	if c := cases[2]; c["index"] != 1 || c["iterate"] != true || c["name"] != "test_f_peek" {
+		t.Errorf("a tuple's part: %v", c)
 	}
 	if got, _ := json.Marshal(cases[1]["expected"]); string(got) != `[1,"a"]` {
 		t.Errorf("expected = %s", got)

@@ -98,14 +98,9 @@ type CallError struct {
 
 func (e *CallError) Error() string { return "pytestbox: try_calls: " + e.Kind + ": " + e.Message }
 
-// CallResult is what one call did.
-type CallResult struct {
-	// Call is the call expression.
-	Call string `json:"call"`
-	// Outcome is "returned", "raised" or "timeout" (the call did not end
-	// within CallSpec.PerCall).
-	Outcome string `json:"outcome"`
-	// Type is the returned value's type (builtins unqualified: "dict").
+// Value describes a returned value (or one part of a returned tuple).
+type Value struct {
+	// Type is the value's type (builtins unqualified: "dict").
 	Type string `json:"type,omitempty"`
 	// Repr is repr() of the returned value, clipped.
 	Repr string `json:"repr,omitempty"`
@@ -123,6 +118,24 @@ type CallResult struct {
 	ItemsRepr    string          `json:"items_repr,omitempty"`
 	ItemsLiteral bool            `json:"items_literal"`
 	Items        json.RawMessage `json:"items,omitempty"`
+}
+
+// MaxParts is the longest tuple whose parts a CallResult describes.
+const MaxParts = 8
+
+// CallResult is what one call did.
+type CallResult struct {
+	// Call is the call expression.
+	Call string `json:"call"`
+	// Outcome is "returned", "raised" or "timeout" (the call did not end
+	// within CallSpec.PerCall).
+	Outcome string `json:"outcome"`
+	// Value is the returned value.
+	Value
+	// Parts, for a returned tuple of at most MaxParts items that is
+	// neither Exact nor Literal (it holds an iterator, say), describe
+	// each item.
+	Parts []Value `json:"parts,omitempty"`
 	// Exception, ExceptionModule and Message describe a raised exception.
 	Exception       string `json:"exception,omitempty"`
 	ExceptionModule string `json:"exception_module,omitempty"`
@@ -187,28 +200,49 @@ func checkResult(r *CallResult, call string) error {
 	}
 	switch r.Outcome {
 	case "returned":
-		if r.Type == "" || r.Exception != "" {
-			return errors.New("a returned result needs a type and no exception")
+		if r.Exception != "" {
+			return errors.New("a returned result has no exception")
 		}
-		if r.Exact != (len(r.JSON) > 0) {
-			return errors.New("json is set exactly when exact is true")
+		if err := checkValue(&r.Value); err != nil {
+			return err
 		}
-		if r.Exact && (len(r.Items) > 0 || r.ItemsRepr != "") {
-			return errors.New("items on an exact result")
+		if len(r.Parts) > 0 && (r.Exact || r.Literal || len(r.Parts) > MaxParts) {
+			return errors.New("parts of an exact or literal value, or too many")
 		}
-		if (len(r.Items) > 0 || r.ItemsLiteral) && r.ItemsRepr == "" {
-			return errors.New("items without items_repr")
+		for i := range r.Parts {
+			if err := checkValue(&r.Parts[i]); err != nil {
+				return fmt.Errorf("part %d: %w", i, err)
+			}
 		}
 	case "raised":
-		if r.Exception == "" || r.Exact || r.Literal || len(r.JSON) > 0 || len(r.Items) > 0 || r.ItemsRepr != "" || r.Type != "" {
+		if r.Exception == "" || !emptyValue(&r.Value) || r.Parts != nil {
 			return errors.New("a raised result needs an exception and no value")
 		}
 	case "timeout":
-		if r.Exception != "" || r.Exact || r.Literal || len(r.JSON) > 0 || len(r.Items) > 0 || r.ItemsRepr != "" || r.Type != "" || r.Deterministic {
+		if r.Exception != "" || !emptyValue(&r.Value) || r.Parts != nil || r.Deterministic {
 			return errors.New("a timeout has no value, exception or determinism")
 		}
 	default:
 		return fmt.Errorf("unknown outcome %q", clip(r.Outcome))
+	}
+	return nil
+}
+
+func emptyValue(v *Value) bool {
+	return v.Type == "" && v.Repr == "" && !v.Exact && len(v.JSON) == 0 && !v.Literal && v.ItemsRepr == "" &&
+		!v.ItemsLiteral && len(v.Items) == 0
+}
+
+func checkValue(v *Value) error {
+	switch {
+	case v.Type == "":
+		return errors.New("a returned value needs a type")
+	case v.Exact != (len(v.JSON) > 0):
+		return errors.New("json is set exactly when exact is true")
+	case v.Exact && (len(v.Items) > 0 || v.ItemsRepr != ""):
+		return errors.New("items on an exact value")
+	case (len(v.Items) > 0 || v.ItemsLiteral) && v.ItemsRepr == "":
+		return errors.New("items without items_repr")
 	}
 	return nil
 }
@@ -252,10 +286,22 @@ func (b *Box) Call(ctx context.Context, files map[string]string, spec CallSpec) 
 // (JSON, or the repr of a literal: another repr may hold an address),
 // items and exception.
 func agree(a, b *CallResult) bool {
-	return a.Outcome == b.Outcome && a.Type == b.Type && a.Exact == b.Exact && bytes.Equal(a.JSON, b.JSON) &&
-		a.Literal == b.Literal && (a.Exact || !a.Literal || a.Repr == b.Repr) && bytes.Equal(a.Items, b.Items) &&
-		a.ItemsRepr == b.ItemsRepr && a.ItemsLiteral == b.ItemsLiteral && a.Exception == b.Exception &&
-		a.ExceptionModule == b.ExceptionModule && a.Message == b.Message
+	if a.Outcome != b.Outcome || !sameValue(&a.Value, &b.Value) || len(a.Parts) != len(b.Parts) ||
+		a.Exception != b.Exception || a.ExceptionModule != b.ExceptionModule || a.Message != b.Message {
+		return false
+	}
+	for i := range a.Parts {
+		if !sameValue(&a.Parts[i], &b.Parts[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameValue(a, b *Value) bool {
+	return a.Type == b.Type && a.Exact == b.Exact && bytes.Equal(a.JSON, b.JSON) && a.Literal == b.Literal &&
+		(a.Exact || !a.Literal || a.Repr == b.Repr) && bytes.Equal(a.Items, b.Items) &&
+		a.ItemsRepr == b.ItemsRepr && a.ItemsLiteral == b.ItemsLiteral
 }
 
 // callOnce runs the harness once on a fresh copy of files.

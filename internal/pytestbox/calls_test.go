@@ -46,6 +46,11 @@ def tick():
     return len(COUNT)
 
 
+def peek(seq):
+    it = iter(seq)
+    return next(it), it
+
+
 def lazy():
     yield 1
     raise KeyError("late")
@@ -96,6 +101,14 @@ func TestCallDescribesEachResult(t *testing.T) {
 	rep, err = b.Call(context.Background(), callFiles, CallSpec{Module: "pkg.m", Function: "tick", Calls: []string{"tick()"}})
 	if err != nil || rep.Results[0].Deterministic || string(rep.Results[0].JSON) != "1" {
 		t.Errorf("tick() counts its calls: the first is reported, not deterministic: %+v %v", rep, err)
+	}
+	// A tuple holding an iterator: its parts.
+	rep, err = b.Call(context.Background(), callFiles, CallSpec{Module: "pkg.m", Function: "peek", Calls: []string{"peek([1, 2, 3])"}})
+	if err != nil || len(rep.Results[0].Parts) != 2 || rep.Results[0].Literal || !rep.Results[0].Deterministic {
+		t.Fatalf("peek: %+v %v", rep, err)
+	}
+	if p := rep.Results[0].Parts; string(p[0].JSON) != "1" || string(p[1].Items) != "[2, 3]" || p[1].Type != "list_iterator" {
+		t.Errorf("peek parts: %+v", p)
 	}
 	// A generator that fails while it is consumed: the call returned.
 	rep, err = b.Call(context.Background(), callFiles, CallSpec{Module: "pkg.m", Function: "lazy", Calls: []string{"lazy()"}})
@@ -182,6 +195,8 @@ func TestParseCallReport(t *testing.T) {
 		`{"results": [{"call": "f(1)", "outcome": "returned"}, {"call": "f(2)", "outcome": "timeout"}]}`,
 		`{"results": [{"call": "f(1)", "outcome": "returned", "type": "g", "items": [1]}, {"call": "f(2)", "outcome": "timeout"}]}`,
 		`{"results": [{"call": "f(1)", "outcome": "raised", "exception": "E", "literal": true}, {"call": "f(2)", "outcome": "timeout"}]}`,
+		`{"results": [{"call": "f(1)", "outcome": "returned", "type": "t", "exact": true, "json": 1, "parts": [{"type": "int", "exact": true, "json": 1}]}, {"call": "f(2)", "outcome": "timeout"}]}`,
+		`{"results": [{"call": "f(1)", "outcome": "returned", "type": "tuple", "parts": [{"exact": true, "json": 1}]}, {"call": "f(2)", "outcome": "timeout"}]}`,
 		`{"error": {"kind": "other", "message": "m"}}`,
 		`{"error": {"kind": "import", "message": "m"}, "results": []}`,
 	} {
@@ -201,6 +216,7 @@ func FuzzParseCallReport(f *testing.F) {
 	f.Add(`{"results": [{"call": "f(1)", "outcome": "raised", "exception": "E", "message": "m"}]}`)
 	f.Add(`{"results": [{"call": "f(1)", "outcome": "returned", "type": "g", "exact": false, "items": [1, 2], "items_repr": "[1, 2]", "items_literal": true}]}`)
 	f.Add(`{"error": {"kind": "import", "message": "ModuleNotFoundError"}}`)
+	f.Add(`{"results": [{"call": "f(1)", "outcome": "returned", "type": "tuple", "parts": [{"type": "int", "exact": true, "json": 1}, {"type": "g", "items_repr": "[]", "items": []}]}]}`)
 	f.Fuzz(func(t *testing.T, data string) {
 		rep, err := ParseCallReport([]byte(data), []string{"f(1)"})
 		if err != nil {
@@ -216,8 +232,13 @@ func FuzzParseCallReport(f *testing.F) {
 		if r.Exact && !json.Valid(r.JSON) {
 			t.Fatalf("exact with invalid json %q", r.JSON)
 		}
-		if r.Outcome != "returned" && (r.Exact || len(r.JSON) > 0) {
+		if r.Outcome != "returned" && (r.Exact || len(r.JSON) > 0 || len(r.Parts) > 0) {
 			t.Fatalf("a value on %s", r.Outcome)
+		}
+		for _, p := range r.Parts {
+			if p.Type == "" || (p.Exact && !json.Valid(p.JSON)) {
+				t.Fatalf("part %+v", p)
+			}
 		}
 	})
 }

@@ -20,6 +20,7 @@ MAX_REPR = 1000
 MAX_JSON = 4000
 MAX_ITEMS = 1000
 MAX_MESSAGE = 500
+MAX_PARTS = 8
 
 
 class _Timeout(BaseException):
@@ -94,13 +95,16 @@ def _literal(v, text):
     return same is True
 
 
-def _describe(v):
-    d = {"outcome": "returned", "type": _type(v), "repr": _repr(v), "exact": False}
+def _describe(v, top=True):
+    d = {"type": _type(v), "repr": _repr(v), "exact": False}
     d["literal"] = _literal(v, d["repr"])
     text, ok = _exact(v)
     if ok:
         d["exact"] = True
         d["json"] = json.loads(text)
+        return d
+    if top and not d["literal"] and isinstance(v, tuple) and 0 < len(v) <= MAX_PARTS:
+        d["parts"] = [_describe(x, False) for x in v]
         return d
     if hasattr(v, "__next__") and hasattr(v, "__iter__"):
         try:
@@ -119,7 +123,9 @@ def _describe(v):
 def _once(code, env):
     try:
         v = eval(code, env)
-        return _describe(v)
+        d = _describe(v)
+        d["outcome"] = "returned"
+        return d
     except _Timeout:
         raise
     except BaseException as e:
