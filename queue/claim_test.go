@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -21,10 +20,10 @@ func TestFreshWorkerPicksUpImmediateJob(t *testing.T) {
 	for round := range 20 {
 		b := setup(t)
 		started := make(chan struct{}, 1)
-		w := b.worker(func(int) Processor {
-			return ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+		w := b.worker(func(int) Handler {
+			return HandlerFunc(func(ctx context.Context, job *Job) (*Outcome, error) {
 				started <- struct{}{}
-				return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
+				return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 			})
 		}, func(c *Config) {
 			c.Slots = 1

@@ -58,7 +58,7 @@ func TestDeadLettersInterleaved(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	p := &countingProcessor{runs: map[string]int{}}
-	b.worker(func(int) Processor { return p }, func(c *Config) { c.UnservedAfter = 200 * time.Millisecond })
+	b.worker(func(int) Handler { return p }, func(c *Config) { c.UnservedAfter = 200 * time.Millisecond })
 	cl, err := client.NewClient(b.nc, client.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -68,7 +68,7 @@ func TestEmbeddedTCPWithToken(t *testing.T) {
 	}
 	defer nc.Close()
 	w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, PullExpiry: 200 * time.Millisecond,
-		NewProcessor: func(int) (Processor, error) { return newLoopProcessor(t, nil, nil), nil }})
+		NewHandler: func(int) (Handler, error) { return newLoopProcessor(t, nil, nil), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 	}
 	defer nc.Close()
 	w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, PullExpiry: 200 * time.Millisecond,
-		NewProcessor: func(int) (Processor, error) { return newLoopProcessor(t, nil, nil), nil }})
+		NewHandler: func(int) (Handler, error) { return newLoopProcessor(t, nil, nil), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 func TestEventsHeader(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
+	b.worker(func(int) Handler { return newLoopProcessor(t, nil, nil) }, nil)
 	c, err := client.NewClient(b.nc, client.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 func TestEventHeadersPerJobOnOneSlot(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
+	b.worker(func(int) Handler { return newLoopProcessor(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
 	events := b.subscribe(wire.SubjectEventsPrefix + ">")
 	results := b.subscribe(wire.SubjectResultsPrefix + ">")
 	encs := []wire.Encoding{wire.JSON, wire.Msgpack, wire.JSON, wire.Msgpack}

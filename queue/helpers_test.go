@@ -63,7 +63,7 @@ func setup(t *testing.T) *testBundle {
 
 // worker starts a worker on its own connection with test-friendly timings;
 // mut adjusts the config. It is stopped at cleanup.
-func (b *testBundle) worker(proc func(slot int) Processor, mut func(*Config)) *Worker {
+func (b *testBundle) worker(proc func(slot int) Handler, mut func(*Config)) *Worker {
 	b.t.Helper()
 	nc, err := b.srv.Connect()
 	if err != nil {
@@ -71,8 +71,8 @@ func (b *testBundle) worker(proc func(slot int) Processor, mut func(*Config)) *W
 	}
 	cfg := Config{
 		Conn: nc, Operations: []string{"lint"}, Slots: 2, Name: "test-worker",
-		NewProcessor: func(i int) (Processor, error) { return proc(i), nil },
-		PullExpiry:   500 * time.Millisecond, DrainGrace: 5 * time.Second,
+		NewHandler: func(i int) (Handler, error) { return proc(i), nil },
+		PullExpiry: 500 * time.Millisecond, DrainGrace: 5 * time.Second,
 		RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond,
 		Streams: ledger.StreamsConfig{AckWait: 2 * time.Second},
 	}
@@ -277,7 +277,8 @@ func newLoopProcessor(tb testing.TB, model func() loop.Model, calls *atomic.Int6
 	return &loopProcessor{runner: r, agent: benchAgent, model: model, calls: calls}
 }
 
-func (p *loopProcessor) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error) {
+func (p *loopProcessor) Handle(ctx context.Context, job *Job) (*Outcome, error) {
+	req, events := job.Request, job.Events
 	if p.calls != nil {
 		p.calls.Add(1)
 	}
@@ -286,7 +287,9 @@ func (p *loopProcessor) Process(ctx context.Context, req *wire.RunRequest, event
 	if err != nil {
 		return nil, err
 	}
-	return &Outcome{Result: *res, Diff: "--- a/a.py\n+++ b/a.py\n"}, nil
+	out := &Outcome{Result: wire.AgentResult{Result: res.Result, Diff: "--- a/a.py\n+++ b/a.py\n"}}
+	out.Result.Timings.Model, out.Result.Timings.Tools = res.Timings.Model, res.Timings.Tools
+	return out, nil
 }
 
 // noTools is a ToolExecutor with no tools that records nothing.
@@ -311,7 +314,8 @@ func newGate(honourCtx bool) *gate {
 	return &gate{started: make(chan string, 16), release: make(chan struct{}), honourCtx: honourCtx}
 }
 
-func (g *gate) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error) {
+func (g *gate) Handle(ctx context.Context, job *Job) (*Outcome, error) {
+	req, events := job.Request, job.Events
 	n := g.calls.Add(1)
 	events.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
 	g.started <- fmt.Sprintf("%s#%d", req.JobID, n)
@@ -325,7 +329,7 @@ func (g *gate) Process(ctx context.Context, req *wire.RunRequest, events loop.Ev
 		<-g.release
 	}
 	events.Emit(fleettype.Event{Kind: fleettype.EventFinished, Seq: 2, Turn: 1, Time: time.Now(), Status: fleettype.StatusSuccess})
-	return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "released"}}}, nil
+	return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "released"}}}, nil
 }
 
 func (g *gate) waitStarted(t *testing.T) string {

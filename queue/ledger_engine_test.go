@@ -13,7 +13,6 @@ import (
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -26,7 +25,8 @@ type countingProcessor struct {
 	hold time.Duration
 }
 
-func (p *countingProcessor) Process(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+func (p *countingProcessor) Handle(ctx context.Context, job *Job) (*Outcome, error) {
+	req := job.Request
 	p.mu.Lock()
 	p.runs[req.JobID]++
 	p.mu.Unlock()
@@ -37,7 +37,7 @@ func (p *countingProcessor) Process(ctx context.Context, req *wire.RunRequest, e
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
-	return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "ran " + req.JobID}}}, nil
+	return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "ran " + req.JobID}}}, nil
 }
 
 // TestJobPublishedTwiceAtOnceRunsOnce: one job id published twice at the
@@ -50,7 +50,7 @@ func TestJobPublishedTwiceAtOnceRunsOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	p := &countingProcessor{runs: map[string]int{}, hold: 20 * time.Millisecond}
-	w := b.worker(func(int) Processor { return p }, nil)
+	w := b.worker(func(int) Handler { return p }, nil)
 	const n = 50
 	var replies sync.Map // job id -> *atomic.Int64
 	sub, err := b.nc.Subscribe("clients.twice.>", func(m *nats.Msg) {
@@ -135,16 +135,16 @@ func TestTakenOverAttemptWritesNothing(t *testing.T) {
 	first := make(chan struct{})
 	release := make(chan struct{})
 	var runs atomic.Int64
-	proc := ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+	proc := HandlerFunc(func(ctx context.Context, job *Job) (*Outcome, error) {
 		if runs.Add(1) == 1 {
 			close(first)
 			<-release // attempt 1 ignores its context: it is "frozen"
 		}
 		run := fmt.Sprint("run ", runs.Load())
-		return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: run}},
+		return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: run}},
 			Transcript: &wire.Transcript{Messages: []fleettype.Message{{Role: "assistant", Content: run}}}}, nil
 	})
-	w := b.worker(func(int) Processor { return proc }, func(c *Config) {
+	w := b.worker(func(int) Handler { return proc }, func(c *Config) {
 		c.Heartbeat = -1 // attempt 1 never renews its lease
 		c.Streams.AckWait = 300 * time.Millisecond
 	})
@@ -199,7 +199,7 @@ func TestUnservedOperationIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	p := &countingProcessor{runs: map[string]int{}}
-	w := b.worker(func(int) Processor { return p }, func(c *Config) { c.UnservedAfter = 300 * time.Millisecond })
+	w := b.worker(func(int) Handler { return p }, func(c *Config) { c.UnservedAfter = 300 * time.Millisecond })
 	swept := w.signals.swept
 	sub := b.subscribe(wire.ResultSubject("nosuch-1"))
 	req := newReq("nosuch-1")

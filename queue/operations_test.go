@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -24,12 +23,13 @@ func TestSetOperationsWhileRunning(t *testing.T) {
 	b := setup(t)
 	var mu sync.Mutex
 	var ran []string
-	w := b.worker(func(int) Processor {
-		return ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+	w := b.worker(func(int) Handler {
+		return HandlerFunc(func(ctx context.Context, job *Job) (*Outcome, error) {
+			req := job.Request
 			mu.Lock()
 			ran = append(ran, req.JobID)
 			mu.Unlock()
-			return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
+			return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 		})
 	}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -37,11 +36,12 @@ type recorder struct {
 	order []string
 }
 
-func (r *recorder) Process(_ context.Context, req *wire.RunRequest, _ loop.EventSink) (*Outcome, error) {
+func (r *recorder) Handle(_ context.Context, job *Job) (*Outcome, error) {
+	req := job.Request
 	r.mu.Lock()
 	r.order = append(r.order, req.JobID)
 	r.mu.Unlock()
-	return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
+	return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 }
 
 // TestPriorityHighPassesBacklog: with a backlog of low jobs waiting and a
@@ -62,7 +62,7 @@ func TestPriorityHighPassesBacklog(t *testing.T) {
 		b.publishMsg(prioMsg(t, fmt.Sprintf("low-%d", i), wire.PriorityLow))
 	}
 	g := newGate(false)
-	b.worker(func(int) Processor { return g }, func(c *Config) { c.Slots = 1 })
+	b.worker(func(int) Handler { return g }, func(c *Config) { c.Slots = 1 })
 	if got := g.waitStarted(t); got != "low-0#1" {
 		t.Fatalf("first job %s, want low-0", got)
 	}
@@ -112,7 +112,7 @@ func TestPriorityStarvationBound(t *testing.T) {
 		b.publishMsg(prioMsg(t, fmt.Sprintf("high-%02d", i), wire.PriorityHigh))
 	}
 	r := &recorder{}
-	b.worker(func(int) Processor { return r }, func(c *Config) { c.Slots = 1; c.PriorityStreak = 3 })
+	b.worker(func(int) Handler { return r }, func(c *Config) { c.Slots = 1; c.PriorityStreak = 3 })
 	for range 16 {
 		b.result(results)
 	}
@@ -140,8 +140,8 @@ func TestPriorityStarvationBound(t *testing.T) {
 func TestPriorityBadInput(t *testing.T) {
 	b := setup(t)
 	r := &recorder{}
-	b.worker(func(int) Processor { return r }, func(c *Config) { c.Slots = 1; c.UnservedAfter = time.Hour })
-	b.worker(func(int) Processor { return r }, func(c *Config) {
+	b.worker(func(int) Handler { return r }, func(c *Config) { c.Slots = 1; c.UnservedAfter = time.Hour })
+	b.worker(func(int) Handler { return r }, func(c *Config) {
 		c.Slots = 1
 		c.Name = "sweeper"
 		c.UnservedAfter = 200 * time.Millisecond // sweeps every 50ms; a bad priority needs no wait
@@ -201,7 +201,7 @@ func TestPriorityBadInput(t *testing.T) {
 
 // TestPriorityConfig: PriorityStreak is validated and defaulted.
 func TestPriorityConfig(t *testing.T) {
-	cfg := Config{Conn: &nats.Conn{}, Operations: []string{"lint"}, NewProcessor: func(int) (Processor, error) { return nil, nil }}
+	cfg := Config{Conn: &nats.Conn{}, Operations: []string{"lint"}, NewHandler: func(int) (Handler, error) { return nil, nil }}
 	c := cfg
 	if err := c.validate(); err != nil || c.PriorityStreak != DefaultPriorityStreak {
 		t.Fatalf("default: %v, streak %d", err, c.PriorityStreak)
@@ -223,7 +223,7 @@ func TestPriorityBusySlotsNoBounceToDeath(t *testing.T) {
 	b := setup(t)
 	const slots = 6
 	g := newGate(false)
-	w := b.worker(func(int) Processor { return g }, func(c *Config) {
+	w := b.worker(func(int) Handler { return g }, func(c *Config) {
 		c.Slots = slots
 		c.PullExpiry = 2 * time.Second
 	})

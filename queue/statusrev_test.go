@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -15,8 +14,9 @@ import (
 
 // statusWhileRunning is a processor that reports the job's status record
 // as it reads it from inside the run.
-func statusWhileRunning(b *testBundle, seen chan<- wire.StatusRecord, calls *atomic.Int64) Processor {
-	return ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+func statusWhileRunning(b *testBundle, seen chan<- wire.StatusRecord, calls *atomic.Int64) Handler {
+	return HandlerFunc(func(ctx context.Context, job *Job) (*Outcome, error) {
+		req := job.Request
 		calls.Add(1)
 		kv, err := b.js.KeyValue(ctx, wire.BucketJobs)
 		if err != nil {
@@ -31,7 +31,7 @@ func statusWhileRunning(b *testBundle, seen chan<- wire.StatusRecord, calls *ato
 			return nil, err
 		}
 		seen <- rec
-		return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
+		return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 	})
 }
 
@@ -60,7 +60,7 @@ func TestCanceledQueuedJobWithStatusRev(t *testing.T) {
 	sub := b.subscribe(wire.ResultSubject("revcancel-1"))
 	var calls atomic.Int64
 	seen := make(chan wire.StatusRecord, 1)
-	b.worker(func(int) Processor { return statusWhileRunning(b, seen, &calls) }, nil)
+	b.worker(func(int) Handler { return statusWhileRunning(b, seen, &calls) }, nil)
 	if r := b.result(sub); r.State != wire.StateCanceled || r.ErrorCode != wire.CodeCanceled {
 		t.Fatalf("result %+v", r)
 	}

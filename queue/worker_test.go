@@ -16,7 +16,6 @@ import (
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -26,7 +25,7 @@ func TestRequestResultBothEncodings(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int64
-	w := b.worker(func(int) Processor { return newLoopProcessor(t, nil, &calls) }, nil)
+	w := b.worker(func(int) Handler { return newLoopProcessor(t, nil, &calls) }, nil)
 	for _, enc := range []wire.Encoding{wire.JSON, wire.Msgpack} {
 		id := "job-" + strings.TrimPrefix(enc.ContentType(), "application/")
 		sub := b.subscribe(wire.ResultSubject(id))
@@ -85,7 +84,7 @@ func TestRequestResultBothEncodings(t *testing.T) {
 func TestReplyToGetsLiveCopies(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
+	b.worker(func(int) Handler { return newLoopProcessor(t, nil, nil) }, nil)
 	sub := b.subscribe("coord.replies.>")
 	b.publish(newReq("reply-1"), wire.JSON, "coord.replies.r1")
 	var kinds []fleettype.EventKind
@@ -123,13 +122,13 @@ func TestUnackedJobIsRedeliveredAndCompletesOnce(t *testing.T) {
 	// The first attempt hangs without heartbeats; the redelivery (to the
 	// other slot) completes at once.
 	var first atomic.Bool
-	proc := ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+	proc := HandlerFunc(func(ctx context.Context, job *Job) (*Outcome, error) {
 		if first.CompareAndSwap(false, true) {
-			return g.Process(ctx, req, ev)
+			return g.Handle(ctx, job)
 		}
-		return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "second"}}}, nil
+		return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "second"}}}, nil
 	})
-	w := b.worker(func(int) Processor { return proc }, func(c *Config) {
+	w := b.worker(func(int) Handler { return proc }, func(c *Config) {
 		c.Heartbeat = -1
 		c.Streams.AckWait = 300 * time.Millisecond
 	})
@@ -159,7 +158,7 @@ func TestDuplicateJobRunsOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int64
-	w := b.worker(func(int) Processor { return newLoopProcessor(t, nil, &calls) }, nil)
+	w := b.worker(func(int) Handler { return newLoopProcessor(t, nil, &calls) }, nil)
 	sub := b.subscribe(wire.ResultSubject("dup-1"))
 	a1 := b.publish(newReq("dup-1"), wire.JSON, "")
 	a2 := b.publish(newReq("dup-1"), wire.Msgpack, "")
@@ -204,7 +203,7 @@ func TestPoisonIsDeadLetteredAndWorkerGoesOn(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int64
-	w := b.worker(func(int) Processor { return newLoopProcessor(t, nil, &calls) }, func(c *Config) { c.Slots = 1 })
+	w := b.worker(func(int) Handler { return newLoopProcessor(t, nil, &calls) }, func(c *Config) { c.Slots = 1 })
 
 	cases := []struct {
 		id   string
@@ -297,7 +296,7 @@ func TestDrainFinishesRunningAndLeavesUnstarted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	g := newGate(true)
-	w := b.worker(func(int) Processor { return g }, func(c *Config) { c.Slots = 1 })
+	w := b.worker(func(int) Handler { return g }, func(c *Config) { c.Slots = 1 })
 	sub := b.subscribe(wire.ResultSubject("drain-1"))
 	for _, id := range []string{"drain-1", "drain-2", "drain-3"} {
 		b.publish(newReq(id), wire.JSON, "")
@@ -324,7 +323,7 @@ func TestDrainFinishesRunningAndLeavesUnstarted(t *testing.T) {
 	}
 	// A new worker takes the rest.
 	sub3 := b.subscribe(wire.ResultSubject("drain-3"))
-	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
+	b.worker(func(int) Handler { return newLoopProcessor(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
 	if r := b.result(sub3); r.State != wire.StateSucceeded || r.Attempts != 1 {
 		t.Fatalf("drain-3: %+v", r)
 	}
@@ -334,7 +333,7 @@ func TestDrainGraceOverRequeuesRunningJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	g := newGate(true)
-	w := b.worker(func(int) Processor { return g }, func(c *Config) { c.Slots = 1; c.DrainGrace = -1 })
+	w := b.worker(func(int) Handler { return g }, func(c *Config) { c.Slots = 1; c.DrainGrace = -1 })
 	b.publish(newReq("grace-1"), wire.JSON, "")
 	g.waitStarted(t)
 	if err := w.Stop(); err != nil {
@@ -347,7 +346,7 @@ func TestDrainGraceOverRequeuesRunningJob(t *testing.T) {
 		t.Fatalf("a requeued job published %d results", n)
 	}
 	sub := b.subscribe(wire.ResultSubject("grace-1"))
-	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
+	b.worker(func(int) Handler { return newLoopProcessor(t, nil, nil) }, nil)
 	if r := b.result(sub); r.State != wire.StateSucceeded || r.Attempts != 2 {
 		t.Fatalf("requeued job: %+v", r)
 	}
@@ -360,7 +359,7 @@ func TestLongJobIsNotRedeliveredWhileHeartbeating(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int64
-	proc := ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+	proc := HandlerFunc(func(ctx context.Context, job *Job) (*Outcome, error) {
 		calls.Add(1)
 		// The job's own work: three ack waits long.
 		select {
@@ -368,9 +367,9 @@ func TestLongJobIsNotRedeliveredWhileHeartbeating(t *testing.T) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
+		return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 	})
-	b.worker(func(int) Processor { return proc }, func(c *Config) { c.Streams.AckWait = 600 * time.Millisecond })
+	b.worker(func(int) Handler { return proc }, func(c *Config) { c.Streams.AckWait = 600 * time.Millisecond })
 	sub := b.subscribe(wire.ResultSubject("long-1"))
 	b.publish(newReq("long-1"), wire.JSON, "")
 	r := b.result(sub)
@@ -386,7 +385,7 @@ func TestCancelRunningAndQueuedJobs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	g := newGate(true)
-	w := b.worker(func(int) Processor { return g }, nil)
+	w := b.worker(func(int) Handler { return g }, nil)
 	sub := b.subscribe(wire.ResultSubject("cancel-1"))
 	b.publish(newReq("cancel-1"), wire.JSON, "")
 	g.waitStarted(t)
@@ -429,11 +428,11 @@ func TestTransientFailuresExhaustToDLQ(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int64
-	proc := ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+	proc := HandlerFunc(func(ctx context.Context, job *Job) (*Outcome, error) {
 		calls.Add(1)
 		return nil, errTransient
 	})
-	w := b.worker(func(int) Processor { return proc }, func(c *Config) { c.Streams.MaxDeliver = 3 })
+	w := b.worker(func(int) Handler { return proc }, func(c *Config) { c.Streams.MaxDeliver = 3 })
 	sub := b.subscribe(wire.ResultSubject("flaky-1"))
 	b.publish(newReq("flaky-1"), wire.JSON, "")
 	r := b.result(sub)
@@ -455,7 +454,7 @@ func TestMaxDeliveriesWithoutAckGoToDLQ(t *testing.T) {
 	// Three slots: two hang on the two deliveries; the idle third keeps a
 	// pull request waiting, which is when the server notices the exhausted
 	// job and sends the advisory.
-	w := b.worker(func(int) Processor { return g }, func(c *Config) {
+	w := b.worker(func(int) Handler { return g }, func(c *Config) {
 		c.Slots = 3
 		c.Heartbeat = -1
 		c.DrainGrace = -1
@@ -491,7 +490,7 @@ func TestMaxDeliveriesWithoutAckGoToDLQ(t *testing.T) {
 func TestWorkerServesSeveralOperations(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, func(c *Config) {
+	b.worker(func(int) Handler { return newLoopProcessor(t, nil, nil) }, func(c *Config) {
 		c.Slots = 1
 		c.Operations = []string{"lint", "docstring", "test"}
 	})
@@ -519,7 +518,7 @@ func TestStopIsIdempotentAndSafeBeforeStart(t *testing.T) {
 	}
 	defer nc.Close()
 	w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: 1,
-		NewProcessor: func(int) (Processor, error) { return newLoopProcessor(t, nil, nil), nil }})
+		NewHandler: func(int) (Handler, error) { return newLoopProcessor(t, nil, nil), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,7 +528,7 @@ func TestStopIsIdempotentAndSafeBeforeStart(t *testing.T) {
 	if err := w.Start(context.Background()); err == nil {
 		t.Fatal("Start after Stop succeeded")
 	}
-	w2 := b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
+	w2 := b.worker(func(int) Handler { return newLoopProcessor(t, nil, nil) }, nil)
 	if err := w2.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -544,23 +543,23 @@ func TestStopIsIdempotentAndSafeBeforeStart(t *testing.T) {
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	nc := &nats.Conn{}
-	np := func(int) (Processor, error) { return nil, nil }
+	np := func(int) (Handler, error) { return nil, nil }
 	cases := []struct {
 		name string
 		cfg  Config
 		want string
 	}{
-		{"no conn", Config{Operations: []string{"lint"}, NewProcessor: np}, "Conn"},
-		{"no ops", Config{Conn: nc, NewProcessor: np}, "Operations"},
-		{"no processor", Config{Conn: nc, Operations: []string{"lint"}}, "NewProcessor"},
-		{"bad op", Config{Conn: nc, Operations: []string{"Lint.x"}, NewProcessor: np}, "operation"},
-		{"dup op", Config{Conn: nc, Operations: []string{"a", "a"}, NewProcessor: np}, "twice"},
-		{"heartbeat too slow", Config{Conn: nc, Operations: []string{"a"}, NewProcessor: np, Heartbeat: time.Minute,
+		{"no conn", Config{Operations: []string{"lint"}, NewHandler: np}, "Conn"},
+		{"no ops", Config{Conn: nc, NewHandler: np}, "Operations"},
+		{"no handler", Config{Conn: nc, Operations: []string{"lint"}}, "NewHandler"},
+		{"bad op", Config{Conn: nc, Operations: []string{"Lint.x"}, NewHandler: np}, "operation"},
+		{"dup op", Config{Conn: nc, Operations: []string{"a", "a"}, NewHandler: np}, "twice"},
+		{"heartbeat too slow", Config{Conn: nc, Operations: []string{"a"}, NewHandler: np, Heartbeat: time.Minute,
 			Streams: ledger.StreamsConfig{AckWait: time.Second}}, "Heartbeat"},
-		{"backoff too long", Config{Conn: nc, Operations: []string{"a"}, NewProcessor: np,
+		{"backoff too long", Config{Conn: nc, Operations: []string{"a"}, NewHandler: np,
 			Streams: ledger.StreamsConfig{MaxDeliver: 1, BackOff: []time.Duration{time.Second, time.Second}}}, "BackOff"},
-		{"negative slots", Config{Conn: nc, Operations: []string{"a"}, NewProcessor: np, Slots: -1}, "Slots"},
-		{"unserved stream op", Config{Conn: nc, Operations: []string{"a"}, NewProcessor: np,
+		{"negative slots", Config{Conn: nc, Operations: []string{"a"}, NewHandler: np, Slots: -1}, "Slots"},
+		{"unserved stream op", Config{Conn: nc, Operations: []string{"a"}, NewHandler: np,
 			Streams: ledger.StreamsConfig{Operations: []string{"b"}}}, "not in Streams.Operations"},
 	}
 	for _, c := range cases {
@@ -574,7 +573,7 @@ func TestConfigValidation(t *testing.T) {
 func TestClientQueuedStatusIsTakenOver(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
+	b.worker(func(int) Handler { return newLoopProcessor(t, nil, nil) }, nil)
 	kv, err := b.js.KeyValue(context.Background(), wire.BucketJobs)
 	if err != nil {
 		t.Fatal(err)
@@ -595,7 +594,7 @@ func TestClientQueuedStatusIsTakenOver(t *testing.T) {
 func TestPoisonDoesNotTouchAFinishedJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w := b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
+	w := b.worker(func(int) Handler { return newLoopProcessor(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
 	sub := b.subscribe(wire.ResultSubject("fin-1"))
 	b.publish(newReq("fin-1"), wire.JSON, "")
 	if r := b.result(sub); r.State != wire.StateSucceeded {
@@ -639,7 +638,7 @@ func TestRedeliveryWithStoredResultIsNotRunAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	g := newGate(false)
-	w := b.worker(func(int) Processor { return g }, func(c *Config) {
+	w := b.worker(func(int) Handler { return g }, func(c *Config) {
 		c.Heartbeat = -1
 		c.Streams.AckWait = 300 * time.Millisecond
 	})
@@ -697,7 +696,7 @@ func TestStopAbandonsProcessorsThatIgnoreCancellation(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	g := newGate(false) // ignores its context
-	w := b.worker(func(int) Processor { return g }, func(c *Config) {
+	w := b.worker(func(int) Handler { return g }, func(c *Config) {
 		c.Slots = 1
 		c.DrainGrace = -1
 		c.StopTimeout = 100 * time.Millisecond
@@ -715,7 +714,8 @@ func TestEventDropPolicyAndKinds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const emitted = 200
-	proc := ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+	proc := HandlerFunc(func(ctx context.Context, job *Job) (*Outcome, error) {
+		ev := job.Events
 		// The slot's publish lock is held while the events are emitted, as
 		// a publish under way would hold it: no event goes out inline, so
 		// all go through the slot's 4-event buffer, which the loop
@@ -734,9 +734,9 @@ func TestEventDropPolicyAndKinds(t *testing.T) {
 			ev.Emit(fleettype.Event{Kind: k, Seq: i, Turn: 1})
 		}
 		sink.s.pubMu.Unlock()
-		return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
+		return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 	})
-	b.worker(func(int) Processor { return proc }, func(c *Config) { c.Slots = 1; c.EventBuffer = 4 })
+	b.worker(func(int) Handler { return proc }, func(c *Config) { c.Slots = 1; c.EventBuffer = 4 })
 	sub := b.subscribe(wire.ResultSubject("flood-1"))
 	b.publish(newReq("flood-1"), wire.JSON, "")
 	r := b.result(sub)
@@ -752,7 +752,7 @@ func TestEventDropPolicyAndKinds(t *testing.T) {
 	}
 
 	b2 := setup(t)
-	b2.worker(func(int) Processor { return proc }, func(c *Config) { c.EventKinds = []fleettype.EventKind{fleettype.EventFinished} })
+	b2.worker(func(int) Handler { return proc }, func(c *Config) { c.EventKinds = []fleettype.EventKind{fleettype.EventFinished} })
 	sub2 := b2.subscribe(wire.ResultSubject("kinds-1"))
 	b2.publish(newReq("kinds-1"), wire.JSON, "")
 	if r := b2.result(sub2); r.EventsDropped != 0 {
@@ -772,10 +772,10 @@ func TestIdleSlotPicksUpAnyOperationAtOnce(t *testing.T) {
 	ops := []string{"op0", "op1", "op2", "op3"}
 	const expiry = 20 * time.Second
 	started := make(chan time.Time, 4)
-	b.worker(func(int) Processor {
-		return ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+	b.worker(func(int) Handler {
+		return HandlerFunc(func(ctx context.Context, job *Job) (*Outcome, error) {
 			started <- time.Now()
-			return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
+			return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 		})
 	}, func(c *Config) {
 		c.Slots = 1
@@ -847,9 +847,9 @@ func TestRequeueSurvivesServerRestart(t *testing.T) {
 		}
 		return srv, nc
 	}
-	worker := func(nc *nats.Conn, p Processor) *Worker {
+	worker := func(nc *nats.Conn, p Handler) *Worker {
 		w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, Name: "restart",
-			NewProcessor: func(int) (Processor, error) { return p, nil }, DrainGrace: -1,
+			NewHandler: func(int) (Handler, error) { return p, nil }, DrainGrace: -1,
 			Streams: ledger.StreamsConfig{AckWait: time.Minute}})
 		if err != nil {
 			t.Fatal(err)
@@ -917,12 +917,13 @@ func TestBurstOnSeveralOperationsRunsEachJobOnce(t *testing.T) {
 	ops := []string{"op0", "op1", "op2", "op3"}
 	var mu sync.Mutex
 	runs := map[string]int{}
-	w := b.worker(func(int) Processor {
-		return ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+	w := b.worker(func(int) Handler {
+		return HandlerFunc(func(ctx context.Context, job *Job) (*Outcome, error) {
+			req := job.Request
 			mu.Lock()
 			runs[req.JobID]++
 			mu.Unlock()
-			return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
+			return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 		})
 	}, func(c *Config) {
 		c.Slots = 2

@@ -24,7 +24,6 @@ import (
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/embedded"
@@ -242,8 +241,8 @@ func childMain() int {
 	defer nc.Close()
 	w, err := queue.NewWorker(queue.Config{
 		Conn: nc, Operations: []string{"lint"}, Slots: cfg.Slots, Name: cfg.Name,
-		NewProcessor: func(int) (queue.Processor, error) { return holdProcessor(cfg.Job), nil },
-		PullExpiry:   time.Second, DrainGrace: 5 * time.Second,
+		NewHandler: func(int) (queue.Handler, error) { return holdProcessor(cfg.Job), nil },
+		PullExpiry: time.Second, DrainGrace: 5 * time.Second,
 		RetryBackoff: 50 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond,
 		Streams: cfg.Streams.config(), Logger: log,
 	})
@@ -284,8 +283,9 @@ func startRetrying(ctx context.Context, w *queue.Worker) error {
 // holdProcessor holds each job for d (honouring cancellation), emitting one
 // event, and succeeds: a scripted stand-in for the model and tools whose
 // only job is to be mid-run when a fault strikes.
-func holdProcessor(d time.Duration) queue.Processor {
-	return queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
+func holdProcessor(d time.Duration) queue.Handler {
+	return queue.HandlerFunc(func(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+		req, events := job.Request, job.Events
 		events.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -294,7 +294,7 @@ func holdProcessor(d time.Duration) queue.Processor {
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
-		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+		return &queue.Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess,
 			Summary: "held " + req.JobID, Turns: 1}}}, nil
 	})
 }

@@ -6,8 +6,8 @@
 // do not collide.
 //
 // What is measured:
-//   - jobs, by operation and outcome, and their latency (Processor wraps a
-//     queue.Processor and calls JobStarted/JobFinished);
+//   - jobs, by operation and outcome, and their latency (Handler wraps a
+//     queue.Handler and calls JobStarted/JobFinished);
 //   - per-turn, per-model-call and per-tool-call latency, token counts and
 //     tokens per second, derived from the loop's events (EventSink);
 //   - slots busy (and configured), queue depth per operation and the worker's
@@ -23,10 +23,10 @@
 //	met, err := metrics.New(reg)
 //	if err != nil { ... }
 //	met.AddOperations(ops...)              // series at 0 before the first job
-//	qcfg.NewProcessor = func(i int) (queue.Processor, error) {
-//		p, err := newProcessor(i)          // the real processor
+//	qcfg.NewHandler = func(i int) (queue.Handler, error) {
+//		h, err := newHandler(i)            // the real handler
 //		if err != nil { return nil, err }
-//		return met.Processor(p), nil        // job + loop-event metrics
+//		return met.Handler(h), nil          // job + loop-event metrics
 //	}
 //	w, err := queue.NewWorker(qcfg)
 //	met.SetSlots(w.Config().Slots)
@@ -60,7 +60,7 @@ import (
 )
 
 // Job outcomes, the outcome label of fleet_jobs_total and
-// fleet_job_duration_seconds as Processor reports them.
+// fleet_job_duration_seconds as Handler reports them.
 const (
 	// OutcomeSucceeded: the agent finished with status success or skipped.
 	OutcomeSucceeded = "succeeded"

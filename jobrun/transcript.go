@@ -10,8 +10,22 @@ import (
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/filedigest"
 	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/wire"
 )
+
+// outcome is the job's outcome of a run that ended with res: the loop's
+// result, with the model, agent version and teacher the transcript t
+// names (the engine fills in the job's identity, state and timings).
+func outcome(res *loop.Result, t *wire.Transcript) *queue.Outcome {
+	out := &queue.Outcome{Result: wire.AgentResult{Result: res.Result, Model: &t.Model,
+		AgentVersion: t.AgentVersion, AgentDigest: t.AgentDigest, ModelRef: t.ModelRef, Canary: t.Canary}, Transcript: t}
+	if t.Teacher {
+		out.Result.Teacher = t.Model.Name
+	}
+	out.Result.Timings.Model, out.Result.Timings.Tools = res.Timings.Model, res.Timings.Tools
+	return out
+}
 
 // transcript is the run's conversation for the queue to store
 // (queue.Outcome.Transcript): the loop's final messages and tool catalog,
@@ -19,7 +33,7 @@ import (
 // and the model (the reference the agent or its canary named and what the
 // backend ran, or the teacher's on a teacher run). The queue fills in the
 // job and its outcome.
-func (p *Processor) transcript(agent Agent, def *agents.Definition, canary bool, model loop.Model, teacher bool, res *loop.Result) *wire.Transcript {
+func (p *Handler) transcript(agent Agent, def *agents.Definition, canary bool, model loop.Model, teacher bool, res *loop.Result) *wire.Transcript {
 	mi, ref := p.modelInfo(def, model), def.Model
 	if teacher {
 		mi, ref = p.cfg.TeacherInfo, ""
@@ -39,7 +53,7 @@ func (p *Processor) transcript(agent Agent, def *agents.Definition, canary bool,
 
 // modelInfo describes the model a job of def ran on: Config.ModelInfo's
 // answer, else the model's Go type.
-func (p *Processor) modelInfo(def *agents.Definition, model loop.Model) wire.ModelInfo {
+func (p *Handler) modelInfo(def *agents.Definition, model loop.Model) wire.ModelInfo {
 	if p.cfg.ModelInfo != nil {
 		return p.cfg.ModelInfo(def)
 	}
@@ -51,7 +65,7 @@ func (p *Processor) modelInfo(def *agents.Definition, model loop.Model) wire.Mod
 // descriptions and schemas, turn limit, model) and the content of its
 // .pym files (a file that cannot be read counts by its path). It is
 // computed once per definition.
-func (p *Processor) agentDigest(def *agents.Definition) string {
+func (p *Handler) agentDigest(def *agents.Definition) string {
 	if d, ok := p.digests[def]; ok {
 		return d
 	}

@@ -1,8 +1,12 @@
-// Package jobrun is the job lifecycle of one worker slot: it implements
-// queue.Processor by turning a RunRequest into a Cairn workspace, a tool
+// Package jobrun is the agent job handler: the queue.Handler each worker
+// slot runs. The engine (package queue) owns a job's delivery, lease,
+// heartbeats and storage and calls the handler with the job (its request,
+// attempt and, for a parked job, the answer and state); the handler owns
+// the agent's side: it turns the request into a Cairn workspace, a tool
 // executor over the shared Monty pool and one loop.Runner run, and returns
-// the loop's result with the workspace's actual changed files and unified
-// diff.
+// the loop's result with the workspace's actual changed files, unified
+// diff, model and transcript, or the state of a run parked on a question
+// (park.go).
 //
 // # Workspaces
 //
@@ -16,7 +20,7 @@
 // While the job runs, both are held in memory (cairn.NewMemoryStable,
 // cairn.InMemory): a run that does not finish is run again from a fresh
 // workspace, so nothing it writes needs to reach disk before it ends. When
-// the run has ended, before Process returns (that is before the queue
+// the run has ended, before Handle returns (that is before the queue
 // stores the result), the job is stored as one row of the job store
 // <root>/jobs/store.db (store.go): its Manifest and the images of its
 // stable and overlay. A new attempt of the job replaces the row. The row
@@ -69,7 +73,7 @@ var ErrInvalidConfig = errors.New("jobrun: invalid config")
 // wire.CodeModelUnavailable instead of being retried.
 var ErrModelUnavailable = errors.New("model unavailable")
 
-// Config is what one slot's Processor needs.
+// Config is what one slot's Handler needs.
 type Config struct {
 	// Agents are the agent definitions by operation (agents.LoadDir).
 	// Required unless Source is set.
@@ -111,7 +115,7 @@ type Config struct {
 	// discard.
 	Logger *slog.Logger
 	// SyncWorkspace fsyncs the job store's log at every stored job, before
-	// Process returns, so that the workspace of a stored result survives a
+	// Handle returns, so that the workspace of a stored result survives a
 	// power loss or kernel crash too (set it with the queue's
 	// sync_always). Off, it survives a killed worker; a power loss can
 	// lose the jobs stored since the log's last checkpoint.
@@ -151,10 +155,10 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Processor runs the jobs of one worker slot. It implements queue.Processor.
+// Handler runs the jobs of one worker slot. It implements queue.Handler.
 // It is not safe for concurrent use by several jobs at once (a slot runs one
 // job at a time), except that its Model may be shared when it is itself safe.
-type Processor struct {
+type Handler struct {
 	cfg    Config
 	runner *loop.Runner // for requests without options
 
@@ -163,10 +167,10 @@ type Processor struct {
 	digests map[*agents.Definition]string // agentDigest's cache
 }
 
-var _ queue.Processor = (*Processor)(nil)
+var _ queue.Handler = (*Handler)(nil)
 
-// New validates cfg and returns a Processor.
-func New(cfg Config) (*Processor, error) {
+// New validates cfg and returns a Handler.
+func New(cfg Config) (*Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -178,7 +182,7 @@ func New(cfg Config) (*Processor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: WorkspaceDir: %v", ErrInvalidConfig, err)
 	}
-	return &Processor{cfg: cfg, runner: r, storePath: sp}, nil
+	return &Handler{cfg: cfg, runner: r, storePath: sp}, nil
 }
 
 // OverlayOperation maps a queue operation to a Cairn overlay operation
@@ -207,9 +211,10 @@ type requestError struct{ err error }
 func (e *requestError) Error() string { return e.err.Error() }
 func (e *requestError) Unwrap() error { return e.err }
 
-// Process runs one job: it builds the job's workspace, runs the agent's loop,
+// Handle runs one job: it builds the job's workspace, runs the agent's loop,
 // stores the workspace (see the package comment) and returns its result
-// with the actual changed files and the diff.
+// with the actual changed files and the diff. A job with Resume set
+// continues its parked run with the answer (park.go).
 //
 // A request whose workspace cannot be built (files that clash, an unknown
 // operation) is a failed Outcome with QUEUE_003 or QUEUE_002, never
@@ -217,9 +222,10 @@ func (e *requestError) Unwrap() error { return e.err }
 // error, which the queue retries. A run stopped by a worker shutdown
 // returns the shutdown cause as its error and stores nothing: the queue
 // hands the job back, it is not failed.
-func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
-	if rs := queue.ResumeOf(ctx); rs != nil {
-		return p.resume(ctx, req, rs, events)
+func (p *Handler) Handle(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+	req, events := job.Request, job.Events
+	if job.Resume != nil {
+		return p.resume(ctx, job)
 	}
 	log := p.cfg.Logger.With("job", req.JobID, "operation", req.Operation)
 	ja, out, err := p.setup(req)
@@ -239,7 +245,7 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 	defer ws.close()
 
 	mem := p.memoryRun(req, ja.def, log)
-	in, err := p.input(req, ja, ws, events, log, mem)
+	in, err := p.input(req, ja, ws, sinkOf(events), log, mem)
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +258,16 @@ func (p *Processor) Process(ctx context.Context, req *wire.RunRequest, events lo
 		// help; the job fails.
 		return failed(wire.CodeInvalidRequest, "cannot run the agent: "+err.Error()), nil
 	}
-	return p.ended(ctx, dir, req, ja, ws, mem, res, log)
+	return p.ended(ctx, dir, job.Attempt, req, ja, ws, mem, res, log)
+}
+
+// sinkOf is the loop's sink for the job's events (nil when the caller
+// passed none: the loop then emits nothing).
+func sinkOf(e queue.EventSink) loop.EventSink {
+	if e == nil {
+		return nil
+	}
+	return e
 }
 
 // jobAgent is what runs a job: its agent (a canary share runs a copy of
@@ -270,7 +285,7 @@ type jobAgent struct {
 
 // setup finds the job's agent, its model and the runner with the
 // request's options; out is set when the request cannot run.
-func (p *Processor) setup(req *wire.RunRequest) (*jobAgent, *queue.Outcome, error) {
+func (p *Handler) setup(req *wire.RunRequest) (*jobAgent, *queue.Outcome, error) {
 	agent, ok := p.agent(req.Operation)
 	if !ok {
 		return nil, failed(wire.CodeUnknownOperation, fmt.Sprintf("no agent serves operation %q", req.Operation)), nil
@@ -284,7 +299,7 @@ func (p *Processor) setup(req *wire.RunRequest) (*jobAgent, *queue.Outcome, erro
 		out := failed(wire.CodeModelUnavailable, err.Error())
 		// What the agent asked for: nothing was resolved, so no digests.
 		mi := wire.ModelInfo{Backend: p.modelInfo(ja.def, nil).Backend, Name: ja.def.Model, Adapter: ja.def.Adapter}
-		out.Model = &mi
+		out.Result.Model = &mi
 		return nil, out, nil
 	}
 	if err != nil {
@@ -297,7 +312,7 @@ func (p *Processor) setup(req *wire.RunRequest) (*jobAgent, *queue.Outcome, erro
 }
 
 // input is the loop's input for the job's run in ws.
-func (p *Processor) input(req *wire.RunRequest, ja *jobAgent, ws *workspace, events loop.EventSink, log *slog.Logger, mem *memory.Run) (loop.Input, error) {
+func (p *Handler) input(req *wire.RunRequest, ja *jobAgent, ws *workspace, events loop.EventSink, log *slog.Logger, mem *memory.Run) (loop.Input, error) {
 	exec, err := toolexec.New(toolexec.Config{
 		Definition: ja.def,
 		Sandbox:    p.cfg.Sandbox,
@@ -323,7 +338,7 @@ func (p *Processor) input(req *wire.RunRequest, ja *jobAgent, ws *workspace, eve
 // ended turns a run's result into the job's outcome: a run parked on a
 // question parks the job (park.go); any other result gets the workspace's
 // changes and diff, and the job is stored.
-func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest, ja *jobAgent, ws *workspace, mem *memory.Run, res *loop.Result, log *slog.Logger) (*queue.Outcome, error) {
+func (p *Handler) ended(ctx context.Context, dir string, attempt queue.Attempt, req *wire.RunRequest, ja *jobAgent, ws *workspace, mem *memory.Run, res *loop.Result, log *slog.Logger) (*queue.Outcome, error) {
 	if cause := context.Cause(ctx); errors.Is(cause, queue.ErrShutdown) {
 		return nil, cause // handed back: it runs again, nothing is stored
 	}
@@ -335,9 +350,7 @@ func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest,
 	// still read, under a short deadline of their own.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	out := &queue.Outcome{Result: *res, Transcript: p.transcript(ja.agent, ja.def, ja.canary, ja.model, ja.teacher, res)}
-	out.Model = &out.Transcript.Model
-	out.Result.Messages, out.Result.Tools = nil, nil
+	out := outcome(res, p.transcript(ja.agent, ja.def, ja.canary, ja.model, ja.teacher, res))
 	changed, err := ws.overlay.ChangedFiles(dctx)
 	if err != nil {
 		return nil, fmt.Errorf("jobrun: changed files: %w", err)
@@ -347,14 +360,14 @@ func (p *Processor) ended(ctx context.Context, dir string, req *wire.RunRequest,
 	}
 	out.Result.ChangedFiles = changed
 	if len(changed) > 0 {
-		if out.Diff, err = ws.overlay.Diff(dctx); err != nil {
+		if out.Result.Diff, err = ws.overlay.Diff(dctx); err != nil {
 			return nil, fmt.Errorf("jobrun: diff: %w", err)
 		}
 	}
 	if err := flushMemory(dctx, mem); err != nil {
 		return nil, err
 	}
-	if err := p.persist(dctx, dir, req, ws); err != nil {
+	if err := p.persist(dctx, dir, attempt, req, ws); err != nil {
 		return nil, err
 	}
 	log.Info("run finished", "status", res.Status, "error_code", res.ErrorCode, "turns", res.Turns,
@@ -371,7 +384,7 @@ type Agent struct {
 }
 
 // agent finds the job's agent: Source's answer, else Agents.
-func (p *Processor) agent(op string) (Agent, bool) {
+func (p *Handler) agent(op string) (Agent, bool) {
 	if p.cfg.Source != nil {
 		a, ok := p.cfg.Source(op)
 		return a, ok && a.Def != nil
@@ -385,7 +398,7 @@ func (p *Processor) agent(op string) (Agent, bool) {
 // (ModelFor) or the slot's. A teacher run on a worker without a teacher
 // is refused with a *wire.RequestError (CodeNoTeacher): the queue
 // dead-letters the request, nothing is run or lost.
-func (p *Processor) pickModel(req *wire.RunRequest, def *agents.Definition) (_ loop.Model, teacher bool, _ error) {
+func (p *Handler) pickModel(req *wire.RunRequest, def *agents.Definition) (_ loop.Model, teacher bool, _ error) {
 	if req.Options.Teacher || p.cfg.TeacherAlways {
 		if p.cfg.Teacher == nil {
 			return nil, false, &wire.RequestError{Code: wire.CodeNoTeacher, Field: "options.teacher",
@@ -406,7 +419,7 @@ func (p *Processor) pickModel(req *wire.RunRequest, def *agents.Definition) (_ l
 // runnerFor applies the request's options: max_turns overrides the agent's
 // own limit (the definition's max_turns wins over the loop's); the timeouts
 // override the worker's (runLimits).
-func (p *Processor) runnerFor(req *wire.RunRequest, def *agents.Definition) (*loop.Runner, *agents.Definition, error) {
+func (p *Handler) runnerFor(req *wire.RunRequest, def *agents.Definition) (*loop.Runner, *agents.Definition, error) {
 	o := req.Options
 	if o == (wire.RunOptions{}) {
 		return p.runner, def, nil
@@ -446,7 +459,7 @@ func runLimits(base loop.Config, o wire.RunOptions) loop.Config {
 }
 
 func failed(code fleettype.ErrorCode, msg string) *queue.Outcome {
-	return &queue.Outcome{Result: loop.Result{
+	return &queue.Outcome{Result: wire.AgentResult{
 		Result: fleettype.Result{Status: fleettype.StatusFailed, ChangedFiles: []string{},
 			Details: map[string]any{}, Error: string(code) + ": " + msg, ErrorCode: fleettype.ErrorCode(code)},
 	}}

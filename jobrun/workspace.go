@@ -71,9 +71,9 @@ func (w *workspace) close() {
 
 // prepare builds the job's workspace in memory: a stable loaded with the
 // request's files and a new overlay. The job store is opened first (once
-// per Processor), so that a worker that cannot store jobs fails them
+// per Handler), so that a worker that cannot store jobs fails them
 // before running them.
-func (p *Processor) prepare(ctx context.Context, dir string, req *wire.RunRequest) (*workspace, error) {
+func (p *Handler) prepare(ctx context.Context, dir string, req *wire.RunRequest) (*workspace, error) {
 	files := make(map[string][]byte, len(req.Files)+1)
 	for path, c := range req.Files {
 		files[path] = []byte(c)
@@ -88,7 +88,7 @@ func (p *Processor) prepare(ctx context.Context, dir string, req *wire.RunReques
 
 // prepareFiles builds the job's in-memory workspace with a stable holding
 // files.
-func (p *Processor) prepareFiles(ctx context.Context, dir string, req *wire.RunRequest, files map[string][]byte) (*workspace, error) {
+func (p *Handler) prepareFiles(ctx context.Context, dir string, req *wire.RunRequest, files map[string][]byte) (*workspace, error) {
 	if _, err := p.jobStore(ctx); err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func (p *Processor) prepareFiles(ctx context.Context, dir string, req *wire.RunR
 // persist stores the finished job (manifest, stable and overlay images) in
 // the job store, replacing an earlier attempt's row, and removes a folder
 // OpenJob wrote from that attempt's row.
-func (p *Processor) persist(ctx context.Context, dir string, req *wire.RunRequest, ws *workspace) error {
+func (p *Handler) persist(ctx context.Context, dir string, attempt queue.Attempt, req *wire.RunRequest, ws *workspace) error {
 	st, err := p.jobStore(ctx)
 	if err != nil {
 		return err
@@ -144,11 +144,7 @@ func (p *Processor) persist(ctx context.Context, dir string, req *wire.RunReques
 	if err != nil {
 		return err
 	}
-	var rank uint64
-	if a, ok := queue.AttemptOf(ctx); ok {
-		rank = a.Lease
-	}
-	stored, err := st.put(ctx, req.JobID, rank, m.CreatedAt, append(data, '\n'), stable, overlay)
+	stored, err := st.put(ctx, req.JobID, attempt.Lease, m.CreatedAt, append(data, '\n'), stable, overlay)
 	if err != nil {
 		return err
 	}
@@ -164,7 +160,7 @@ func (p *Processor) persist(ctx context.Context, dir string, req *wire.RunReques
 
 // jobStore returns the job store (opening it on first use, or when its
 // file is gone).
-func (p *Processor) jobStore(ctx context.Context) (*store, error) {
+func (p *Handler) jobStore(ctx context.Context) (*store, error) {
 	return sharedStore(ctx, p.storePath, p.cfg.SyncWorkspace)
 }
 

@@ -20,10 +20,10 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
-	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -43,7 +43,7 @@ var (
 func realAgents(t *testing.T) map[string]*agents.Definition {
 	t.Helper()
 	agentsOnce.Do(func() {
-		agentsDefs, agentsErr = agents.LoadDirWith("../../agents", agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
+		agentsDefs, agentsErr = agents.LoadDirWith("../agents", agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
 	})
 	if agentsErr != nil {
 		t.Fatal(agentsErr)
@@ -59,7 +59,7 @@ func demoFiles(tb testing.TB) map[string]string {
 	tb.Helper()
 	files := map[string]string{}
 	for _, p := range []string{stockPath, "pyproject.toml"} {
-		b, err := os.ReadFile(filepath.Join("../../testdata/demo", p))
+		b, err := os.ReadFile(filepath.Join("../testdata/demo", p))
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func (r *recorder) kinds() []string {
 	return out
 }
 
-func newProcessor(t *testing.T, model loop.Model, lc loop.Config) (*jobrun.Processor, string) {
+func newHandler(t *testing.T, model loop.Model, lc loop.Config) (*jobrun.Handler, string) {
 	t.Helper()
 	pool := montytest.Pool(t, monty.Config{Size: 1})
 	root := t.TempDir()
@@ -131,10 +131,10 @@ func TestLintJobFixesFileInOverlay(t *testing.T) {
 		looptest.Calls(looptest.Call("apply_fix", `{"issue_code":"F401","line_number":0}`)),
 		looptest.Submit(`{"summary":"fixed trailing whitespace and an unused import","changed_files":["src/inventory/stock.py"],"details":{"issues_fixed":2}}`),
 	)
-	p, root := newProcessor(t, model, loop.Config{})
+	p, root := newHandler(t, model, loop.Config{})
 	rec := &recorder{}
 	req := demoRequest(t, "job-lint-1")
-	out, err := p.Process(context.Background(), req, rec)
+	out, err := p.Handle(context.Background(), &queue.Job{Request: req, Events: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,12 +151,12 @@ func TestLintJobFixesFileInOverlay(t *testing.T) {
 	for _, want := range []string{"--- a/" + stockPath, "+++ b/" + stockPath, "-import os\n",
 		"-    \"\"\"Add qty units of item to levels and return levels.\"\"\"   \n",
 		"+    \"\"\"Add qty units of item to levels and return levels.\"\"\"\n"} {
-		if !strings.Contains(out.Diff, want) {
-			t.Errorf("diff lacks %q:\n%s", want, out.Diff)
+		if !strings.Contains(out.Result.Diff, want) {
+			t.Errorf("diff lacks %q:\n%s", want, out.Result.Diff)
 		}
 	}
-	if strings.Contains(out.Diff, "-import json") {
-		t.Errorf("the used import was removed:\n%s", out.Diff)
+	if strings.Contains(out.Result.Diff, "-import json") {
+		t.Errorf("the used import was removed:\n%s", out.Result.Diff)
 	}
 	// Every tool result was ok (the scripted model did what the tools allow).
 	var failedTools []string
@@ -207,11 +207,11 @@ func TestLintJobFixesFileInOverlay(t *testing.T) {
 func TestOptionsOverrideLimits(t *testing.T) {
 	model := looptest.NewScripted(looptest.Calls(looptest.Call("run_linter", `{}`)))
 	model.RepeatLast = true
-	p, _ := newProcessor(t, model, loop.Config{})
+	p, _ := newHandler(t, model, loop.Config{})
 	req := demoRequest(t, "job-turns")
 	req.Options = wire.RunOptions{MaxTurns: 1, TotalTimeoutMS: 60_000, ToolTimeoutMS: 20_000}
 	rec := &recorder{}
-	out, err := p.Process(context.Background(), req, rec)
+	out, err := p.Handle(context.Background(), &queue.Job{Request: req, Events: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,11 +229,11 @@ func TestOptionsOverrideLimits(t *testing.T) {
 
 	// A total timeout below the worker's step timeout bounds the step too.
 	slow := looptest.NewScripted(looptest.Block())
-	p2, _ := newProcessor(t, slow, loop.Config{StepTimeout: time.Minute, TotalTimeout: 5 * time.Minute})
+	p2, _ := newHandler(t, slow, loop.Config{StepTimeout: time.Minute, TotalTimeout: 5 * time.Minute})
 	req2 := demoRequest(t, "job-total")
 	req2.Options = wire.RunOptions{TotalTimeoutMS: 200}
 	start := time.Now()
-	out, err = p2.Process(context.Background(), req2, nil)
+	out, err = p2.Handle(context.Background(), &queue.Job{Request: req2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestOptionsOverrideLimits(t *testing.T) {
 	}
 }
 
-// A worker shutdown hands the job back: Process returns the shutdown cause
+// A worker shutdown hands the job back: Handle returns the shutdown cause
 // (not a failed outcome) and removes the job's folder.
 func TestShutdownReturnsCause(t *testing.T) {
 	started := make(chan struct{})
@@ -251,13 +251,13 @@ func TestShutdownReturnsCause(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}))
-	p, root := newProcessor(t, model, loop.Config{})
+	p, root := newHandler(t, model, loop.Config{})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	go func() {
 		<-started
 		cancel(queue.ErrShutdown)
 	}()
-	out, err := p.Process(ctx, demoRequest(t, "job-shutdown"), nil)
+	out, err := p.Handle(ctx, &queue.Job{Request: demoRequest(t, "job-shutdown")})
 	if !errors.Is(err, queue.ErrShutdown) || out != nil {
 		t.Fatalf("got %v, %v; want the shutdown cause", out, err)
 	}
@@ -274,13 +274,13 @@ func TestCancelIsOutcome(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}))
-	p, _ := newProcessor(t, model, loop.Config{})
+	p, _ := newHandler(t, model, loop.Config{})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	go func() {
 		<-started
 		cancel(&queue.CanceledError{JobID: "job-cancel", Reason: "test"})
 	}()
-	out, err := p.Process(ctx, demoRequest(t, "job-cancel"), nil)
+	out, err := p.Handle(ctx, &queue.Job{Request: demoRequest(t, "job-cancel")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,10 +292,10 @@ func TestCancelIsOutcome(t *testing.T) {
 // Requests whose workspace cannot be built fail with a queue code; they are
 // not retried (no error).
 func TestBadRequestsFail(t *testing.T) {
-	p, root := newProcessor(t, looptest.NewNoop(), loop.Config{})
+	p, root := newHandler(t, looptest.NewNoop(), loop.Config{})
 	req := demoRequest(t, "job-clash")
 	req.Files["src"] = "a file where a folder is"
-	out, err := p.Process(context.Background(), req, nil)
+	out, err := p.Handle(context.Background(), &queue.Job{Request: req})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestBadRequestsFail(t *testing.T) {
 
 	req = demoRequest(t, "job-op")
 	req.Operation = "translate"
-	out, err = p.Process(context.Background(), req, nil)
+	out, err = p.Handle(context.Background(), &queue.Job{Request: req})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,16 +322,16 @@ func TestBadRequestsFail(t *testing.T) {
 func TestRedeliveryStartsFresh(t *testing.T) {
 	noop := looptest.NewScripted(looptest.Submit(`{"summary":"nothing to do","changed_files":[]}`))
 	noop.RepeatLast = true
-	p, root := newProcessor(t, noop, loop.Config{})
+	p, root := newHandler(t, noop, loop.Config{})
 	req := demoRequest(t, "job-again")
 	delete(req.Files, stockPath)
 	for i := 0; i < 2; i++ {
-		out, err := p.Process(context.Background(), req, nil)
+		out, err := p.Handle(context.Background(), &queue.Job{Request: req})
 		if err != nil {
 			t.Fatalf("attempt %d: %v", i+1, err)
 		}
-		if out.Result.Status != fleettype.StatusSuccess || len(out.Result.ChangedFiles) != 0 || out.Diff != "" {
-			t.Fatalf("attempt %d: %+v diff %q", i+1, out.Result, out.Diff)
+		if out.Result.Status != fleettype.StatusSuccess || len(out.Result.ChangedFiles) != 0 || out.Result.Diff != "" {
+			t.Fatalf("attempt %d: %+v diff %q", i+1, out.Result, out.Result.Diff)
 		}
 	}
 	job, err := jobrun.OpenJob(context.Background(), root, req.JobID)
@@ -414,8 +414,8 @@ func TestStaleAttemptDoesNotReplaceNewerWorkspace(t *testing.T) {
 		}
 		req := demoRequest(t, "job-stale-1")
 		req.Node.ID = node // names the overlay: tells the attempts' workspaces apart
-		ctx := queue.WithAttempt(context.Background(), queue.Attempt{Number: int(lease), Lease: lease})
-		if _, err := p.Process(ctx, req, nil); err != nil {
+		job := &queue.Job{Request: req, Attempt: queue.Attempt{Number: int(lease), Lease: lease}}
+		if _, err := p.Handle(context.Background(), job); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package queue_test
+package embedded_test
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -30,14 +29,15 @@ func Example() {
 	defer wnc.Close()
 
 	// A processor that "lints" by counting lines; a real one runs the loop.
-	lint := queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
+	lint := queue.HandlerFunc(func(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+		req, ev := job.Request, job.Events
 		ev.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
 		ev.Emit(fleettype.Event{Kind: fleettype.EventFinished, Seq: 2, Turn: 1, Time: time.Now(), Status: fleettype.StatusSuccess})
-		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+		return &queue.Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess,
 			Summary: fmt.Sprintf("%s has %d files", req.Node.Name, len(req.Files))}}}, nil
 	})
 	w, err := queue.NewWorker(queue.Config{Conn: wnc, Operations: []string{"lint"}, Slots: 1, Name: "example",
-		NewProcessor: func(int) (queue.Processor, error) { return lint, nil }})
+		NewHandler: func(int) (queue.Handler, error) { return lint, nil }})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -16,9 +16,9 @@ import (
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/filedigest"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
-	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -48,7 +48,7 @@ func TestTranscriptOfARealJob(t *testing.T) {
 	root := t.TempDir()
 	w, err := queue.NewWorker(queue.Config{Conn: wnc, Operations: []string{"lint"}, Slots: 1, Name: "tx-worker",
 		Streams: ledger.StreamsConfig{AckWait: 30 * time.Second},
-		NewProcessor: func(int) (queue.Processor, error) {
+		NewHandler: func(int) (queue.Handler, error) {
 			return jobrun.New(jobrun.Config{Agents: defs, Sandbox: pool, Model: oneTurnLint(), WorkspaceDir: root,
 				ModelInfo: func(*agents.Definition) wire.ModelInfo {
 					d, err := filedigest.SHA256(gguf)

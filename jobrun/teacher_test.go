@@ -15,11 +15,11 @@ import (
 	"github.com/agentfleet/fleet/inference/remote"
 	"github.com/agentfleet/fleet/internal/testutil/chattest"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/embedded"
-	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -39,7 +39,7 @@ func (m *localModel) Complete(context.Context, *loop.Request) (*loop.Response, e
 		Arguments: json.RawMessage(`{"summary":"local","changed_files":[]}`)}}}, FinishReason: loop.FinishToolCalls}, nil
 }
 
-// startTeacherWorker runs a worker whose processors have teacher (nil:
+// startTeacherWorker runs a worker whose handlers have teacher (nil:
 // none) and always.
 func startTeacherWorker(t *testing.T, ctx context.Context, srv *embedded.Embedded, local loop.Model, teacher loop.Model,
 	info wire.ModelInfo, always bool) {
@@ -54,7 +54,7 @@ func startTeacherWorker(t *testing.T, ctx context.Context, srv *embedded.Embedde
 	root := t.TempDir()
 	w, err := queue.NewWorker(queue.Config{Conn: wnc, Operations: []string{"lint"}, Slots: 1, Name: "teacher-worker",
 		Streams: ledger.StreamsConfig{AckWait: 30 * time.Second},
-		NewProcessor: func(int) (queue.Processor, error) {
+		NewHandler: func(int) (queue.Handler, error) {
 			return jobrun.New(jobrun.Config{Agents: defs, Sandbox: pool, Model: local, WorkspaceDir: root,
 				Teacher: teacher, TeacherInfo: info, TeacherAlways: always,
 				ModelInfo: func(*agents.Definition) wire.ModelInfo { return wire.ModelInfo{Backend: "llama", Name: "local.gguf"} }})

@@ -18,12 +18,12 @@ import (
 )
 
 // Parked jobs (docs/PROTOCOL.md §20). A run whose tool asked a human
-// (loop.StatusWaiting) parks the job: the Processor returns a queue.Park
+// (loop.StatusWaiting) parks the job: the Handler returns a queue.Park
 // whose State is a parkedJob, and the worker keeps it in fleet_parked
 // until an answer resumes the job, on this worker or any other. The state
 // is the loop's (conversation, counters, the call in flight with the
 // tool's Monty dump), the request's identity and options, and the images
-// of the job's stable and overlay, from which the resuming Processor
+// of the job's stable and overlay, from which the resuming Handler
 // rebuilds the in-memory workspace.
 
 // parkFormat is parkedJob's format version.
@@ -48,7 +48,7 @@ type parkedJob struct {
 }
 
 // park turns a parked run into the job's park outcome.
-func (p *Processor) park(ctx context.Context, req *wire.RunRequest, ws *workspace, mem *memory.Run, res *loop.Result, log *slog.Logger) (*queue.Outcome, error) {
+func (p *Handler) park(ctx context.Context, req *wire.RunRequest, ws *workspace, mem *memory.Run, res *loop.Result, log *slog.Logger) (*queue.Outcome, error) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	stable, err := ws.stable.Image(dctx)
@@ -76,7 +76,8 @@ func parkStateFailed(msg string) *queue.Outcome {
 }
 
 // resume continues a parked job with the answer.
-func (p *Processor) resume(ctx context.Context, req *wire.RunRequest, rs *queue.Resume, events loop.EventSink) (*queue.Outcome, error) {
+func (p *Handler) resume(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+	req, rs := job.Request, job.Resume
 	log := p.cfg.Logger.With("job", req.JobID, "operation", req.Operation, "park", rs.Park)
 	var pj parkedJob
 	if err := json.Unmarshal(rs.State, &pj); err != nil {
@@ -114,7 +115,7 @@ func (p *Processor) resume(ctx context.Context, req *wire.RunRequest, rs *queue.
 			_ = mem.Remember(ctx, e.Key, e.Text) // checked when first remembered
 		}
 	}
-	in, err := p.input(&orig, ja, ws, events, log, mem)
+	in, err := p.input(&orig, ja, ws, sinkOf(job.Events), log, mem)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +124,7 @@ func (p *Processor) resume(ctx context.Context, req *wire.RunRequest, rs *queue.
 	if err != nil {
 		return parkStateFailed(err.Error()), nil
 	}
-	return p.ended(ctx, dir, &orig, ja, ws, mem, res, log)
+	return p.ended(ctx, dir, job.Attempt, &orig, ja, ws, mem, res, log)
 }
 
 // pendingMemory is what a run remembered so far (none without memory).
@@ -143,7 +144,7 @@ func (e *stateError) Unwrap() error { return e.err }
 // restore rebuilds the parked job's in-memory workspace from its images:
 // they are opened as files in a scratch folder, the stable's files load a
 // new stable and the overlay's changes are written to a new overlay.
-func (p *Processor) restore(ctx context.Context, dir string, req *wire.RunRequest, pj *parkedJob) (*workspace, error) {
+func (p *Handler) restore(ctx context.Context, dir string, req *wire.RunRequest, pj *parkedJob) (*workspace, error) {
 	files, changes, err := readImages(ctx, filepath.Join(p.cfg.WorkspaceDir, jobsDir), pj)
 	if err != nil {
 		return nil, err

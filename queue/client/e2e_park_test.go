@@ -1,4 +1,4 @@
-package queue_test
+package client_test
 
 import (
 	"context"
@@ -30,12 +30,13 @@ type parkProc struct {
 	resumed []string
 }
 
-func (p *parkProc) Process(ctx context.Context, req *wire.RunRequest, _ loop.EventSink) (*queue.Outcome, error) {
-	if r := queue.ResumeOf(ctx); r != nil {
+func (p *parkProc) Handle(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+	req := job.Request
+	if r := job.Resume; r != nil {
 		p.mu.Lock()
 		p.resumed = append(p.resumed, req.JobID)
 		p.mu.Unlock()
-		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+		return &queue.Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess,
 			ChangedFiles: []string{}, Details: map[string]any{}, Summary: r.Answer + "|" + string(r.State)}}}, nil
 	}
 	state := []byte("state of " + req.Node.Name)

@@ -16,7 +16,7 @@ import (
 
 // The job store, <root>/jobs/store.db: one SQLite file (WAL mode) with a
 // row per finished job holding its manifest and the images of its stable
-// and overlay (cairn's Image). Process stores a job with one INSERT, where
+// and overlay (cairn's Image). Handle stores a job with one INSERT, where
 // a folder of files would cost the creation of a folder and three files,
 // on every job: a file creation is the most expensive file system
 // operation on our machines (docs/PERFORMANCE.md), and a worker that
@@ -47,7 +47,7 @@ type storeKey struct {
 	sync bool
 }
 
-// stores are the store handles the Processors of this process share (one
+// stores are the store handles the Handlers of this process share (one
 // per file and durability), open for the life of the process, like any
 // connection pool.
 var stores struct {
@@ -120,7 +120,7 @@ func openStore(ctx context.Context, path string, syncCommits bool) (*store, erro
 
 // put stores a finished job, replacing an earlier attempt's row, and
 // reports whether it did: an attempt ranks by its lease revision
-// (queue.AttemptOf), and a row is never replaced by an attempt of a lower
+// (queue.Job.Attempt), and a row is never replaced by an attempt of a lower
 // rank (a stale attempt whose lease was taken over, finishing after the
 // attempt that took it over).
 func (s *store) put(ctx context.Context, jobID string, rank uint64, created time.Time, manifest, stable, overlay []byte) (bool, error) {

@@ -14,7 +14,7 @@ import (
 // memoryRun is the run's memory when the agent declares memory: and the
 // worker has a memory store, else nil (the agent's remember calls then
 // raise an error naming the reason, and nothing is recalled).
-func (p *Processor) memoryRun(req *wire.RunRequest, def *agents.Definition, log *slog.Logger) *memory.Run {
+func (p *Handler) memoryRun(req *wire.RunRequest, def *agents.Definition, log *slog.Logger) *memory.Run {
 	if def.Memory == nil {
 		return nil
 	}

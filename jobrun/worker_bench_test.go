@@ -18,11 +18,11 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/embedded"
-	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -58,7 +58,7 @@ func BenchmarkRealAgentJobs(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("FLEET_BENCH_SLOTS")); err == nil && n > 0 {
 		slots = n
 	}
-	defs, err := agents.LoadDirWith("../../agents", agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
+	defs, err := agents.LoadDirWith("../agents", agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func BenchmarkRealAgentJobs(b *testing.B) {
 	root := b.TempDir()
 	w, err := queue.NewWorker(queue.Config{Conn: wnc, Operations: []string{"lint"}, Slots: slots, Name: "bench",
 		Streams: ledger.StreamsConfig{AckWait: 30 * time.Second},
-		NewProcessor: func(int) (queue.Processor, error) {
+		NewHandler: func(int) (queue.Handler, error) {
 			return jobrun.New(jobrun.Config{Agents: defs, Sandbox: pool, Model: oneTurnLint(), WorkspaceDir: root})
 		}})
 	if err != nil {

@@ -10,8 +10,9 @@ import (
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
-	"github.com/agentfleet/fleet/queue/jobrun"
+	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -37,7 +38,7 @@ func TestModelUnavailableFailsTheJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := p.Process(context.Background(), demoRequest(t, "job-model"), nil)
+	out, err := p.Handle(context.Background(), &queue.Job{Request: demoRequest(t, "job-model")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,15 +46,15 @@ func TestModelUnavailableFailsTheJob(t *testing.T) {
 		!strings.Contains(out.Result.Error, "lint-fg@9 is not stored") {
 		t.Fatalf("result %+v", out.Result)
 	}
-	if want := (wire.ModelInfo{Backend: "llama", Name: "lint-fg@9"}); out.Model == nil || *out.Model != want || out.Transcript != nil {
-		t.Fatalf("outcome model %+v transcript %v", out.Model, out.Transcript)
+	if want := (wire.ModelInfo{Backend: "llama", Name: "lint-fg@9"}); out.Result.Model == nil || *out.Result.Model != want || out.Transcript != nil {
+		t.Fatalf("outcome model %+v transcript %v", out.Result.Model, out.Transcript)
 	}
 	if _, err := os.Stat(jobrun.JobDir(root, "job-model")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("job folder written for a job that never ran: %v", err)
 	}
 
 	pickErr = errors.New("nats: timeout")
-	if _, err := p.Process(context.Background(), demoRequest(t, "job-model-2"), nil); err == nil || !strings.Contains(err.Error(), "nats: timeout") {
+	if _, err := p.Handle(context.Background(), &queue.Job{Request: demoRequest(t, "job-model-2")}); err == nil || !strings.Contains(err.Error(), "nats: timeout") {
 		t.Fatalf("a transient picker error: %v, want it returned for a retry", err)
 	}
 }

@@ -1,4 +1,4 @@
-package queue_test
+package client_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
@@ -22,8 +23,17 @@ import (
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
+// The client end to end: a real worker (the engine on the JetStream
+// broker) on an embedded server, and the client on its own connection,
+// seeing what a coordinator sees on the wire. The engine's own tests run
+// on the in-memory broker (package queue); these are the client's.
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
 // clientEnv is an embedded server, a worker serving "lint" with a scripted
-// processor, and a client on its own connection.
+// handler, and a client on its own connection.
 type clientEnv struct {
 	t      *testing.T
 	srv    *embedded.Embedded
@@ -45,7 +55,8 @@ func (p *scriptProc) count(id string) int64 {
 	return v.(*atomic.Int64).Load()
 }
 
-func (p *scriptProc) Process(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
+func (p *scriptProc) Handle(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+	req, ev := job.Request, job.Events
 	v, _ := p.runs.LoadOrStore(req.JobID, new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
 	now := time.Now()
@@ -55,16 +66,16 @@ func (p *scriptProc) Process(ctx context.Context, req *wire.RunRequest, ev loop.
 		select {
 		case <-p.release:
 		case <-ctx.Done():
-			return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusFailed,
+			return &queue.Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusFailed,
 				ErrorCode: loop.ErrCodeCanceled, Error: "AGENT_005: canceled"}}}, nil
 		}
 	}
 	ev.Emit(fleettype.Event{Kind: fleettype.EventToolCall, Seq: 2, Turn: 1, Tool: "submit_result", CallID: "call_1", Time: now})
 	ev.Emit(fleettype.Event{Kind: fleettype.EventFinished, Seq: 3, Turn: 1, Status: fleettype.StatusSuccess, Time: now})
 	return &queue.Outcome{
-		Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
-			Summary: "done " + req.JobID, ChangedFiles: []string{"a.py"}, Turns: 1, ToolCalls: 1}},
-		Diff: "--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-import os\n+\n",
+		Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			Summary: "done " + req.JobID, ChangedFiles: []string{"a.py"}, Turns: 1, ToolCalls: 1},
+			Diff: "--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-import os\n+\n"},
 	}, nil
 }
 
@@ -85,7 +96,7 @@ func newClientEnv(t *testing.T, slots int, opts client.ClientOptions) *clientEnv
 
 // startWorker starts a worker serving lint with proc on its own
 // connection to srv, with test timings; it is stopped at cleanup.
-func startWorker(ctx context.Context, t *testing.T, srv *embedded.Embedded, name string, slots int, proc queue.Processor, streams ledger.StreamsConfig) {
+func startWorker(ctx context.Context, t *testing.T, srv *embedded.Embedded, name string, slots int, proc queue.Handler, streams ledger.StreamsConfig) {
 	t.Helper()
 	wnc, err := srv.Connect()
 	if err != nil {
@@ -94,8 +105,8 @@ func startWorker(ctx context.Context, t *testing.T, srv *embedded.Embedded, name
 	t.Cleanup(wnc.Close)
 	w, err := queue.NewWorker(queue.Config{
 		Conn: wnc, Operations: []string{"lint"}, Slots: slots, Name: name,
-		NewProcessor: func(int) (queue.Processor, error) { return proc, nil },
-		PullExpiry:   200 * time.Millisecond, DrainGrace: time.Second,
+		NewHandler: func(int) (queue.Handler, error) { return proc, nil },
+		PullExpiry: 200 * time.Millisecond, DrainGrace: time.Second,
 		Streams: streams,
 	})
 	if err != nil {

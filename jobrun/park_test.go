@@ -12,10 +12,10 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
-	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/memory"
 )
 
@@ -55,12 +55,12 @@ answer = await ask_human("Rename load?")
 `
 
 // The jobrun half of parking, with real Monty and real NATS: a run that
-// asks parks (no result; nothing remembered yet), and another Processor
+// asks parks (no result; nothing remembered yet), and another Handler
 // on another Monty pool and another workspace folder resumes its state:
 // the tool's edit before the question is in the workspace, the answer is
 // its result, and what it remembered before parking is written when the
 // run ends.
-func TestParkAndResumeOnAnotherProcessor(t *testing.T) {
+func TestParkAndResumeOnAnotherHandler(t *testing.T) {
 	f := startMemoryFleet(t)
 	root := t.TempDir()
 	dir := filepath.Join(root, "memo")
@@ -78,7 +78,7 @@ tools:
   - name: submit_result
     pym: tools/submit_result.pym
 `
-	submit, err := os.ReadFile("../../agents/lint/tools/submit_result.pym")
+	submit, err := os.ReadFile("../agents/lint/tools/submit_result.pym")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ tools:
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := p1.Process(ctx, req, nil)
+	out, err := p1.Handle(ctx, &queue.Job{Request: req})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +116,12 @@ tools:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx := queue.WithResume(ctx, &queue.Resume{Park: 7, Answer: "yes", State: out.Park.State})
-	out, err = p2.Process(rctx, req, nil)
+	out, err = p2.Handle(ctx, &queue.Job{Request: req, Resume: &queue.Resume{Park: 7, Answer: "yes", State: out.Park.State}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Park != nil || out.Result.Status != fleettype.StatusSuccess || out.Result.Turns != 2 || !strings.Contains(out.Diff, "+# before") {
-		t.Fatalf("resumed outcome %+v\n%s", out.Result, out.Diff)
+	if out.Park != nil || out.Result.Status != fleettype.StatusSuccess || out.Result.Turns != 2 || !strings.Contains(out.Result.Diff, "+# before") {
+		t.Fatalf("resumed outcome %+v\n%s", out.Result, out.Result.Diff)
 	}
 	reqs := m2.Requests()
 	if len(reqs) != 1 || !strings.Contains(lastMessage(reqs[0]), `"answer: yes"`) {
@@ -134,8 +133,7 @@ tools:
 	}
 
 	// A corrupt state is a coded failure, nothing else.
-	bad := queue.WithResume(ctx, &queue.Resume{Park: 7, Answer: "yes", State: []byte("{")})
-	out, err = p2.Process(bad, req, nil)
+	out, err = p2.Handle(ctx, &queue.Job{Request: req, Resume: &queue.Resume{Park: 7, Answer: "yes", State: []byte("{")}})
 	if err != nil || out.Result.ErrorCode != loop.ErrCodeParkState {
 		t.Fatalf("corrupt state: %+v %v", out, err)
 	}

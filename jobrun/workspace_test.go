@@ -16,9 +16,10 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
-	"github.com/agentfleet/fleet/queue/jobrun"
+	"github.com/agentfleet/fleet/queue"
 )
 
 // The job's workspace lives in memory while the run works and is stored
@@ -57,14 +58,14 @@ func TestJobStoredWhenRunEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 		req := demoRequest(t, "job-store")
-		out, err := p.Process(context.Background(), req, nil)
+		out, err := p.Handle(context.Background(), &queue.Job{Request: req})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(during) > 0 {
 			t.Fatalf("sync %v: the job folder existed mid-run: %v", sync, during)
 		}
-		if !slices.Equal(out.Result.ChangedFiles, []string{stockPath}) || out.Diff == "" {
+		if !slices.Equal(out.Result.ChangedFiles, []string{stockPath}) || out.Result.Diff == "" {
 			t.Fatalf("sync %v: outcome %+v", sync, out.Result)
 		}
 		jobs := filepath.Dir(dir)
@@ -79,8 +80,8 @@ func TestJobStoredWhenRunEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 		d, err := job.Overlay.Diff(context.Background())
-		if err != nil || d != out.Diff {
-			t.Fatalf("sync %v: stored diff %q (%v), outcome diff %q", sync, d, err, out.Diff)
+		if err != nil || d != out.Result.Diff {
+			t.Fatalf("sync %v: stored diff %q (%v), outcome diff %q", sync, d, err, out.Result.Diff)
 		}
 		if _, err := job.Overlay.Accept(context.Background(), cairn.AcceptOptions{}); err != nil {
 			t.Fatal(err)
@@ -102,7 +103,7 @@ func TestJobStoredWhenRunEnds(t *testing.T) {
 		job.Close()
 
 		// A new attempt replaces the stored job and its folder.
-		out, err = p.Process(context.Background(), req, nil)
+		out, err = p.Handle(context.Background(), &queue.Job{Request: req})
 		if err != nil || len(out.Result.ChangedFiles) != 0 {
 			t.Fatalf("sync %v: second attempt %+v, %v", sync, out, err)
 		}
@@ -127,9 +128,9 @@ func TestJobStoredWhenRunEnds(t *testing.T) {
 func TestCleanupRemovesStoredJobs(t *testing.T) {
 	model := looptest.NewScripted(looptest.Submit(`{"summary":"nothing to do","changed_files":[]}`))
 	model.RepeatLast = true
-	p, root := newProcessor(t, model, loop.Config{})
+	p, root := newHandler(t, model, loop.Config{})
 	for _, id := range []string{"a", "b"} {
-		if _, err := p.Process(context.Background(), demoRequest(t, id), nil); err != nil {
+		if _, err := p.Handle(context.Background(), &queue.Job{Request: demoRequest(t, id)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -181,19 +182,19 @@ func TestCleanupRemovesWorkFolders(t *testing.T) {
 	}
 }
 
-// A workspace folder removed under a running Processor is made again: the
+// A workspace folder removed under a running Handler is made again: the
 // next job is stored in a new store, where OpenJob finds it.
-func TestStoreRemovedUnderProcessor(t *testing.T) {
+func TestStoreRemovedUnderHandler(t *testing.T) {
 	model := looptest.NewScripted(looptest.Submit(`{"summary":"nothing to do","changed_files":[]}`))
 	model.RepeatLast = true
-	p, root := newProcessor(t, model, loop.Config{})
-	if _, err := p.Process(context.Background(), demoRequest(t, "before"), nil); err != nil {
+	p, root := newHandler(t, model, loop.Config{})
+	if _, err := p.Handle(context.Background(), &queue.Job{Request: demoRequest(t, "before")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.RemoveAll(filepath.Join(root, "jobs")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Process(context.Background(), demoRequest(t, "after"), nil); err != nil {
+	if _, err := p.Handle(context.Background(), &queue.Job{Request: demoRequest(t, "after")}); err != nil {
 		t.Fatal(err)
 	}
 	job, err := jobrun.OpenJob(context.Background(), root, "after")

@@ -11,9 +11,10 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
-	"github.com/agentfleet/fleet/queue/jobrun"
+	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -26,7 +27,7 @@ func smallRequest(jobID string) *wire.RunRequest {
 }
 
 // TestCanaryShareOverScriptedJobs runs 1,000 scripted jobs of an agent
-// with a 10% canary through the Processor. The canary count is
+// with a 10% canary through the Handler. The canary count is
 // Binomial(1000, 0.1) for random job ids: mean 100, σ = √(1000·0.1·0.9) ≈
 // 9.5; the test accepts 100 ± 4σ = [62, 138]. The model picker sees the
 // canary's model on exactly the jobs the transcript marks as canary, and a
@@ -59,7 +60,7 @@ func TestCanaryShareOverScriptedJobs(t *testing.T) {
 	canary := map[string]bool{}
 	for i := range jobs {
 		id := fmt.Sprintf("job-%04d", i)
-		out, err := p.Process(context.Background(), smallRequest(id), &recorder{})
+		out, err := p.Handle(context.Background(), &queue.Job{Request: smallRequest(id), Events: &recorder{}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +92,7 @@ func TestCanaryShareOverScriptedJobs(t *testing.T) {
 	}
 	// A retry of a job makes the same choice.
 	for _, id := range []string{"job-0000", "job-0001", "job-0002", "job-0003", "job-0004", "job-0005"} {
-		out, err := p.Process(context.Background(), smallRequest(id), &recorder{})
+		out, err := p.Handle(context.Background(), &queue.Job{Request: smallRequest(id), Events: &recorder{}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +149,7 @@ func TestSourceVersionSwapKeepsRunningJob(t *testing.T) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		out, err := p.Process(context.Background(), smallRequest("running"), &recorder{})
+		out, err := p.Handle(context.Background(), &queue.Job{Request: smallRequest("running"), Events: &recorder{}})
 		if err != nil {
 			done <- res{err: err}
 			return
@@ -164,7 +165,7 @@ func TestSourceVersionSwapKeepsRunningJob(t *testing.T) {
 	if r.err != nil || r.v != 1 {
 		t.Fatalf("running job: version %d, err %v; want version 1", r.v, r.err)
 	}
-	out, err := p.Process(context.Background(), smallRequest("next"), &recorder{})
+	out, err := p.Handle(context.Background(), &queue.Job{Request: smallRequest("next"), Events: &recorder{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,10 +16,10 @@ import (
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
-	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/memory"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -72,7 +72,7 @@ tools:
 		if err := os.WriteFile(filepath.Join(dir, "tools", "note.pym"), []byte(notePym), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		submit, err := os.ReadFile("../../agents/lint/tools/submit_result.pym")
+		submit, err := os.ReadFile("../agents/lint/tools/submit_result.pym")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func (f *memoryFleet) run(t *testing.T, ctx context.Context, req *wire.RunReques
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p.Process(ctx, req, nil)
+	return p.Handle(ctx, &queue.Job{Request: req})
 }
 
 func memoRequest(op, jobID, project, name, text string) *wire.RunRequest {

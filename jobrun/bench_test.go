@@ -20,10 +20,10 @@ import (
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
-	"github.com/agentfleet/fleet/queue/jobrun"
 )
 
 // The one-turn lint job of the benchmarks below: the scripted model calls
@@ -56,7 +56,7 @@ func (f modelFunc) Complete(ctx context.Context, req *loop.Request) (*loop.Respo
 	return f(ctx, req)
 }
 
-// phaseClock splits one job's wall time at the boundaries the Processor's
+// phaseClock splits one job's wall time at the boundaries the Handler's
 // interfaces expose: the model calls and the sandbox runs. Only for jobs
 // run one at a time.
 type phaseClock struct {
@@ -99,11 +99,11 @@ func (s *timedSandbox) Run(ctx context.Context, sc *monty.Script, in map[string]
 	return out, err
 }
 
-// newLintProcessor builds one slot's Processor for the one-turn lint job
+// newLintHandler builds one slot's Handler for the one-turn lint job
 // on a Monty pool of size slots, sharing the pool like cmd/worker does.
-func newLintProcessors(b *testing.B, slots int, clock *phaseClock) []*jobrun.Processor {
+func newLintHandlers(b *testing.B, slots int, clock *phaseClock) []*jobrun.Handler {
 	b.Helper()
-	defs, err := agents.LoadDirWith("../../agents", agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
+	defs, err := agents.LoadDirWith("../agents", agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func newLintProcessors(b *testing.B, slots int, clock *phaseClock) []*jobrun.Pro
 		return lintOneTurn(ctx, req)
 	})
 	root := b.TempDir()
-	var ps []*jobrun.Processor
+	var ps []*jobrun.Handler
 	for range slots {
 		p, err := jobrun.New(jobrun.Config{Agents: defs, Sandbox: sb, Model: model, WorkspaceDir: root})
 		if err != nil {
@@ -243,22 +243,22 @@ func liveChildrenCPU() time.Duration {
 // scripted model making one tool call (run_linter) and submit_result. It
 // reports the per-job p50 and p99 and where the time goes (ms per job):
 //
-//   - prepare: Process start → first model call (job folder, stable.db
+//   - prepare: Handle start → first model call (job folder, stable.db
 //     loaded with the request's files, overlay, manifest, tool executor)
 //   - run_linter / submit_result: each Sandbox.Run (pool hand-over, the
 //     Monty feed and the workspace externals it calls)
 //   - monty-wall, monty-interp: of those, the frame exchange and the
 //     bytecode time Monty reports
-//   - tail: last Sandbox.Run → Process returns (changed files, diff, close)
+//   - tail: last Sandbox.Run → Handle returns (changed files, diff, close)
 //   - loop: the rest (the loop, schema checks, events, the model calls)
 func BenchmarkProcessLintOneTurn(b *testing.B) {
 	clock := &phaseClock{}
-	p := newLintProcessors(b, 1, clock)[0]
+	p := newLintHandlers(b, 1, clock)[0]
 	files := demoFiles(b)
 	// One warm-up job outside the timing (first-use caches: .pym parse,
 	// schema compilation, the page cache).
 	clock.reset()
-	out, err := p.Process(context.Background(), lintRequest(files, "warm"), nil)
+	out, err := p.Handle(context.Background(), &queue.Job{Request: lintRequest(files, "warm")})
 	checkLintOutcome(b, out, err)
 
 	lat := make([]time.Duration, 0, b.N)
@@ -267,7 +267,7 @@ func BenchmarkProcessLintOneTurn(b *testing.B) {
 	m := startMeter(b)
 	for i := 0; i < b.N; i++ {
 		clock.reset()
-		out, err := p.Process(context.Background(), lintRequest(files, fmt.Sprintf("bench-%d", i)), nil)
+		out, err := p.Handle(context.Background(), &queue.Job{Request: lintRequest(files, fmt.Sprintf("bench-%d", i))})
 		end := time.Now()
 		checkLintOutcome(b, out, err)
 		lat = append(lat, end.Sub(clock.start))
@@ -301,7 +301,7 @@ func BenchmarkProcessLintOneTurn(b *testing.B) {
 // overlay), one submit_result run through the real Monty sandbox, changed
 // files and diff, the job stored. The model answers submit_result at once.
 func BenchmarkProcessNoop(b *testing.B) {
-	defs, err := agents.LoadDirWith("../../agents", agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
+	defs, err := agents.LoadDirWith("../agents", agents.LoadOptions{SchemaFromPym: pym.SchemaFromFile})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func BenchmarkProcessNoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	files := demoFiles(b)
-	out, err := p.Process(context.Background(), lintRequest(files, "warm"), nil)
+	out, err := p.Handle(context.Background(), &queue.Job{Request: lintRequest(files, "warm")})
 	if err != nil || out.Result.Status != fleettype.StatusSuccess {
 		b.Fatalf("%+v %v", out, err)
 	}
@@ -321,7 +321,7 @@ func BenchmarkProcessNoop(b *testing.B) {
 	m := startMeter(b)
 	for i := 0; i < b.N; i++ {
 		t := time.Now()
-		out, err := p.Process(context.Background(), lintRequest(files, fmt.Sprintf("bench-%d", i)), nil)
+		out, err := p.Handle(context.Background(), &queue.Job{Request: lintRequest(files, fmt.Sprintf("bench-%d", i))})
 		lat = append(lat, time.Since(t))
 		if err != nil || out.Result.Status != fleettype.StatusSuccess {
 			b.Fatalf("%+v %v", out, err)
@@ -331,15 +331,15 @@ func BenchmarkProcessNoop(b *testing.B) {
 }
 
 // BenchmarkProcessLintOneTurnSlots2 is the same job on two slots at once
-// (two Processors, each on its own goroutine, sharing a Monty pool of two
+// (two Handlers, each on its own goroutine, sharing a Monty pool of two
 // processes, as a worker with slots: 2 runs them): jobs/s and the per-job
 // p50 and p99 under that load.
 func BenchmarkProcessLintOneTurnSlots2(b *testing.B) {
 	const slots = 2
-	ps := newLintProcessors(b, slots, nil)
+	ps := newLintHandlers(b, slots, nil)
 	files := demoFiles(b)
 	for i, p := range ps {
-		out, err := p.Process(context.Background(), lintRequest(files, fmt.Sprintf("warm-%d", i)), nil)
+		out, err := p.Handle(context.Background(), &queue.Job{Request: lintRequest(files, fmt.Sprintf("warm-%d", i))})
 		checkLintOutcome(b, out, err)
 	}
 	var next atomic.Int64
@@ -357,7 +357,7 @@ func BenchmarkProcessLintOneTurnSlots2(b *testing.B) {
 					return
 				}
 				t := time.Now()
-				out, err := p.Process(context.Background(), lintRequest(files, fmt.Sprintf("bench-%d", i)), nil)
+				out, err := p.Handle(context.Background(), &queue.Job{Request: lintRequest(files, fmt.Sprintf("bench-%d", i))})
 				if err == nil && out.Result.Status != fleettype.StatusSuccess {
 					err = fmt.Errorf("status %s: %s", out.Result.Status, out.Result.Error)
 				}
