@@ -57,6 +57,9 @@ func TestEngineOnMemoryRetriesAndPoison(t *testing.T) {
 	if !strings.Contains(dl.Reason, errTransient.Error()) || calls.Load() != 3 {
 		t.Fatalf("dead letter %+v after %d runs", dl, calls.Load())
 	}
+	if r, _ := memResult(t, mem, "flaky-1", wire.StateDead); r.Attempts != 3 || !strings.Contains(r.Error, errTransient.Error()) {
+		t.Fatalf("dead result %+v", r)
+	}
 	mem.Publish(ledger.MemoryRequest{JobID: "", Operation: "lint", Data: []byte("{not json")})
 	testutil.Eventually(t, 10*time.Second, "the poison dead-lettered", func() error {
 		for _, d := range mem.DeadLetters() {
@@ -121,6 +124,11 @@ func TestEngineOnMemoryDrainHandsBack(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	memState(t, mem, "drain-1", wire.StateQueued)
+	if n := mem.Results("drain-1"); n != 0 {
+		t.Fatalf("a handed-back job stored %d results", n)
+	}
 	memWorker(t, mem, func(int) Handler { return newLoopProcessor(t, nil, nil) }, cfg)
-	memState(t, mem, "drain-1", wire.StateSucceeded)
+	if r, _ := memResult(t, mem, "drain-1", wire.StateSucceeded); r.Attempts != 2 {
+		t.Fatalf("handed-back job: %+v", r)
+	}
 }

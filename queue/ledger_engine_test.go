@@ -13,7 +13,6 @@ import (
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
-	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -120,74 +119,6 @@ func TestJobPublishedTwiceAtOnceRunsOnce(t *testing.T) {
 	}
 	if st := w.Stats(); st.Duplicates != n || st.Succeeded != n {
 		t.Errorf("stats %+v, want %d duplicates settled and %d succeeded", st, n, n)
-	}
-}
-
-// TestTakenOverAttemptWritesNothing: attempt 1 of a job stops heartbeating
-// (as a frozen process would: its lease's ack wait passes), attempt 2 takes
-// the job over and finishes it; when attempt 1 finishes afterwards, it is
-// fenced: no second result, no second Reply-To result, no ack of the
-// redelivered message. (The process-level version, with SIGSTOP, is
-// internal/reliability's TestFrozenWorkerIsFenced.)
-func TestTakenOverAttemptWritesNothing(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	first := make(chan struct{})
-	release := make(chan struct{})
-	var runs atomic.Int64
-	proc := HandlerFunc(func(ctx context.Context, job *Job) (*Outcome, error) {
-		if runs.Add(1) == 1 {
-			close(first)
-			<-release // attempt 1 ignores its context: it is "frozen"
-		}
-		run := fmt.Sprint("run ", runs.Load())
-		return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: run}},
-			Transcript: &wire.Transcript{Messages: []fleettype.Message{{Role: "assistant", Content: run}}}}, nil
-	})
-	w := b.worker(func(int) Handler { return proc }, func(c *Config) {
-		c.Heartbeat = -1 // attempt 1 never renews its lease
-		c.Streams.AckWait = 300 * time.Millisecond
-	})
-	reply := b.subscribe("clients.frozen.result")
-	sub := b.subscribe(wire.ResultSubject("frozen-1"))
-	b.publish(newReq("frozen-1"), wire.JSON, "clients.frozen")
-	<-first
-	res := b.result(sub) // attempt 2's, after the redelivery
-	if res.Attempts != 2 {
-		t.Fatalf("stored result from attempt %d, want 2", res.Attempts)
-	}
-	close(release)
-	select {
-	case id := <-w.signals.fenced:
-		if id != "frozen-1" {
-			t.Fatalf("fenced %s", id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("attempt 1 not fenced; stats %+v", w.Stats())
-	}
-	if err := w.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if got := b.countSubject(wire.StreamResults, wire.ResultSubject("frozen-1")); got != 1 {
-		t.Fatalf("%d stored results, want 1", got)
-	}
-	if n, _, _ := reply.Pending(); n != 1 {
-		t.Fatalf("%d Reply-To results, want 1", n)
-	}
-	// One transcript, attempt 2's, which its result names.
-	if got := b.countSubject(wire.StreamTranscripts, wire.TranscriptSubject("frozen-1")); got != 1 {
-		t.Fatalf("%d stored transcripts, want 1", got)
-	}
-	v, err := ledger.ReadTranscript(t.Context(), b.nc, "frozen-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tr := v.Transcript; res.TranscriptSeq == 0 || tr.Attempt != 2 || tr.State != wire.StateSucceeded ||
-		len(tr.Messages) != 1 || tr.Messages[0].Content != res.Summary {
-		t.Fatalf("transcript %+v of result %+v", tr, res)
 	}
 }
 
