@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -177,85 +176,6 @@ func TestIdleSlotPicksUpAnyOperationAtOnce(t *testing.T) {
 			t.Fatalf("round %d: %+v", round, res)
 		}
 	}
-}
-
-// TestRequeueSurvivesServerRestart: a running job handed back by a shutdown
-// is redelivered soon after the embedded server restarts on the same store,
-// not after the ack wait (a plain Nak lives only in the server's memory).
-func TestRequeueSurvivesServerRestart(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	start := func() (*embedded.Embedded, *nats.Conn) {
-		srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: dir, NoListen: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nc, err := srv.Connect()
-		if err != nil {
-			srv.Shutdown()
-			t.Fatal(err)
-		}
-		return srv, nc
-	}
-	worker := func(nc *nats.Conn, p Handler) *Worker {
-		w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, Name: "restart",
-			NewHandler: func(int) (Handler, error) { return p, nil }, DrainGrace: -1,
-			Streams: ledger.StreamsConfig{AckWait: time.Minute}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
-	srv, nc := start()
-	g := newGate(true)
-	w := worker(nc, g)
-	m, err := wire.NewRequestMsg(newReq("restart-1"), wire.JSON, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, _ := jetstream.New(nc)
-	if _, err := js.PublishMsg(ctx, m); err != nil {
-		t.Fatal(err)
-	}
-	g.waitStarted(t)
-	if err := w.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if w.Stats().Requeued != 1 {
-		t.Fatalf("stats %+v", w.Stats())
-	}
-	nc.Close()
-	srv.Shutdown()
-
-	srv, nc = start()
-	defer func() { nc.Close(); srv.Shutdown() }()
-	sub, err := nc.SubscribeSync(wire.ResultSubject("restart-1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	w = worker(nc, newLoopProcessor(t, nil, nil))
-	defer func() { _ = w.Stop() }()
-	rm, err := sub.NextMsg(20 * time.Second)
-	if err != nil {
-		t.Fatalf("no result %s after the restart (ack wait 1m): %v", time.Since(t0), err)
-	}
-	r, err := wire.DecodeAgentResult(rm.Data, rm.Header.Get(wire.HeaderContentType))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.State != wire.StateSucceeded || r.Attempts != 2 {
-		t.Fatalf("result %+v", r)
-	}
-	t.Logf("requeued job finished %s after the restart", time.Since(t0))
 }
 
 // TestBurstOnSeveralOperationsRunsEachJobOnce: jobs for every operation

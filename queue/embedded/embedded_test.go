@@ -1,4 +1,4 @@
-package queue
+package embedded_test
 
 import (
 	"context"
@@ -7,11 +7,48 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/embedded"
+	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
-	"github.com/nats-io/nats.go/jetstream"
 )
+
+// The embedded server, and a worker on it across a restart of the server
+// on the same store (the worker engine's own tests run on the in-memory
+// broker; these are the server's).
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func newReq(id string) *wire.RunRequest {
+	return &wire.RunRequest{JobID: id, Operation: "lint",
+		Node:  wire.Node{ID: "a.py::f", Name: "f", Type: "function", FilePath: "a.py", Text: "def f():\n    return 1\n"},
+		Files: map[string]string{"a.py": "import os\ndef f():\n    return 1\n"}}
+}
+
+// okHandler succeeds at once.
+func okHandler() queue.Handler {
+	return queue.HandlerFunc(func(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+		return &queue.Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "ok"}}}, nil
+	})
+}
+
+// blockHandler reports each job's start on started and runs until its
+// context ends.
+func blockHandler(started chan<- string) queue.Handler {
+	return queue.HandlerFunc(func(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+		started <- job.Request.JobID
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	})
+}
 
 func TestEmbeddedRefusesSharedStore(t *testing.T) {
 	t.Parallel()
@@ -67,8 +104,8 @@ func TestEmbeddedTCPWithToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, PullExpiry: 200 * time.Millisecond,
-		NewHandler: func(int) (Handler, error) { return newLoopProcessor(t, nil, nil), nil }})
+	w, err := queue.NewWorker(queue.Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, PullExpiry: 200 * time.Millisecond,
+		NewHandler: func(int) (queue.Handler, error) { return okHandler(), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +178,8 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	w, err := NewWorker(Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, PullExpiry: 200 * time.Millisecond,
-		NewHandler: func(int) (Handler, error) { return newLoopProcessor(t, nil, nil), nil }})
+	w, err := queue.NewWorker(queue.Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, PullExpiry: 200 * time.Millisecond,
+		NewHandler: func(int) (queue.Handler, error) { return okHandler(), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,4 +228,87 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 	if err != nil || r.State != wire.StateSucceeded {
 		t.Fatalf("%+v %v", r, err)
 	}
+}
+
+// TestRequeueSurvivesServerRestart: a running job handed back by a shutdown
+// is redelivered soon after the embedded server restarts on the same store,
+// not after the ack wait (a plain Nak lives only in the server's memory).
+func TestRequeueSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := func() (*embedded.Embedded, *nats.Conn) {
+		srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: dir, NoListen: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := srv.Connect()
+		if err != nil {
+			srv.Shutdown()
+			t.Fatal(err)
+		}
+		return srv, nc
+	}
+	worker := func(nc *nats.Conn, p queue.Handler) *queue.Worker {
+		w, err := queue.NewWorker(queue.Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, Name: "restart",
+			NewHandler: func(int) (queue.Handler, error) { return p, nil }, DrainGrace: -1,
+			Streams: ledger.StreamsConfig{AckWait: time.Minute}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	srv, nc := start()
+	started := make(chan string, 1)
+	w := worker(nc, blockHandler(started))
+	m, err := wire.NewRequestMsg(newReq("restart-1"), wire.JSON, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the job did not start")
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Stats().Requeued != 1 {
+		t.Fatalf("stats %+v", w.Stats())
+	}
+	nc.Close()
+	srv.Shutdown()
+
+	srv, nc = start()
+	defer func() { nc.Close(); srv.Shutdown() }()
+	sub, err := nc.SubscribeSync(wire.ResultSubject("restart-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	w = worker(nc, okHandler())
+	defer func() { _ = w.Stop() }()
+	rm, err := sub.NextMsg(20 * time.Second)
+	if err != nil {
+		t.Fatalf("no result %s after the restart (ack wait 1m): %v", time.Since(t0), err)
+	}
+	r, err := wire.DecodeAgentResult(rm.Data, rm.Header.Get(wire.HeaderContentType))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != wire.StateSucceeded || r.Attempts != 2 {
+		t.Fatalf("result %+v", r)
+	}
+	t.Logf("requeued job finished %s after the restart", time.Since(t0))
 }

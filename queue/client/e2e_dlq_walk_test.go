@@ -1,4 +1,4 @@
-package queue
+package client_test
 
 import (
 	"bytes"
@@ -10,16 +10,104 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/internal/testutil"
+	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
+// dlqBundle is an embedded server and a connection of the test's own,
+// with a worker serving lint whose sweeper dead-letters what nobody
+// serves within 200ms.
+type dlqBundle struct {
+	t  *testing.T
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+func newDLQBundle(t *testing.T) *dlqBundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wnc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wnc.Close)
+	proc := &scriptProc{started: make(chan string, 8), release: make(chan struct{})}
+	w, err := queue.NewWorker(queue.Config{Conn: wnc, Operations: []string{"lint"}, Slots: 2, Name: "dlq-worker",
+		NewHandler: func(int) (queue.Handler, error) { return proc, nil }, UnservedAfter: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Stop(); err != nil {
+			t.Errorf("worker stop: %v", err)
+		}
+	})
+	return &dlqBundle{t: t, nc: nc, js: js}
+}
+
+func (b *dlqBundle) publishMsg(m *nats.Msg) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := b.js.PublishMsg(ctx, m); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func (b *dlqBundle) publish(req *wire.RunRequest, enc wire.Encoding) {
+	b.t.Helper()
+	m, err := wire.NewRequestMsg(req, enc, "")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.publishMsg(m)
+}
+
+// countSubject counts the messages stored on subject (a filter) in stream.
+func (b *dlqBundle) countSubject(stream, subject string) uint64 {
+	b.t.Helper()
+	s, err := b.js.Stream(context.Background(), stream)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
+}
+
 // streamTruth reads every message of stream from its leader, one by one by
 // sequence: the ground truth a listing is held against.
-func streamTruth(t *testing.T, b *testBundle, stream string) map[uint64]*ledger.StoredMsg {
+func streamTruth(t *testing.T, b *dlqBundle, stream string) map[uint64]*ledger.StoredMsg {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -56,9 +144,7 @@ func streamTruth(t *testing.T, b *testBundle, stream string) map[uint64]*ledger.
 // one dead letter.
 func TestDeadLettersInterleaved(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	p := &countingProcessor{runs: map[string]int{}}
-	b.worker(func(int) Handler { return p }, func(c *Config) { c.UnservedAfter = 200 * time.Millisecond })
+	b := newDLQBundle(t)
 	cl, err := client.NewClient(b.nc, client.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +174,7 @@ func TestDeadLettersInterleaved(t *testing.T) {
 	for i := range n {
 		switch i % 4 {
 		case 0: // an operation nobody serves, with a forged sequence header
-			req := newReq(fmt.Sprintf("nosuch-%d", i))
+			req := request(fmt.Sprintf("nosuch-%d", i), "f")
 			req.Operation = "nosuchop"
 			m, err := wire.NewRequestMsg(req, wire.JSON, "")
 			if err != nil {
@@ -98,16 +184,16 @@ func TestDeadLettersInterleaved(t *testing.T) {
 			b.publishMsg(m)
 			unserved[req.JobID] = true
 		case 1: // an agent that exists but no worker here runs
-			req := newReq(fmt.Sprintf("sample-%d", i))
+			req := request(fmt.Sprintf("sample-%d", i), "f")
 			req.Operation = "sample_data"
-			b.publish(req, wire.Msgpack, "")
+			b.publish(req, wire.Msgpack)
 			unserved[req.JobID] = true
 		case 2: // poison: no readable job id
 			b.publishMsg(&nats.Msg{Subject: wire.RunSubject("lint"), Data: []byte{0xff, 0xfe, byte(i)}, Header: nats.Header{}})
 			poison++
 		case 3: // served
-			req := newReq(fmt.Sprintf("served-%d", i))
-			b.publish(req, wire.JSON, "")
+			req := request(fmt.Sprintf("served-%d", i), "f")
+			b.publish(req, wire.JSON)
 			served[req.JobID] = true
 		}
 	}
