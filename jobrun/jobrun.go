@@ -58,9 +58,9 @@ import (
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/cairn/toolexec"
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/jobrun/memory"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
-	"github.com/agentfleet/fleet/queue/memory"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

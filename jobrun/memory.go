@@ -7,7 +7,7 @@ import (
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/cairn/toolexec"
-	"github.com/agentfleet/fleet/queue/memory"
+	"github.com/agentfleet/fleet/jobrun/memory"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

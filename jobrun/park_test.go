@@ -13,10 +13,10 @@ import (
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/jobrun"
+	"github.com/agentfleet/fleet/jobrun/memory"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
-	"github.com/agentfleet/fleet/queue/memory"
 )
 
 // askPym remembers an observation, edits the file, asks a human, and

@@ -64,11 +64,11 @@ import (
 	"github.com/agentfleet/fleet/internal/logging"
 	"github.com/agentfleet/fleet/internal/pytestbox"
 	"github.com/agentfleet/fleet/jobrun"
+	"github.com/agentfleet/fleet/jobrun/memory"
 	"github.com/agentfleet/fleet/ops/metrics"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client/natsconn"
 	"github.com/agentfleet/fleet/queue/ledger"
-	"github.com/agentfleet/fleet/queue/memory"
 	"github.com/agentfleet/fleet/queue/presence"
 )
 

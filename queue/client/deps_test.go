@@ -9,9 +9,10 @@ import (
 // TestDependencies keeps the package boundaries of docs/ARCHITECTURE.md: a
 // coordinator (cmd/enqueue, anything importing queue/client) does not link
 // nats-server, the wire package imports neither the loop nor the agents,
-// and the worker engine (queue) knows nothing of the agent: it imports
-// neither the loop, the agents, Cairn nor the agent job handler (jobrun),
-// which it calls through queue.Handler.
+// and nothing under queue/ (the worker engine, its storage, the wire, the
+// client, presence) knows the agent: none imports the loop, the agents,
+// Cairn, the model backends or the agent job handler (jobrun), which the
+// engine calls through queue.Handler.
 func TestDependencies(t *testing.T) {
 	t.Parallel()
 	deps := func(pkg string) []string {
@@ -34,10 +35,10 @@ func TestDependencies(t *testing.T) {
 			t.Errorf("queue/wire imports %s", d)
 		}
 	}
-	for _, d := range deps("github.com/agentfleet/fleet/queue") {
+	for _, d := range deps("github.com/agentfleet/fleet/queue/...") {
 		for _, agent := range []string{"loop", "agents", "cairn", "jobrun", "inference"} {
 			if p := "github.com/agentfleet/fleet/" + agent; d == p || strings.HasPrefix(d, p+"/") {
-				t.Errorf("the engine (queue) imports %s", d)
+				t.Errorf("a package under queue/ imports %s", d)
 			}
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 )
 
@@ -37,9 +36,23 @@ func (t *Tracker) Handler(slot int, h queue.Handler) queue.Handler {
 			t.mu.Unlock()
 		}()
 		j := *job
-		j.Events = loop.MultiSink{job.Events, loop.EventSinkFunc(func(e fleettype.Event) { t.observe(slot, e) })}
+		j.Events = observed{next: job.Events, observe: func(e fleettype.Event) { t.observe(slot, e) }}
 		return h.Handle(ctx, &j)
 	})
+}
+
+// observed passes a job's events on to next (when set) and to observe.
+type observed struct {
+	next    queue.EventSink
+	observe func(fleettype.Event)
+}
+
+// Emit implements queue.EventSink.
+func (o observed) Emit(e fleettype.Event) {
+	if o.next != nil {
+		o.next.Emit(e)
+	}
+	o.observe(e)
 }
 
 func (t *Tracker) observe(slot int, e fleettype.Event) {

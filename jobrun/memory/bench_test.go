@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/agents"
-	"github.com/agentfleet/fleet/queue/memory"
+	"github.com/agentfleet/fleet/jobrun/memory"
 )
 
 // BenchmarkRecall measures what memory adds before a run's first turn: the

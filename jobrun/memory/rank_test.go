@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/agents"
-	"github.com/agentfleet/fleet/queue/memory"
+	"github.com/agentfleet/fleet/jobrun/memory"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
