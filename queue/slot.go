@@ -240,7 +240,7 @@ func (s *slot) runJob(j *job) {
 	case errors.As(cause, &ce):
 		s.cancelled(j, ce)
 	case errors.As(perr, &re):
-		// The processor refused the request (a teacher run on a worker
+		// The handler refused the request (a teacher run on a worker
 		// without a teacher): no retry can help.
 		s.poison(j, re.Code, re.Error())
 	case perr != nil:
