@@ -245,7 +245,8 @@ var forbidden = []struct {
 }{
 	{regexp.MustCompile(`%`), "% (no %-formatting; keep the operator out entirely)"},
 	{regexp.MustCompile(`(?m)^\s*del\s`), "del"},
-	{regexp.MustCompile(`\byield\b`), "yield"},
+	// a yield statement or expression (the word in a string is fine)
+	{regexp.MustCompile(`(^\s*|[=(]\s*)yield\b`), "yield"},
 	{regexp.MustCompile(`(?m)^\s*match\s.*:\s*$`), "match statement"},
 	{regexp.MustCompile(`os\.path`), "os.path"},
 	{regexp.MustCompile(`print\([^)]*file\s*=`), "print(file=...)"},

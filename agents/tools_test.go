@@ -270,7 +270,7 @@ func TestDocstringTools(t *testing.T) {
 	t.Run("method one-liner", func(t *testing.T) {
 		env := newToolEnv(t, defs["docstring"], pool, agents.Node{Name: "Shape.area", Type: "method", FilePath: "m.py"}, files)
 		r := env.call("read_type_hints", `{}`)
-		if r.Summary != "Shape.area(scale: float = 1.0, args, kw) -> dict[str, int]; unannotated: args, kw" {
+		if r.Summary != "Shape.area(scale: float = 1.0, args, kw) -> dict[str, int]; returns a value; unannotated: args, kw" {
 			t.Errorf("summary = %s", r.Summary)
 		}
 		env.call("write_docstring", `{"summary":"Compute the area.","style":"numpy"}`)
@@ -305,6 +305,21 @@ func TestDocstringTools(t *testing.T) {
 		env.call("write_docstring", `{"summary":"return y","params":{"y":"A value"}}`)
 		if got := env.file("m.py"); !strings.Contains(got, "def h(y: str = \"a\"):\n    \"\"\"Return y.\n\n    :param y: A value. Defaults to \"a\".\n    :type y: str\n    \"\"\"\n    return y\n") {
 			t.Errorf("sphinx docstring:\n%s", got)
+		}
+	})
+
+	t.Run("what the body returns", func(t *testing.T) {
+		src := "def gen(n):\n    for i in range(n):\n        yield i\n\n\n" +
+			"def outer(x):\n    def inner():\n        return x\n    inner()\n    return\n\n\n" +
+			"def none(x):\n    if x:\n        return None\n    s = 'return 1'  # return 2\n\n\n" +
+			"def value(x):\n    if x: return x + 1\n    return None\n\n\n" +
+			"class K:\n    def m(self):\n        return 1\n"
+		for name, want := range map[string]string{"gen": "yield", "outer": "none", "none": "none", "value": "value", "K": "none"} {
+			env := newToolEnv(t, defs["docstring"], pool, agents.Node{Name: name, FilePath: "m.py"}, map[string]string{"m.py": src})
+			r := env.call("read_type_hints", `{}`)
+			if r.Result["returns"] != want {
+				t.Errorf("%s: returns = %v, want %s (%s)", name, r.Result["returns"], want, r.Summary)
+			}
 		}
 	})
 

@@ -40,7 +40,7 @@ TRAIN_FLAGS   ?= -embedding 64 -blocks 6 -window 64 -ff 192 -heads 2 -max-len 30
 FLYWHEEL_BASE_LIMIT ?= 0
 TRAIN_PY_APT  := python3-torch python3-numpy libopenblas0-pthread
 
-.PHONY: train-deps flywheel fleet-train lint-model
+.PHONY: train-deps flywheel fleet-train lint-model lint-suites
 
 train-deps: ## install PyTorch from Debian for fleet-train (root; python3-torch, OpenBLAS)
 	@/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null && exit 0; \
@@ -69,7 +69,12 @@ $(TRAIN_DATA): $(TRAIN_SUITES) | fleet-train monty
 	@echo "lint-model: machine load $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
 	$(BIN)/fleet-train expert-data -suite $(shell echo $(TRAIN_SUITES) | tr ' ' ',') -split train -op lint -o $@
 
-lint-model: train-deps fleet-train monty model-tiny-gemma3 $(TRAIN_DATA) ## train the demo's lint agent (cached in models/) and grade it on the test split
+# The suites are independent and each build is one Python process: build
+# them a core each (a sub-make with -j), before the records need them.
+lint-suites:
+	@$(MAKE) --no-print-directory --output-sync=target -j$$(nproc) $(TRAIN_SUITES)
+
+lint-model: train-deps fleet-train monty model-tiny-gemma3 lint-suites $(TRAIN_DATA) ## train the demo's lint agent (cached in models/) and grade it on the test split
 	$(BIN)/fleet-train -data $(TRAIN_DATA) -vocab $(MODEL_TINY_GEMMA3) -o $(TRAIN_MODEL) -name fleet-lint-small $(TRAIN_FLAGS)
 	@if [ ! -f $(TRAIN_DIR)/eval-trained.json ] || [ $(TRAIN_MODEL) -nt $(TRAIN_DIR)/eval-trained.json ]; then \
 	  $(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -model $(TRAIN_MODEL) -context 8192 -record -json $(TRAIN_DIR)/eval-trained.json; \

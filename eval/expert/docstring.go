@@ -44,13 +44,18 @@ func (Docstring) Complete(ctx context.Context, req *loop.Request) (*loop.Respons
 			Kind     string      `json:"kind"`
 			IsMethod bool        `json:"is_method"`
 			Params   []hintParam `json:"params"`
+			Returns  string      `json:"returns"`
 		}
 		if json.Unmarshal(hints.Result, &info) == nil {
 			ps := info.Params
 			if info.IsMethod && strings.Contains(info.Name, ".") && len(ps) > 0 {
 				ps = ps[1:] // self or cls
 			}
-			return call("write_docstring", docArgs(info.Name, info.Kind, ps, nodeText(req.Messages)))
+			ret := info.Returns // what read_type_hints says the body gives back
+			if ret == "" {
+				ret = returnsOf(nodeText(req.Messages))
+			}
+			return call("write_docstring", docArgs(info.Name, info.Kind, ps, ret))
 		}
 	}
 	var w struct {
@@ -76,8 +81,9 @@ func lastName(hints toolResult) string {
 	return info.Name
 }
 
-// docArgs are write_docstring's arguments for the node.
-func docArgs(name, kind string, params []hintParam, code string) map[string]any {
+// docArgs are write_docstring's arguments for the node; ret is what its
+// body gives back ("value", "yield" or "none"/"").
+func docArgs(name, kind string, params []hintParam, ret string) map[string]any {
 	short := name[strings.LastIndex(name, ".")+1:]
 	words := strings.ReplaceAll(strings.Trim(short, "_"), "_", " ")
 	ps := map[string]any{}
@@ -95,7 +101,7 @@ func docArgs(name, kind string, params []hintParam, code string) map[string]any 
 	if len(ps) > 0 {
 		args["params"] = ps
 	}
-	switch ret := returnsOf(code); {
+	switch {
 	case ret == "yield":
 		args["returns"] = "The " + words + " values, one at a time."
 	case ret == "value" && (strings.HasPrefix(short, "is_") || strings.HasPrefix(short, "has_")):

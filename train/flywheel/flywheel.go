@@ -9,19 +9,15 @@
 package flywheel
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/pym"
-	"github.com/agentfleet/fleet/dataset"
 	"github.com/agentfleet/fleet/eval"
 	"github.com/agentfleet/fleet/eval/expert"
 	"github.com/agentfleet/fleet/eval/runner"
@@ -140,16 +136,7 @@ func ExpertData(ctx context.Context, c Config, out string) ([]eval.Result, int, 
 		return nil, 0, err
 	}
 	defer e.close()
-	tmp := out + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer os.Remove(tmp)
-	w := bufio.NewWriter(f)
-	var mu sync.Mutex
-	var werr error
-	byJob := map[string][]byte{}
+	recs := newRecords(wire.VerdictAccepted)
 	// job ids name the suite's seed: records of several suites (other
 	// seeds' tasks on the same files) stay apart when put together
 	runID := fmt.Sprintf("expert-s%d", e.suite.Header.Seed)
@@ -159,54 +146,12 @@ func ExpertData(ctx context.Context, c Config, out string) ([]eval.Result, int, 
 			return nil, fmt.Errorf("flywheel: no expert for %s", op)
 		}
 		return m, nil
-	}, func(r eval.Result, o *queue.Outcome) {
-		if !r.Grade.Pass || o.Transcript == nil {
-			return
-		}
-		line, err := record(r, o.Transcript)
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			werr = err
-			return
-		}
-		byJob[r.JobID] = line
-	})
+	}, recs.keep(true, "expert"))
 	if err != nil {
-		f.Close()
 		return nil, 0, err
 	}
-	if werr != nil {
-		f.Close()
-		return nil, 0, werr
-	}
-	// the suite's order, so the same suite gives the same file
-	n := 0
-	for _, r := range results {
-		if line, ok := byJob[r.JobID]; ok {
-			w.Write(line)
-			w.WriteByte('\n')
-			n++
-		}
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return nil, 0, err
-	}
-	if err := f.Close(); err != nil {
-		return nil, 0, err
-	}
-	return results, n, os.Rename(tmp, out)
-}
-
-func record(r eval.Result, t *wire.Transcript) ([]byte, error) {
-	conv, err := dataset.ConversationOf(dataset.Request(t))
-	if err != nil {
-		return nil, err
-	}
-	conv.Fleet = &dataset.Meta{JobID: r.JobID, Operation: r.Op, Agent: t.Agent, AgentDigest: t.AgentDigest,
-		Model: wire.ModelInfo{Backend: "expert", Name: "expert"}, State: wire.StateSucceeded, Verdict: "accepted", Reviewer: "eval:grader"}
-	return json.Marshal(conv)
+	n, err := recs.write(out, results)
+	return results, n, err
 }
 
 // Model is a GGUF to evaluate (with an optional LoRA adapter).
@@ -214,6 +159,9 @@ type Model struct {
 	Path, LoRA string
 	// ContextSize is the context window (0: 4096).
 	ContextSize int
+	// Transcripts, when set, receives every task's transcript as a
+	// messages record with the grader's verdict (reason in the reviewer).
+	Transcripts string
 }
 
 // Evaluate runs the split on the model with llama.cpp, strict greedy
@@ -239,9 +187,18 @@ func Evaluate(ctx context.Context, c Config, m Model) ([]eval.Result, error) {
 	}
 	// runner asks for a model per task and uses it for that task only;
 	// hand out the slots round-robin through a lease wrapper.
-	return e.run(ctx, &c, "eval", func(string) (loop.Model, error) {
+	var keep func(eval.Result, *queue.Outcome)
+	recs := newRecords("")
+	if m.Transcripts != "" {
+		keep = recs.keep(false, "llama")
+	}
+	rs, err := e.run(ctx, &c, "eval", func(string) (loop.Model, error) {
 		return &leased{slots: slots}, nil
-	}, nil)
+	}, keep)
+	if err == nil && m.Transcripts != "" {
+		_, err = recs.write(m.Transcripts, rs)
+	}
+	return rs, err
 }
 
 // leased takes a slot for each model call and gives it back after, so
