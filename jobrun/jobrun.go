@@ -245,7 +245,7 @@ func (p *Handler) Handle(ctx context.Context, job *queue.Job) (*queue.Outcome, e
 	defer ws.close()
 
 	mem := p.memoryRun(req, ja.def, log)
-	in, err := p.input(req, ja, ws, sinkOf(events), log, mem)
+	in, err := p.input(req, ja, ws, events, log, mem)
 	if err != nil {
 		return nil, err
 	}
@@ -259,15 +259,6 @@ func (p *Handler) Handle(ctx context.Context, job *queue.Job) (*queue.Outcome, e
 		return failed(wire.CodeInvalidRequest, "cannot run the agent: "+err.Error()), nil
 	}
 	return p.ended(ctx, dir, job.Attempt, req, ja, ws, mem, res, log)
-}
-
-// sinkOf is the loop's sink for the job's events (nil when the caller
-// passed none: the loop then emits nothing).
-func sinkOf(e queue.EventSink) loop.EventSink {
-	if e == nil {
-		return nil
-	}
-	return e
 }
 
 // jobAgent is what runs a job: its agent (a canary share runs a copy of

@@ -115,7 +115,7 @@ func (p *Handler) resume(ctx context.Context, job *queue.Job) (*queue.Outcome, e
 			_ = mem.Remember(ctx, e.Key, e.Text) // checked when first remembered
 		}
 	}
-	in, err := p.input(&orig, ja, ws, sinkOf(job.Events), log, mem)
+	in, err := p.input(&orig, ja, ws, job.Events, log, mem)
 	if err != nil {
 		return nil, err
 	}
