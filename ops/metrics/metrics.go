@@ -376,7 +376,7 @@ func newFuncCollector() *funcCollector {
 		depthDesc:    prometheus.NewDesc("fleet_queue_depth", "Jobs waiting in the queue (not yet delivered), by operation.", []string{"operation"}, nil),
 		depthErrDesc: prometheus.NewDesc("fleet_queue_depth_errors_total", "Scrapes that could not read the queue depth.", nil, nil),
 		droppedDesc:  prometheus.NewDesc("fleet_events_dropped_total", "Loop events the worker could not publish (buffer full or publish error).", nil, nil),
-		startedDesc:  prometheus.NewDesc("fleet_worker_jobs_started_total", "Processor runs the worker began.", nil, nil),
+		startedDesc:  prometheus.NewDesc("fleet_worker_jobs_started_total", "Handler runs the worker began.", nil, nil),
 		resultsDesc:  prometheus.NewDesc("fleet_worker_results_total", "Results the worker published, by job state.", []string{"state"}, nil),
 		deadDesc:     prometheus.NewDesc("fleet_worker_dead_letters_total", "Requests the worker dead-lettered (poison, exhausted, by advisory).", nil, nil),
 		dupDesc:      prometheus.NewDesc("fleet_worker_duplicates_total", "Deliveries acknowledged without running because the job had already ended.", nil, nil),
