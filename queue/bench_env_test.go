@@ -118,7 +118,7 @@ func (e *benchEnv) startWorker(b *testing.B, slots int) *Worker {
 		b.Fatal(err)
 	}
 	cfg := Config{Conn: nc, Operations: benchOps(), Slots: slots, Name: "bench",
-		NewHandler: func(int) (Handler, error) { return newLoopProcessor(b, nil, nil), nil }}
+		NewHandler: func(int) (Handler, error) { return newLoopHandler(b, nil, nil), nil }}
 	// FLEET_BENCH_EVENTS=none|finished measures the cost of events;
 	// FLEET_BENCH_MEMORY=1 keeps the streams in memory.
 	switch os.Getenv("FLEET_BENCH_EVENTS") {

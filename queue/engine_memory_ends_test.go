@@ -127,7 +127,7 @@ func TestEngineOnMemoryDrainHandsBack(t *testing.T) {
 	if n := mem.Results("drain-1"); n != 0 {
 		t.Fatalf("a handed-back job stored %d results", n)
 	}
-	memWorker(t, mem, func(int) Handler { return newLoopProcessor(t, nil, nil) }, cfg)
+	memWorker(t, mem, func(int) Handler { return newLoopHandler(t, nil, nil) }, cfg)
 	if r, _ := memResult(t, mem, "drain-1", wire.StateSucceeded); r.Attempts != 2 {
 		t.Fatalf("handed-back job: %+v", r)
 	}

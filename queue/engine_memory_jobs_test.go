@@ -77,7 +77,7 @@ func TestMemoryRequestResultBothEncodings(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
 	var calls atomic.Int64
-	memWorker(t, mem, func(int) Handler { return newLoopProcessor(t, nil, &calls) }, nil)
+	memWorker(t, mem, func(int) Handler { return newLoopHandler(t, nil, &calls) }, nil)
 	for _, enc := range []wire.Encoding{wire.JSON, wire.Msgpack} {
 		id := "job-" + strings.TrimPrefix(enc.ContentType(), "application/")
 		seq := memPublishMsg(t, mem, "lint", memRequestMsg(t, newReq(id), enc), enc)
@@ -126,7 +126,7 @@ func TestMemoryRequestResultBothEncodings(t *testing.T) {
 func TestMemoryReplyToGetsLiveCopies(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
-	memWorker(t, mem, func(int) Handler { return newLoopProcessor(t, nil, nil) }, nil)
+	memWorker(t, mem, func(int) Handler { return newLoopHandler(t, nil, nil) }, nil)
 	m, err := wire.NewRequestMsg(newReq("reply-1"), wire.JSON, "coord.replies.r1")
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func TestMemoryPoisonIsDeadLetteredAndWorkerGoesOn(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
 	var calls atomic.Int64
-	w := memWorker(t, mem, func(int) Handler { return newLoopProcessor(t, nil, &calls) }, func(c *Config) { c.Slots = 1 })
+	w := memWorker(t, mem, func(int) Handler { return newLoopHandler(t, nil, &calls) }, func(c *Config) { c.Slots = 1 })
 	cases := []struct {
 		id   string
 		msg  func() (*nats.Msg, wire.Encoding)
@@ -292,7 +292,7 @@ func TestMemoryPoisonIsDeadLetteredAndWorkerGoesOn(t *testing.T) {
 func TestMemoryPoisonDoesNotTouchAFinishedJob(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
-	memWorker(t, mem, func(int) Handler { return newLoopProcessor(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
+	memWorker(t, mem, func(int) Handler { return newLoopHandler(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
 	memPublish(t, mem, newReq("fin-1"), "", false)
 	memState(t, mem, "fin-1", wire.StateSucceeded)
 

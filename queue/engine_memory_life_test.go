@@ -47,7 +47,7 @@ func TestMemoryDrainFinishesRunningAndLeavesUnstarted(t *testing.T) {
 		}
 	}
 	// A new worker takes the rest.
-	memWorker(t, mem, func(int) Handler { return newLoopProcessor(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
+	memWorker(t, mem, func(int) Handler { return newLoopHandler(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
 	memState(t, mem, "drain-2", wire.StateSucceeded)
 	memState(t, mem, "drain-3", wire.StateSucceeded)
 }
@@ -83,7 +83,7 @@ func TestMemoryCancelRunningAndQueuedJobs(t *testing.T) {
 func TestMemoryWorkerServesSeveralOperations(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
-	memWorker(t, mem, func(int) Handler { return newLoopProcessor(t, nil, nil) }, func(c *Config) {
+	memWorker(t, mem, func(int) Handler { return newLoopHandler(t, nil, nil) }, func(c *Config) {
 		c.Slots = 1
 		c.Operations = []string{"lint", "docstring", "test"}
 	})
@@ -103,7 +103,7 @@ func TestMemoryStopIsIdempotentAndSafeBeforeStart(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
 	w, err := NewWorker(Config{Broker: mem, Operations: []string{"lint"}, Slots: 1,
-		NewHandler: func(int) (Handler, error) { return newLoopProcessor(t, nil, nil), nil }})
+		NewHandler: func(int) (Handler, error) { return newLoopHandler(t, nil, nil), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestMemoryStopIsIdempotentAndSafeBeforeStart(t *testing.T) {
 	if err := w.Start(t.Context()); err == nil {
 		t.Fatal("Start after Stop succeeded")
 	}
-	w2 := memWorker(t, mem, func(int) Handler { return newLoopProcessor(t, nil, nil) }, nil)
+	w2 := memWorker(t, mem, func(int) Handler { return newLoopHandler(t, nil, nil) }, nil)
 	if err := w2.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestMemoryStopIsIdempotentAndSafeBeforeStart(t *testing.T) {
 func TestMemoryClientQueuedStatusIsTakenOver(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
-	memWorker(t, mem, func(int) Handler { return newLoopProcessor(t, nil, nil) }, nil)
+	memWorker(t, mem, func(int) Handler { return newLoopHandler(t, nil, nil) }, nil)
 	mem.SetClientRecord(wire.StatusRecord{JobID: "queued-1", State: wire.StateQueued})
 	memPublish(t, mem, newReq("queued-1"), "", false)
 	if st := memState(t, mem, "queued-1", wire.StateSucceeded); st.Worker != "mem-worker" {

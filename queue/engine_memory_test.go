@@ -87,7 +87,7 @@ func TestEngineOnMemoryLedger(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
 	failed, restore := mem.FailResults()
-	p := &countingProcessor{runs: map[string]int{}}
+	p := &countingHandler{runs: map[string]int{}}
 	w := memWorker(t, mem, func(int) Handler { return p }, nil)
 	memPublish(t, mem, newReq("mem-1"), "", false)
 	select {

@@ -14,7 +14,7 @@ import (
 func TestEventsHeader(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
-	memWorker(t, mem, func(int) Handler { return newLoopProcessor(t, nil, nil) }, nil)
+	memWorker(t, mem, func(int) Handler { return newLoopHandler(t, nil, nil) }, nil)
 	cases := []struct {
 		id     string
 		header string

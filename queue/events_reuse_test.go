@@ -18,7 +18,7 @@ import (
 func TestEventHeadersPerJobOnOneSlot(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
-	memWorker(t, mem, func(int) Handler { return newLoopProcessor(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
+	memWorker(t, mem, func(int) Handler { return newLoopHandler(t, nil, nil) }, func(c *Config) { c.Slots = 1 })
 	encs := []wire.Encoding{wire.JSON, wire.Msgpack, wire.JSON, wire.Msgpack}
 	for i, enc := range encs {
 		id := "evhdr-" + strconv.Itoa(i)

@@ -31,10 +31,10 @@ func newReq(id string) *wire.RunRequest {
 		Files: map[string]string{"a.py": "import os\ndef f():\n    return 1\n"}}
 }
 
-// loopProcessor runs the real loop.Runner with a scripted model and fake
+// loopHandler runs the real loop.Runner with a scripted model and fake
 // tools: the path the worker takes in production, minus inference and the
 // sandbox.
-type loopProcessor struct {
+type loopHandler struct {
 	runner *loop.Runner
 	agent  *agents.Definition
 	model  func() loop.Model
@@ -47,7 +47,7 @@ var benchAgent = &agents.Definition{
 	Tools:          []*agents.Tool{{Name: "submit_result"}},
 }
 
-func newLoopProcessor(tb testing.TB, model func() loop.Model, calls *atomic.Int64) *loopProcessor {
+func newLoopHandler(tb testing.TB, model func() loop.Model, calls *atomic.Int64) *loopHandler {
 	r, err := loop.New(loop.Config{})
 	if err != nil {
 		tb.Fatal(err)
@@ -55,10 +55,10 @@ func newLoopProcessor(tb testing.TB, model func() loop.Model, calls *atomic.Int6
 	if model == nil {
 		model = func() loop.Model { return looptest.NewNoop() }
 	}
-	return &loopProcessor{runner: r, agent: benchAgent, model: model, calls: calls}
+	return &loopHandler{runner: r, agent: benchAgent, model: model, calls: calls}
 }
 
-func (p *loopProcessor) Handle(ctx context.Context, job *Job) (*Outcome, error) {
+func (p *loopHandler) Handle(ctx context.Context, job *Job) (*Outcome, error) {
 	req, events := job.Request, job.Events
 	if p.calls != nil {
 		p.calls.Add(1)

@@ -14,15 +14,15 @@ import (
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// countingProcessor counts runs per job id and holds each run for hold, so
+// countingHandler counts runs per job id and holds each run for hold, so
 // that two copies of a job would overlap if both ran.
-type countingProcessor struct {
+type countingHandler struct {
 	mu   sync.Mutex
 	runs map[string]int
 	hold time.Duration
 }
 
-func (p *countingProcessor) Handle(ctx context.Context, job *Job) (*Outcome, error) {
+func (p *countingHandler) Handle(ctx context.Context, job *Job) (*Outcome, error) {
 	req := job.Request
 	p.mu.Lock()
 	p.runs[req.JobID]++
@@ -46,7 +46,7 @@ func (p *countingProcessor) Handle(ctx context.Context, job *Job) (*Outcome, err
 func TestJobPublishedTwiceAtOnceRunsOnce(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
-	p := &countingProcessor{runs: map[string]int{}, hold: 20 * time.Millisecond}
+	p := &countingHandler{runs: map[string]int{}, hold: 20 * time.Millisecond}
 	w := memWorker(t, mem, func(int) Handler { return p }, nil)
 	const n = 50
 	var seqs []uint64
@@ -109,7 +109,7 @@ func TestJobPublishedTwiceAtOnceRunsOnce(t *testing.T) {
 func TestUnservedOperationIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
-	p := &countingProcessor{runs: map[string]int{}}
+	p := &countingHandler{runs: map[string]int{}}
 	w := memWorker(t, mem, func(int) Handler { return p }, func(c *Config) { c.UnservedAfter = 300 * time.Millisecond })
 	swept := w.signals.swept
 	req := newReq("nosuch-1")
