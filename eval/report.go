@@ -24,6 +24,13 @@ type Result struct {
 	PromptTokens     int   `json:"prompt_tokens"`
 	CompletionTokens int   `json:"completion_tokens"`
 	WallMS           int64 `json:"wall_ms"`
+	// Model is the model the job ran on, as its result names it (name and
+	// digest); ModelRef and Canary are the result's model_ref and canary
+	// (the version the agent's definition named, and whether the job fell
+	// in the agent's canary share). Empty for in-process runs.
+	Model    string `json:"model,omitempty"`
+	ModelRef string `json:"model_ref,omitempty"`
+	Canary   bool   `json:"canary,omitempty"`
 }
 
 // OpSummary is one operation's line of a report.

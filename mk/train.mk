@@ -13,9 +13,14 @@
 #      models/ by the records' and settings' digest),
 #   3. the model on the suite's held-out test split with llama.cpp and
 #      strict decoding, graded; the score goes into its metadata.
-# `make flywheel` goes on from there: the random 270M model on the same
-# split, and `enqueue eval compare --gate` between the two, which blocks
-# promotion on an eval regression.
+# `make flywheel` goes on from there through the fleet
+# (testdata/flywheel/canary.sh): a llama worker whose own model is the random
+# 270M one (the base) serves the pushed lint agent; `enqueue eval canary`
+# pushes the trained model, pushes the agent with a canary share naming it,
+# runs the test split through the worker as one batch, splits the results
+# by the model each job recorded and gates them as `enqueue eval compare
+# --gate` does: a regression exits 1 saying why and removes the canary, a
+# pass makes the new version the agent's model:.
 
 TRAIN_DIR     := .build/train
 TRAIN_DATA    := $(TRAIN_DIR)/lint-train.jsonl
@@ -35,12 +40,14 @@ TRAIN_SUITES  := $(EVAL_SUITE) $(TRAIN_SINGLE) $(TRAIN_MULTI)
 # Shape and budget of the lint model (fleet-train flags; docs/TRAINING.md).
 TRAIN_FLAGS   ?= -embedding 64 -blocks 6 -window 64 -ff 192 -heads 2 -max-len 3072 -batch-tokens 8192 -lr 3e-3 -epochs 1 -eval-every 100 -patience 6 -dev 0.03
 # The random 270M model runs every turn to the limit (minutes per task on two
-# cores): FLYWHEEL_BASE_LIMIT=N grades it on the first N test tasks only
-# (0: all 45); compare then pairs those N.
+# cores): FLYWHEEL_BASE_LIMIT=N gives the base's share the first N test tasks
+# only (0: all 45); compare then pairs those N. FLYWHEEL_LIMIT=N runs the
+# canary's share on the first N (0: all).
 FLYWHEEL_BASE_LIMIT ?= 0
+FLYWHEEL_LIMIT ?= 0
 TRAIN_PY_APT  := python3-torch python3-numpy libopenblas0-pthread
 
-.PHONY: train-deps flywheel fleet-train lint-model lint-suites
+.PHONY: train-deps flywheel flywheel-canary fleet-train lint-model lint-suites
 
 train-deps: ## install PyTorch from Debian for fleet-train (root; python3-torch, OpenBLAS)
 	@/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null && exit 0; \
@@ -80,8 +87,14 @@ lint-model: train-deps fleet-train monty model-tiny-gemma3 lint-suites $(TRAIN_D
 	  $(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -model $(TRAIN_MODEL) -context 8192 -record -json $(TRAIN_DIR)/eval-trained.json; \
 	else echo "lint-model: $(TRAIN_MODEL) was graded already ($(TRAIN_DIR)/eval-trained.json)"; fi
 
-flywheel: lint-model model ## lint-model, then the random 270M model on the same test split and the promotion gate (enqueue eval compare --gate)
-	@echo "flywheel: machine load $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
-	$(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -limit $(FLYWHEEL_BASE_LIMIT) -model $(MODEL_FULL) -context 8192 -json $(TRAIN_DIR)/eval-random.json
-	$(GO) run ./cmd/enqueue eval compare $(TRAIN_DIR)/eval-random.json $(TRAIN_DIR)/eval-trained.json --gate
+FLYWHEEL_CANARY = GO=$(GO) SUITE=$(EVAL_SUITE) MODEL=$(TRAIN_MODEL) BASE=$(MODEL_FULL) LIMIT=$(FLYWHEEL_LIMIT) \
+	BASE_LIMIT=$(FLYWHEEL_BASE_LIMIT) OUT=$(TRAIN_DIR)/canary bash testdata/flywheel/canary.sh
+
+flywheel: lint-model model monty llama-headers ## lint-model, then a canary share of the lint agent's jobs through a worker on the random 270M model, the gate and the promotion
+	$(FLYWHEEL_CANARY)
+
+flywheel-canary: model monty llama-headers eval-suite ## flywheel's last step alone, on the lint model already trained (models/fleet-lint-small.gguf)
+	@test -f $(TRAIN_MODEL) || { echo "flywheel-canary: $(TRAIN_MODEL) is missing: make lint-model" >&2; exit 2; }
+	$(FLYWHEEL_CANARY)
+
 TEST_DEPS += train-deps

@@ -132,6 +132,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		say("train: %s is up to date (same data, vocabulary and settings); nothing to do", cfg.Out)
 		return &Result{Out: cfg.Out, UpToDate: true, Stopped: m.KV.String(MetaStopped)}, nil
 	}
+	if err := settleCheckpoint(cfg, tc["digest"].(string), say); err != nil {
+		return nil, err
+	}
 	python, err := findPython(ctx, cfg.Python)
 	if err != nil {
 		return nil, err
@@ -195,6 +198,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	if err := writeOutput(cfg, spec, vocab, out, res.Metadata); err != nil {
+		return nil, err
+	}
+	// the run is finished: its checkpoint no longer holds back a run
+	// with other data or settings (settleCheckpoint)
+	if err := os.WriteFile(filepath.Join(cfg.Work, finishedFile), []byte(tc["digest"].(string)+"\n"), 0o644); err != nil {
 		return nil, err
 	}
 	res.LossCurve = strings.TrimSuffix(cfg.Out, ".gguf") + ".loss.png"

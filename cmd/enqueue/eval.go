@@ -15,7 +15,7 @@ import (
 )
 
 const evalUsage = "eval <SUITE> [--split dev|test] [--op OP,...] [--model REF] [--agent-version V] [--teacher] [--limit N] [--json]\n" +
-	"       enqueue eval build|local|agreement|list|compare ..."
+	"       enqueue eval build|local|agreement|list|compare|canary ..."
 
 func (c *cli) cmdEval(args []string) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") && !isEvalSub(args[0]) {
@@ -27,12 +27,13 @@ func (c *cli) cmdEval(args []string) error {
 		subcommand{names: []string{"agreement"}, run: c.evalAgreement},
 		subcommand{names: []string{"list", "ls"}, run: c.evalList},
 		subcommand{names: []string{"compare"}, run: c.evalCompare},
+		subcommand{names: []string{"canary"}, run: c.evalCanary},
 	)
 }
 
 func isEvalSub(s string) bool {
 	switch s {
-	case "build", "local", "agreement", "list", "ls", "compare", "help", "-h", "--help":
+	case "build", "local", "agreement", "list", "ls", "compare", "canary", "help", "-h", "--help":
 		return true
 	}
 	return false

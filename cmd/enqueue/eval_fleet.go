@@ -214,24 +214,9 @@ func runFile(arg string) bool {
 }
 
 // gateVerdict is --gate: B may replace A only when it passes at least as
-// many tasks of every operation A was measured on.
+// many tasks of every operation A was measured on (eval.Regressions).
 func gateVerdict(c *cli, a, b *eval.Run) error {
-	rb := map[string]eval.OpSummary{}
-	for _, s := range eval.Summarize(b.Results) {
-		rb[s.Op] = s
-	}
-	var why []string
-	for _, s := range eval.Summarize(a.Results) {
-		t, ok := rb[s.Op]
-		switch {
-		case !ok:
-			why = append(why, fmt.Sprintf("%s: B was not measured on it (A passed %d/%d)", s.Op, s.Passed, s.Tasks))
-		case t.Rate < s.Rate:
-			why = append(why, fmt.Sprintf("%s: B passed %d/%d (%.1f%%), fewer than A's %d/%d (%.1f%%)",
-				s.Op, t.Passed, t.Tasks, 100*t.Rate, s.Passed, s.Tasks, 100*s.Rate))
-		}
-	}
-	if len(why) > 0 {
+	if why := eval.Regressions(a.Results, b.Results); len(why) > 0 {
 		return fail(exitJobFailed, "promotion blocked: an eval regression: %s", strings.Join(why, "; "))
 	}
 	fmt.Fprintf(c.stdout, "gate: B (%s) passes at least as many tasks as A (%s) on every operation: it may be promoted\n", b.ID, a.ID)

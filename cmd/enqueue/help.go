@@ -161,6 +161,11 @@ Evals (docs/EVALS.md):
         mean turns, tokens and time per job.
   eval list [--json] | eval compare <RUN_A> <RUN_B> [--all] [--json]
         The stored runs; two runs task by task with an exact McNemar test.
+  eval canary <SUITE> --model NAME=FILE.gguf [--op lint] [--split test]
+       [--limit N] [--base-limit N] [--out DIR]
+        Push the model, give it a canary share of the agent's jobs, run the
+        split through the workers, gate (exit 1 on a regression, the canary
+        removed) and promote the new version.
   eval build [-o FILE] [--seed N] [--per-split ...] [--ops OP,...] [--extra N]
         Build a suite from Debian's python3.11, python3-toolz, python3-boltons.
   eval local <SUITE> [--split dev] [--op OP,...] | eval agreement

@@ -19,7 +19,7 @@ import (
 // presence record every worker.presence_every (when not 0), which the
 // consoles' workers pages read. Both stop with done.
 func startOperatorViews(ctx context.Context, cfg *config.Config, nc *nats.Conn, w workerView, tracker *presence.Tracker,
-	model string, log *slog.Logger, done *cleanups) error {
+	set *agentSet, model string, log *slog.Logger, done *cleanups) error {
 	consoleURL := ""
 	if cfg.Worker.ConsoleListen != "" {
 		srv, err := console.New(console.Config{Listen: cfg.Worker.ConsoleListen, Conn: nc, AllowActions: cfg.Worker.ConsoleActions,
@@ -42,7 +42,7 @@ func startOperatorViews(ctx context.Context, cfg *config.Config, nc *nats.Conn, 
 		return nil
 	}
 	pub, err := presence.NewPublisher(presence.Config{Conn: nc, Name: w.Name(), Operations: w.Config().Operations,
-		Slots: w.Config().Slots, Model: model, Console: consoleURL, Tracker: tracker, Stats: w.Stats,
+		Slots: w.Config().Slots, Model: model, Console: consoleURL, Tracker: tracker, Stats: w.Stats, Agents: set.versions,
 		Every: cfg.Worker.PresenceEvery, Replicas: cfg.Queue.Replicas, Logger: log})
 	if err != nil {
 		return &usageError{err}

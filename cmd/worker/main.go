@@ -386,7 +386,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 	met.SetQueueDepthFunc(metrics.WorkerQueueDepth(w))
 	readyFn := metrics.WorkerReady(nc, w)
 	ready.Store(&readyFn)
-	if err := startOperatorViews(ctx, cfg, nc, w, tracker, describe(be.Describe()), log, &done); err != nil {
+	if err := startOperatorViews(ctx, cfg, nc, w, tracker, set, describe(be.Describe()), log, &done); err != nil {
 		_ = w.Stop()
 		return err
 	}

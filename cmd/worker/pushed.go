@@ -15,6 +15,7 @@ import (
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/config"
 	"github.com/agentfleet/fleet/jobrun"
+	"github.com/agentfleet/fleet/queue/presence"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -41,6 +42,26 @@ func (s *agentSet) source(op string) (jobrun.Agent, bool) {
 		}
 	}
 	return jobrun.Agent{}, false
+}
+
+// versions is the presence record's agents: per operation, the pushed
+// agent's digest its new jobs run, or presence.AgentLocal.
+func (s *agentSet) versions() map[string]string {
+	out := map[string]string{}
+	for op := range s.local {
+		out[op] = presence.AgentLocal
+	}
+	if s.watcher != nil {
+		for _, op := range s.watcher.Operations() {
+			if _, ok := out[op]; ok {
+				continue
+			}
+			if a, ok := s.watcher.Lookup(op); ok {
+				out[op] = a.Digest
+			}
+		}
+	}
+	return out
 }
 
 // startPushedAgents starts watching the fleet_agents bucket (created when

@@ -52,6 +52,13 @@ type Config struct {
 	NoReview bool
 	// Progress, when set, is called with the batch's done and total jobs.
 	Progress func(done, total int)
+	// BatchID, when set, is the batch's id (its jobs are "<BatchID>-<n>",
+	// n from 1 in the order of Tasks); default a new one.
+	BatchID string
+	// Check, when set, sees the result of Tasks[i]'s job before it is
+	// graded; a non-nil grade it returns is the task's grade (a failure
+	// with the reason why the job does not count, as other_model is).
+	Check func(i int, res *wire.AgentResult) *eval.Grade
 }
 
 func (c *Config) validate() error {
@@ -108,7 +115,7 @@ func Run(ctx context.Context, cfg Config) (*eval.Run, error) {
 		return run, nil
 	}
 	labels := map[string]string{"eval": run.Suite, "eval_split": cfg.Split}
-	pub, err := cfg.Client.PublishBatch(ctx, reqs, client.BatchOptions{Labels: labels, Events: "finished",
+	pub, err := cfg.Client.PublishBatch(ctx, reqs, client.BatchOptions{BatchID: cfg.BatchID, Labels: labels, Events: "finished",
 		Paths: []string{run.Suite}})
 	if err != nil {
 		return nil, fmt.Errorf("eval: publish the batch: %w", err)
@@ -135,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (*eval.Run, error) {
 	for k := range reqs {
 		i := idx[k]
 		r := &run.Results[i]
-		if err := grade(ctx, &cfg, insts[i], r, state[r.JobID], run.Models); err != nil {
+		if err := grade(ctx, &cfg, i, insts[i], r, state[r.JobID], run.Models); err != nil {
 			return nil, err
 		}
 		if !cfg.NoReview && r.State != "timeout" {
@@ -188,7 +195,7 @@ func wait(ctx context.Context, cfg *Config, batchID string) error {
 	}
 }
 
-func grade(ctx context.Context, cfg *Config, inst *eval.Instance, r *eval.Result, st wire.JobState, models map[string]int) error {
+func grade(ctx context.Context, cfg *Config, i int, inst *eval.Instance, r *eval.Result, st wire.JobState, models map[string]int) error {
 	if !st.Terminal() || st == wire.StateCanceled {
 		r.State = "timeout"
 		r.Grade = eval.Grade{Reason: eval.ReasonTimeout, Detail: fmt.Sprintf("job %s did not finish within %s", r.JobID, cfg.Timeout)}
@@ -209,6 +216,13 @@ func grade(ctx context.Context, cfg *Config, inst *eval.Instance, r *eval.Result
 		}
 	}
 	models[name]++
+	r.Model, r.ModelRef, r.Canary = name, res.ModelRef, res.Canary
+	if cfg.Check != nil {
+		if g := cfg.Check(i, res); g != nil {
+			r.Grade = *g
+			return nil
+		}
+	}
 	switch {
 	case cfg.Model != "" && (res.Model == nil || !(strings.HasPrefix(res.Model.Digest, cfg.Model) ||
 		strings.HasPrefix(strings.TrimPrefix(res.Model.Digest, "sha256:"), cfg.Model) || strings.Contains(res.Model.Name, cfg.Model))):

@@ -63,7 +63,16 @@ type Record struct {
 	Dead      int64 `json:"dead"`
 	// Console is the URL of the worker's web console ("" = none).
 	Console string `json:"console,omitempty"`
+	// Agents maps each operation the worker serves to the agent version
+	// its new jobs run: a pushed agent's digest ("sha256:<hex>", as
+	// results name it in agent_digest), or AgentLocal for an agent of the
+	// worker's own folder. Absent from workers that do not report it.
+	Agents map[string]string `json:"agents,omitempty"`
 }
+
+// AgentLocal is Record.Agents' value for an agent from the worker's own
+// agents folder (it wins over a pushed one).
+const AgentLocal = "local"
 
 // Job is a job a slot runs.
 type Job struct {

@@ -50,7 +50,10 @@ func TestPublisherRecord(t *testing.T) {
 	<-inTurn
 
 	pub, err := presence.NewPublisher(presence.Config{Conn: nc, Name: "w 1", Operations: []string{"lint"}, Slots: 4,
-		Model: "backend=scripted", Tracker: tr, Stats: func() queue.Stats { return queue.Stats{Succeeded: 5, Failed: 1} }})
+		Model: "backend=scripted", Tracker: tr, Stats: func() queue.Stats { return queue.Stats{Succeeded: 5, Failed: 1} },
+		Agents: func() map[string]string {
+			return map[string]string{"lint": "sha256:ab", "docstring": presence.AgentLocal}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +67,8 @@ func TestPublisherRecord(t *testing.T) {
 	r := rs[0]
 	if r.Name != "w 1" || r.Slots != 4 || r.Busy() != 1 || r.Running[0].JobID != "job-1" || r.Running[0].Slot != 3 ||
 		r.Running[0].Turn != 2 || r.Tokens != 40 || r.DecodeTokensPerSecond != 20 || r.Succeeded != 5 || r.Failed != 1 ||
-		r.Model != "backend=scripted" || r.Version != presence.Version || r.UpdatedAt.Before(r.StartedAt) {
+		r.Model != "backend=scripted" || r.Version != presence.Version || r.UpdatedAt.Before(r.StartedAt) ||
+		r.Agents["lint"] != "sha256:ab" || r.Agents["docstring"] != presence.AgentLocal {
 		t.Fatalf("record %+v", r)
 	}
 	close(finish)

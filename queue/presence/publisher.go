@@ -44,6 +44,8 @@ type Config struct {
 	Tracker *Tracker
 	// Stats returns the worker's counters (nil: none reported).
 	Stats func() queue.Stats
+	// Agents returns Record.Agents (nil: not reported).
+	Agents func() map[string]string
 	// Every is the write interval; 0 = DefaultEvery.
 	Every time.Duration
 	// Replicas of the bucket when the publisher creates it; 0 = 1.
@@ -179,6 +181,9 @@ func (p *Publisher) record() Record {
 		r.DecodeTokensPerSecond = float64(s.tokens-p.lastTokens) / dd.Seconds()
 	}
 	p.lastAt, p.lastTokens, p.lastDecode = now, s.tokens, s.decode
+	if p.cfg.Agents != nil {
+		r.Agents = p.cfg.Agents()
+	}
 	if p.cfg.Stats != nil {
 		st := p.cfg.Stats()
 		r.Succeeded, r.Failed, r.Dead = st.Succeeded, st.Failed, st.Dead

@@ -99,8 +99,10 @@ if [ "$BACKEND" = llama ]; then
 		RANDOM_WEIGHTS=0
 		# the random 270M model's score on the same split, when make flywheel measured it here
 		VS="the random 270M model: not measured on this machine (make flywheel measures it; docs/TRAINING.md has the figure)"
-		if [ -f .build/train/eval-random.json ]; then
-			VS="the random 270M model: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(", ".join("%s %d/%d" % (s["op"], s["passed"], s["tasks"]) for s in r["summary"]), "on the", r["split"], "split")' .build/train/eval-random.json 2>/dev/null || echo unreadable)"
+		RANDOM_RUN=.build/train/canary/base.json # make flywheel's base share
+		[ -f "$RANDOM_RUN" ] || RANDOM_RUN=.build/train/eval-random.json # before the canary step
+		if [ -f "$RANDOM_RUN" ]; then
+			VS="the random 270M model: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(", ".join("%s %d/%d" % (s["op"], s["passed"], s["tasks"]) for s in r["summary"]), "on the", r["split"], "split")' "$RANDOM_RUN" 2>/dev/null || echo unreadable)"
 		fi
 		banner "MODEL: $MODEL" "  $WHAT" \
 			"A small lint agent fleet trained itself (make lint-model): the expert policies' graded runs" \

@@ -275,7 +275,7 @@ def main():
     if os.path.exists(ckpt):
         saved = torch.load(ckpt)
         if saved["digest"] != cfg["digest"]:
-            fail("resume", "checkpoint was made with other data or settings")
+            fail("resume", "checkpoint was made with other data or settings: run its command again to finish it, or -fresh to discard it")
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         st = saved["state"]
