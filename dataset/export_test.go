@@ -24,11 +24,11 @@ import (
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/functiongemma"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
-	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -118,7 +118,7 @@ func startFleet(t *testing.T, ctx context.Context) *fleet {
 	root := t.TempDir()
 	w, err := queue.NewWorker(queue.Config{Conn: wnc, Operations: []string{"lint"}, Slots: 1, Name: "ds-worker",
 		Streams: ledger.StreamsConfig{AckWait: 30 * time.Second},
-		NewProcessor: func(int) (queue.Processor, error) {
+		NewHandler: func(int) (queue.Handler, error) {
 			return jobrun.New(jobrun.Config{Agents: defs, Sandbox: pool, Model: rec, WorkspaceDir: root,
 				ModelInfo: func(*agents.Definition) wire.ModelInfo {
 					return wire.ModelInfo{Backend: "llama", Name: "lint.gguf", Digest: "sha256:00aa"}

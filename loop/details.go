@@ -1,5 +1,7 @@
 package loop
 
+import "github.com/agentfleet/fleet/fleettype"
+
 // Keys the loop writes into Result.Details. On success after submit_result,
 // Details holds the model's own details object plus, when they apply,
 // DetailTurnLimitHit, DetailNotRun, DetailChangedFilesClaimed/Actual and
@@ -15,7 +17,7 @@ const (
 	DetailLastText = "last_text"
 	// DetailLimit (string): the limit or failure that ended the run, one of
 	// the Limit* values.
-	DetailLimit = "limit"
+	DetailLimit = fleettype.DetailLimit
 	// DetailChangedFiles ([]string): files the run changed so far
 	// (ChangeLister), on a failed run.
 	DetailChangedFiles = "changed_files"
@@ -53,7 +55,7 @@ const (
 	// DetailAgentError (string): the error text the model submitted with
 	// submit_result. It is the agent's own account and never becomes
 	// Result.Error, which only the loop's coded failures set.
-	DetailAgentError = "agent_error"
+	DetailAgentError = fleettype.DetailAgentError
 	// DetailTrimmedTurns ([]int): the turns trimmed from the conversation to
 	// fit the context window ("Context window" in the package doc); set, on
 	// any result, only

@@ -29,11 +29,11 @@ import (
 const StatusWaiting fleettype.Status = "waiting"
 
 // ErrCodeParkTimeout: a parked run was not answered within its timeout.
-const ErrCodeParkTimeout fleettype.ErrorCode = "AGENT_010"
+const ErrCodeParkTimeout = fleettype.ErrCodeParkTimeout
 
 // ErrCodeParkState: a parked run's stored state cannot be resumed (corrupt,
 // made by another interpreter build, too large to store).
-const ErrCodeParkState fleettype.ErrorCode = "AGENT_011"
+const ErrCodeParkState = fleettype.ErrCodeParkState
 
 // ParkError is returned by ToolExecutor.Execute (and Resumer.Resume) for a
 // tool that waits for a person's answer.
@@ -213,5 +213,5 @@ func (s *run) resume(ctx context.Context, rs Resumer, p *Parked, answer string) 
 // Details[DetailLimit] values of parked runs that fail.
 const (
 	LimitParkState   = "park_state"
-	LimitParkTimeout = "park_timeout"
+	LimitParkTimeout = fleettype.LimitParkTimeout
 )

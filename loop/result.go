@@ -50,7 +50,7 @@ type Result struct {
 	// Messages is the conversation as the model last saw it (after any
 	// trimming, with the summary message), followed by the tool answers of
 	// its last turn; Tools is the catalog offered on every turn. The
-	// transcript of the run (queue/jobrun) is made from them; they are
+	// transcript of the run (jobrun) is made from them; they are
 	// not part of the result's encoding.
 	Messages []fleettype.Message  `json:"-" msgpack:"-"`
 	Tools    []fleettype.ToolSpec `json:"-" msgpack:"-"`

@@ -34,7 +34,7 @@ BENCH_TARGETS += bench-jobrun
 
 .PHONY: bench-jobrun
 
-# bench-jobrun: the worker's processor (queue/jobrun) on the real agents,
+# bench-jobrun: the worker's processor (jobrun) on the real agents,
 # Cairn and Monty with the scripted model: the no-op job (submit_result only)
 # and a one-turn lint job (run_linter, then submit_result), one at a time
 # and on 2 slots; FLEET_BENCH_JOBS jobs per run (default 500), 3 runs, then
@@ -42,7 +42,7 @@ BENCH_TARGETS += bench-jobrun
 bench-jobrun: monty ## one job in the worker's processor: no-op and one-turn lint job p50/p99, jobs/s on 2 slots, phases
 	@echo "jobrun: machine load before the run: $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
 	@set -o pipefail; out=$$(mktemp); trap 'rm -f '"$$out" EXIT; \
-	$(GO) test -run '^$$' -bench 'BenchmarkProcess' -benchtime $${FLEET_BENCH_JOBS:-500}x -count 3 ./queue/jobrun/ | tee "$$out"; \
+	$(GO) test -run '^$$' -bench 'BenchmarkProcess' -benchtime $${FLEET_BENCH_JOBS:-500}x -count 3 ./jobrun/ | tee "$$out"; \
 	echo "jobrun: machine load after the run: $$(cut -d' ' -f1-3 /proc/loadavg)"; \
 	echo "jobrun: ranges over the 3 runs (p50/p99 per job; cpu-ms: this process and its Monty children):"; \
 	awk -v UNITS="p50-ms p99-ms jobs/s cpu-ms load" -f mk/benchrange.awk "$$out"; \

@@ -50,7 +50,7 @@ bench-queue: ## queue figures: no-op jobs/s vs raw JetStream, the protocol floor
 	echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)" && \
 	$(GO) test -run '^$$' -bench 'BenchmarkPriorityDispatch' -benchtime 300x -count 1 -timeout 20m ./queue/ && \
 	echo "queue: machine load: $$(cut -d' ' -f1-3 /proc/loadavg)" && \
-	$(GO) test -run '^$$' -bench 'BenchmarkRealAgentJobs' -benchtime 300x -count 1 -timeout 20m ./queue/jobrun/ && \
+	$(GO) test -run '^$$' -bench 'BenchmarkRealAgentJobs' -benchtime 300x -count 1 -timeout 20m ./jobrun/ && \
 	load1="$$(cut -d' ' -f1-3 /proc/loadavg)" && \
 	echo "queue: machine load after the run: $$load1" && \
 	awk -v LOAD="$$load0 before, $$load1 after" -f mk/queue-summary.awk $(BENCH_QUEUE_OUT)

@@ -7,24 +7,25 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/loop"
+	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // TestFreshWorkerPicksUpImmediateJob: a job published right after a worker
 // serving several operations starts is picked up at once, whatever the
-// slot's pull requests were doing at that moment (sweep, first long-polls).
-// The pull expiry is long, so a lost or miscounted request shows as a stall.
+// slot's pull requests were doing at that moment (sweep, first long-polls),
+// here on the in-memory broker's pulls. The pull expiry is long, so a lost
+// or miscounted request shows as a stall.
 func TestFreshWorkerPicksUpImmediateJob(t *testing.T) {
 	t.Parallel()
 	ops := []string{"docstring", "lint", "sample_data", "test"}
 	for round := range 20 {
-		b := setup(t)
+		mem := ledger.NewMemory("mem-worker")
 		started := make(chan struct{}, 1)
-		w := b.worker(func(int) Processor {
-			return ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+		w := memWorker(t, mem, func(int) Handler {
+			return HandlerFunc(func(ctx context.Context, job *Job) (*Outcome, error) {
 				started <- struct{}{}
-				return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
+				return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 			})
 		}, func(c *Config) {
 			c.Slots = 1
@@ -35,7 +36,7 @@ func TestFreshWorkerPicksUpImmediateJob(t *testing.T) {
 		r := newReq(fmt.Sprintf("fresh-%d", round))
 		r.Operation = ops[round%len(ops)]
 		t0 := time.Now()
-		b.publish(r, wire.JSON, "")
+		memPublish(t, mem, r, "", false)
 		select {
 		case <-started:
 			t.Logf("round %d (%s): started after %s", round, r.Operation, time.Since(t0))

@@ -39,9 +39,9 @@ type Config struct {
 	Operations []string
 	// Slots is the number of jobs run at once; 0 = runtime.NumCPU().
 	Slots int
-	// NewProcessor makes slot i's Processor (0 <= i < Slots); required. It is
+	// NewHandler makes slot i's Handler (0 <= i < Slots); required. It is
 	// called once per slot in Start.
-	NewProcessor func(slot int) (Processor, error)
+	NewHandler func(slot int) (Handler, error)
 	// Name identifies the worker in results and status; "" = hostname-pid.
 	Name string
 	// Streams configures the streams and consumers Start ensures. Its
@@ -119,8 +119,8 @@ func (c *Config) validate() error {
 	if len(c.Operations) == 0 {
 		return fmt.Errorf("%w: Config.Operations is empty", ledger.ErrInvalidConfig)
 	}
-	if c.NewProcessor == nil {
-		return fmt.Errorf("%w: Config.NewProcessor is required", ledger.ErrInvalidConfig)
+	if c.NewHandler == nil {
+		return fmt.Errorf("%w: Config.NewHandler is required", ledger.ErrInvalidConfig)
 	}
 	if c.Slots < 0 {
 		return fmt.Errorf("%w: Slots must not be negative, got %d", ledger.ErrInvalidConfig, c.Slots)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -44,18 +43,22 @@ func TestEngineOnMemoryRetriesAndPoison(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
 	var calls atomic.Int64
-	proc := ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+	proc := HandlerFunc(func(ctx context.Context, job *Job) (*Outcome, error) {
+		req := job.Request
 		if req.JobID == "flaky-1" {
 			calls.Add(1)
 			return nil, errTransient
 		}
-		return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
+		return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess}}}, nil
 	})
-	w := memWorker(t, mem, func(int) Processor { return proc }, func(c *Config) { c.Streams.MaxDeliver = 3 })
+	w := memWorker(t, mem, func(int) Handler { return proc }, func(c *Config) { c.Streams.MaxDeliver = 3 })
 	memPublish(t, mem, newReq("flaky-1"), "", false)
 	dl := memDead(t, mem, "flaky-1", wire.CodeMaxDeliveries)
 	if !strings.Contains(dl.Reason, errTransient.Error()) || calls.Load() != 3 {
 		t.Fatalf("dead letter %+v after %d runs", dl, calls.Load())
+	}
+	if r, _ := memResult(t, mem, "flaky-1", wire.StateDead); r.Attempts != 3 || !strings.Contains(r.Error, errTransient.Error()) {
+		t.Fatalf("dead result %+v", r)
 	}
 	mem.Publish(ledger.MemoryRequest{JobID: "", Operation: "lint", Data: []byte("{not json")})
 	testutil.Eventually(t, 10*time.Second, "the poison dead-lettered", func() error {
@@ -83,7 +86,7 @@ func TestEngineOnMemoryRetriesAndPoison(t *testing.T) {
 func TestEngineOnMemoryMoverAndSweeper(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
-	w := memWorker(t, mem, func(int) Processor { return newGate(true) }, func(c *Config) {
+	w := memWorker(t, mem, func(int) Handler { return newGate(true) }, func(c *Config) {
 		c.Operations = []string{"other"} // lint jobs stay queued
 		c.UnservedAfter = 50 * time.Millisecond
 	})
@@ -111,7 +114,7 @@ func TestEngineOnMemoryDrainHandsBack(t *testing.T) {
 	mem := ledger.NewMemory("mem-worker")
 	g := newGate(true)
 	cfg := func(c *Config) { c.Slots = 1; c.DrainGrace = -1 }
-	w := memWorker(t, mem, func(int) Processor { return g }, cfg)
+	w := memWorker(t, mem, func(int) Handler { return g }, cfg)
 	memPublish(t, mem, newReq("drain-1"), "", false)
 	g.waitStarted(t)
 	if err := w.Stop(); err != nil {
@@ -121,6 +124,11 @@ func TestEngineOnMemoryDrainHandsBack(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	memState(t, mem, "drain-1", wire.StateQueued)
-	memWorker(t, mem, func(int) Processor { return newLoopProcessor(t, nil, nil) }, cfg)
-	memState(t, mem, "drain-1", wire.StateSucceeded)
+	if n := mem.Results("drain-1"); n != 0 {
+		t.Fatalf("a handed-back job stored %d results", n)
+	}
+	memWorker(t, mem, func(int) Handler { return newLoopHandler(t, nil, nil) }, cfg)
+	if r, _ := memResult(t, mem, "drain-1", wire.StateSucceeded); r.Attempts != 2 {
+		t.Fatalf("handed-back job: %+v", r)
+	}
 }

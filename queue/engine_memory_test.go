@@ -18,11 +18,11 @@ import (
 
 // memWorker starts a worker on mem alone with test-friendly timings; mut
 // adjusts the config. It is stopped at cleanup.
-func memWorker(t *testing.T, mem *ledger.Memory, proc func(slot int) Processor, mut func(*Config)) *Worker {
+func memWorker(t *testing.T, mem *ledger.Memory, proc func(slot int) Handler, mut func(*Config)) *Worker {
 	t.Helper()
 	cfg := Config{Broker: mem, Operations: []string{"lint"}, Slots: 2, Name: "mem-worker",
-		NewProcessor: func(i int) (Processor, error) { return proc(i), nil },
-		PullExpiry:   500 * time.Millisecond, DrainGrace: 5 * time.Second,
+		NewHandler: func(i int) (Handler, error) { return proc(i), nil },
+		PullExpiry: 500 * time.Millisecond, DrainGrace: 5 * time.Second,
 		RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond,
 		Streams: ledger.StreamsConfig{AckWait: 2 * time.Second}, UnservedAfter: -1}
 	if mut != nil {
@@ -87,8 +87,8 @@ func TestEngineOnMemoryLedger(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
 	failed, restore := mem.FailResults()
-	p := &countingProcessor{runs: map[string]int{}}
-	w := memWorker(t, mem, func(int) Processor { return p }, nil)
+	p := &countingHandler{runs: map[string]int{}}
+	w := memWorker(t, mem, func(int) Handler { return p }, nil)
 	memPublish(t, mem, newReq("mem-1"), "", false)
 	select {
 	case <-failed:
@@ -121,7 +121,7 @@ func TestEngineOnMemoryEventsCancelPriority(t *testing.T) {
 	t.Parallel()
 	mem := ledger.NewMemory("mem-worker")
 	g := newGate(true)
-	w := memWorker(t, mem, func(int) Processor { return g }, func(c *Config) { c.Slots = 1 })
+	w := memWorker(t, mem, func(int) Handler { return g }, func(c *Config) { c.Slots = 1 })
 	memPublish(t, mem, newReq("ev-1"), "", false)
 	g.waitStarted(t)
 	mem.Cancel("ev-1", "not needed")
@@ -180,7 +180,7 @@ func TestEngineOnMemoryHeartbeatFakeClock(t *testing.T) {
 	mem := ledger.NewMemory("mem-worker")
 	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	g := newGate(true)
-	w := memWorker(t, mem, func(int) Processor { return g }, func(c *Config) {
+	w := memWorker(t, mem, func(int) Handler { return g }, func(c *Config) {
 		c.Slots = 1
 		c.Clock = fake
 		c.Heartbeat = time.Second

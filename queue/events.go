@@ -15,7 +15,7 @@ import (
 // slot's publisher goroutine (or the slot itself before a result) publishes
 // the queue in order.
 
-// Emit implements loop.EventSink for the slot's current job; it never
+// jobSink is the EventSink (Job.Events) of the slot's current job; Emit never
 // blocks: a full buffer drops the event and counts it.
 type jobSink struct {
 	s *slot

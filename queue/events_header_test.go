@@ -1,58 +1,50 @@
 package queue
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// TestEventsHeader: Fleet-Events limits the events a job publishes (the
-// client's WithEvents); the result is the same and nothing counts as
+// TestEventsHeader: Fleet-Events (the client's WithEvents) limits the
+// events a job publishes; the result is the same and nothing counts as
 // dropped. Without the header every event is published.
 func TestEventsHeader(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.worker(func(int) Processor { return newLoopProcessor(t, nil, nil) }, nil)
-	c, err := client.NewClient(b.nc, client.ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	mem := ledger.NewMemory("mem-worker")
+	memWorker(t, mem, func(int) Handler { return newLoopHandler(t, nil, nil) }, nil)
 	cases := []struct {
-		id    string
-		opts  []client.EnqueueOption
-		kinds []fleettype.EventKind // nil = all
+		id     string
+		header string
+		kinds  []fleettype.EventKind // nil = all
 	}{
-		{"ev-all", nil, nil},
-		{"ev-finished", []client.EnqueueOption{client.WithEvents(fleettype.EventFinished)}, []fleettype.EventKind{fleettype.EventFinished}},
-		{"ev-calls", []client.EnqueueOption{client.WithEvents(fleettype.EventToolCall, fleettype.EventFinished)}, []fleettype.EventKind{fleettype.EventToolCall, fleettype.EventFinished}},
-		{"ev-none", []client.EnqueueOption{client.WithEvents()}, []fleettype.EventKind{}},
+		{"ev-all", "", nil},
+		{"ev-finished", "finished", []fleettype.EventKind{fleettype.EventFinished}},
+		{"ev-calls", "tool_call,finished", []fleettype.EventKind{fleettype.EventToolCall, fleettype.EventFinished}},
+		{"ev-none", "none", []fleettype.EventKind{}},
 	}
 	var all int
 	for _, tc := range cases {
-		sub := b.subscribe(wire.ResultSubject(tc.id))
-		if _, err := c.Enqueue(ctx, newReq(tc.id), tc.opts...); err != nil {
-			t.Fatal(err)
+		m := memRequestMsg(t, newReq(tc.id), wire.JSON)
+		if tc.header != "" {
+			m.Header.Set(wire.HeaderEvents, tc.header)
 		}
-		r := b.result(sub)
-		if r.State != wire.StateSucceeded || r.EventsDropped != 0 {
+		memPublishMsg(t, mem, "lint", m, wire.JSON)
+		if r, _ := memResult(t, mem, tc.id, wire.StateSucceeded); r.EventsDropped != 0 {
 			t.Fatalf("%s: result %+v", tc.id, r)
 		}
-		evs := b.storedEvents(tc.id)
+		evs := memEvents(t, mem, wire.EventSubject(tc.id), wire.JSON)
 		if tc.kinds == nil {
 			all = len(evs)
 			if all < 3 || evs[all-1].Kind != fleettype.EventFinished {
-				t.Fatalf("%s: %d events, last %+v", tc.id, all, evs[len(evs)-1])
+				t.Fatalf("%s: %d events: %+v", tc.id, all, evs)
 			}
 			continue
 		}
 		if len(evs) != len(tc.kinds) {
-			t.Fatalf("%s: %d events stored, want %d (of %d)", tc.id, len(evs), len(tc.kinds), all)
+			t.Fatalf("%s: %d events published, want %d (of %d)", tc.id, len(evs), len(tc.kinds), all)
 		}
 		for i, e := range evs {
 			if e.Kind != tc.kinds[i] {

@@ -15,15 +15,23 @@ import (
 // the attempt's lease.
 
 func (w *Worker) newResult(j *job, state wire.JobState) *wire.AgentResult {
+	r := &wire.AgentResult{Result: fleettype.Result{ChangedFiles: []string{}}}
+	w.setJob(r, j, state)
+	return r
+}
+
+// setJob sets the fields of r that are the engine's: the job's identity,
+// state, worker, attempt and timings (all but the model's and the tools',
+// which are the handler's).
+func (w *Worker) setJob(r *wire.AgentResult, j *job, state wire.JobState) {
 	now := w.cfg.Clock.Now()
-	r := &wire.AgentResult{Version: wire.ProtocolVersion, JobID: j.id, Operation: j.op, State: state, Worker: w.cfg.Name,
-		Attempts: j.attempt, Result: fleettype.Result{ChangedFiles: []string{}}}
+	r.Version, r.JobID, r.Operation, r.State, r.Worker, r.Attempts = wire.ProtocolVersion, j.id, j.op, state, w.cfg.Name, j.attempt
+	r.EventsDropped, r.TranscriptSeq = 0, 0
 	r.Timings.EnqueuedAt = j.enqueued.UTC()
 	r.Timings.StartedAt = j.started.UTC()
 	r.Timings.FinishedAt = now.UTC()
 	r.Timings.Queued = j.started.Sub(j.enqueued)
 	r.Timings.Run = now.Sub(j.started)
-	return r
 }
 
 // store flushes the job's events and stores its result under its lease.
@@ -56,20 +64,16 @@ func (s *slot) complete(j *job, out *Outcome) {
 	if out.Result.Status == fleettype.StatusFailed {
 		state = wire.StateFailed
 	}
-	res := s.w.newResult(j, state)
-	setLoopResult(res, &out.Result)
+	res := out.Result
+	s.w.setJob(&res, j, state)
+	errorOnlyWithCode(&res)
 	if res.ChangedFiles == nil {
 		res.ChangedFiles = []string{}
 	}
-	res.Diff = out.Diff
-	if t := out.Transcript; t != nil {
-		res.AgentVersion, res.AgentDigest, res.ModelRef, res.Canary = t.AgentVersion, t.AgentDigest, t.ModelRef, t.Canary
-	}
-	res.Model = out.Model
-	if !s.storeTranscript(j, res, out.Transcript) {
+	if !s.storeTranscript(j, &res, out.Transcript) {
 		return
 	}
-	if s.store(j, res) != nil {
+	if s.store(j, &res) != nil {
 		return
 	}
 	if state == wire.StateSucceeded {
@@ -122,7 +126,7 @@ func (s *slot) requeue(j *job, delay time.Duration, why string) {
 	}
 }
 
-// transient retries a job after a processor error, or dead-letters it when
+// transient retries a job after a handler error, or dead-letters it when
 // its deliveries are exhausted.
 func (s *slot) transient(j *job, perr error) {
 	md := s.w.cfg.Streams.MaxDeliver

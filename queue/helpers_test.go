@@ -12,92 +12,17 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
-	"github.com/agentfleet/fleet/queue/embedded"
-	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// testBundle is one embedded server with a client connection.
-type testBundle struct {
-	t   *testing.T
-	srv *embedded.Embedded
-	nc  *nats.Conn
-	js  jetstream.JetStream
-}
-
-func setup(t *testing.T) *testBundle {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := srv.Connect()
-	if err != nil {
-		srv.Shutdown()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		nc.Close()
-		srv.Shutdown()
-	})
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testBundle{t: t, srv: srv, nc: nc, js: js}
-}
-
-// worker starts a worker on its own connection with test-friendly timings;
-// mut adjusts the config. It is stopped at cleanup.
-func (b *testBundle) worker(proc func(slot int) Processor, mut func(*Config)) *Worker {
-	b.t.Helper()
-	nc, err := b.srv.Connect()
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	cfg := Config{
-		Conn: nc, Operations: []string{"lint"}, Slots: 2, Name: "test-worker",
-		NewProcessor: func(i int) (Processor, error) { return proc(i), nil },
-		PullExpiry:   500 * time.Millisecond, DrainGrace: 5 * time.Second,
-		RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond,
-		Streams: ledger.StreamsConfig{AckWait: 2 * time.Second},
-	}
-	if mut != nil {
-		mut(&cfg)
-	}
-	w, err := NewWorker(cfg)
-	if err != nil {
-		nc.Close()
-		b.t.Fatal(err)
-	}
-	w.signals.init(64)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := w.Start(ctx); err != nil {
-		nc.Close()
-		b.t.Fatal(err)
-	}
-	b.t.Cleanup(func() {
-		if err := w.Stop(); err != nil {
-			b.t.Errorf("stop: %v", err)
-		}
-		nc.Close()
-	})
-	return w
 }
 
 func newReq(id string) *wire.RunRequest {
@@ -106,154 +31,10 @@ func newReq(id string) *wire.RunRequest {
 		Files: map[string]string{"a.py": "import os\ndef f():\n    return 1\n"}}
 }
 
-// publish enqueues req and returns the PubAck.
-func (b *testBundle) publish(req *wire.RunRequest, enc wire.Encoding, replyTo string) *jetstream.PubAck {
-	b.t.Helper()
-	m, err := wire.NewRequestMsg(req, enc, replyTo)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return b.publishMsg(m)
-}
-
-func (b *testBundle) publishMsg(m *nats.Msg) *jetstream.PubAck {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ack, err := b.js.PublishMsg(ctx, m)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return ack
-}
-
-// subscribe listens on subject (core) before a job is published.
-func (b *testBundle) subscribe(subject string) *nats.Subscription {
-	b.t.Helper()
-	sub, err := b.nc.SubscribeSync(subject)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	if err := b.nc.Flush(); err != nil {
-		b.t.Fatal(err)
-	}
-	b.t.Cleanup(func() { _ = sub.Unsubscribe() })
-	return sub
-}
-
-// result waits for the next result on sub and decodes it.
-func (b *testBundle) result(sub *nats.Subscription) *wire.AgentResult {
-	b.t.Helper()
-	m, err := sub.NextMsg(15 * time.Second)
-	if err != nil {
-		b.t.Fatalf("no result on %s: %v", sub.Subject, err)
-	}
-	r, err := wire.DecodeAgentResult(m.Data, m.Header.Get(wire.HeaderContentType))
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	// A core subscriber gets the result as the server routes it, before
-	// FLEET_RESULTS has stored it; wait for the stored copy, so that the
-	// result and every event published before it are in the stream.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := b.js.OrderedConsumer(ctx, wire.StreamResults, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{wire.ResultSubject(r.JobID)}, DeliverPolicy: jetstream.DeliverAllPolicy})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	if _, err := c.Next(jetstream.FetchMaxWait(10 * time.Second)); err != nil {
-		b.t.Fatalf("result of %s not stored: %v", r.JobID, err)
-	}
-	return r
-}
-
-// status waits until a job's status (as ledger.ReadStatus reads it)
-// reaches state and returns it.
-func (b *testBundle) status(jobID string, state wire.JobState) wire.StatusRecord {
-	b.t.Helper()
-	ctx := context.Background()
-	kv, err := b.js.KeyValue(ctx, wire.BucketJobs)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	var last wire.StatusRecord
-	testutil.Eventually(b.t, 10*time.Second, "status of "+jobID, func() error {
-		rec, err := ledger.ReadStatus(ctx, b.nc, kv, jobID)
-		if err != nil {
-			return err
-		}
-		if last = *rec; last.State != state {
-			return fmt.Errorf("%+v, want state %s", last, state)
-		}
-		return nil
-	})
-	return last
-}
-
-// countSubject counts the messages stored on subject (a subject filter,
-// wildcards allowed) in stream.
-func (b *testBundle) countSubject(stream, subject string) uint64 {
-	b.t.Helper()
-	s, err := b.js.Stream(context.Background(), stream)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	var n uint64 // subject may be a filter with wildcards
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	return n
-}
-
-// consumerInfo returns the operation consumer's state.
-func (b *testBundle) consumerInfo(op string) *jetstream.ConsumerInfo {
-	b.t.Helper()
-	c, err := b.js.Consumer(context.Background(), wire.StreamRuns, op)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	info, err := c.Info(context.Background())
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return info
-}
-
-// storedEvents reads all stored events of a job (late attach).
-func (b *testBundle) storedEvents(jobID string) []*wire.Event {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := b.js.OrderedConsumer(ctx, wire.StreamResults, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{wire.EventSubject(jobID)}, DeliverPolicy: jetstream.DeliverAllPolicy})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	n := b.countSubject(wire.StreamResults, wire.EventSubject(jobID))
-	var out []*wire.Event
-	for uint64(len(out)) < n {
-		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			b.t.Fatal(err)
-		}
-		e, err := wire.DecodeEvent(m.Data(), m.Headers().Get(wire.HeaderContentType))
-		if err != nil {
-			b.t.Fatal(err)
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-// loopProcessor runs the real loop.Runner with a scripted model and fake
+// loopHandler runs the real loop.Runner with a scripted model and fake
 // tools: the path the worker takes in production, minus inference and the
 // sandbox.
-type loopProcessor struct {
+type loopHandler struct {
 	runner *loop.Runner
 	agent  *agents.Definition
 	model  func() loop.Model
@@ -266,7 +47,7 @@ var benchAgent = &agents.Definition{
 	Tools:          []*agents.Tool{{Name: "submit_result"}},
 }
 
-func newLoopProcessor(tb testing.TB, model func() loop.Model, calls *atomic.Int64) *loopProcessor {
+func newLoopHandler(tb testing.TB, model func() loop.Model, calls *atomic.Int64) *loopHandler {
 	r, err := loop.New(loop.Config{})
 	if err != nil {
 		tb.Fatal(err)
@@ -274,10 +55,11 @@ func newLoopProcessor(tb testing.TB, model func() loop.Model, calls *atomic.Int6
 	if model == nil {
 		model = func() loop.Model { return looptest.NewNoop() }
 	}
-	return &loopProcessor{runner: r, agent: benchAgent, model: model, calls: calls}
+	return &loopHandler{runner: r, agent: benchAgent, model: model, calls: calls}
 }
 
-func (p *loopProcessor) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error) {
+func (p *loopHandler) Handle(ctx context.Context, job *Job) (*Outcome, error) {
+	req, events := job.Request, job.Events
 	if p.calls != nil {
 		p.calls.Add(1)
 	}
@@ -286,7 +68,9 @@ func (p *loopProcessor) Process(ctx context.Context, req *wire.RunRequest, event
 	if err != nil {
 		return nil, err
 	}
-	return &Outcome{Result: *res, Diff: "--- a/a.py\n+++ b/a.py\n"}, nil
+	out := &Outcome{Result: wire.AgentResult{Result: res.Result, Diff: "--- a/a.py\n+++ b/a.py\n"}}
+	out.Result.Timings.Model, out.Result.Timings.Tools = res.Timings.Model, res.Timings.Tools
+	return out, nil
 }
 
 // noTools is a ToolExecutor with no tools that records nothing.
@@ -297,7 +81,7 @@ func (noTools) Execute(context.Context, string, json.RawMessage) (json.RawMessag
 	return json.RawMessage(`{}`), nil
 }
 
-// gate is a processor whose runs block until released; started receives each
+// gate is a handler whose runs block until released; started receives each
 // run's job id and attempt as it begins.
 type gate struct {
 	started chan string
@@ -311,7 +95,8 @@ func newGate(honourCtx bool) *gate {
 	return &gate{started: make(chan string, 16), release: make(chan struct{}), honourCtx: honourCtx}
 }
 
-func (g *gate) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error) {
+func (g *gate) Handle(ctx context.Context, job *Job) (*Outcome, error) {
+	req, events := job.Request, job.Events
 	n := g.calls.Add(1)
 	events.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
 	g.started <- fmt.Sprintf("%s#%d", req.JobID, n)
@@ -325,7 +110,7 @@ func (g *gate) Process(ctx context.Context, req *wire.RunRequest, events loop.Ev
 		<-g.release
 	}
 	events.Emit(fleettype.Event{Kind: fleettype.EventFinished, Seq: 2, Turn: 1, Time: time.Now(), Status: fleettype.StatusSuccess})
-	return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "released"}}}, nil
+	return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "released"}}}, nil
 }
 
 func (g *gate) waitStarted(t *testing.T) string {
@@ -334,7 +119,7 @@ func (g *gate) waitStarted(t *testing.T) string {
 	case s := <-g.started:
 		return s
 	case <-time.After(15 * time.Second):
-		t.Fatal("processor did not start")
+		t.Fatal("handler did not start")
 		return ""
 	}
 }

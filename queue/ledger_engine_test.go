@@ -5,28 +5,25 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// countingProcessor counts runs per job id and holds each run for hold, so
+// countingHandler counts runs per job id and holds each run for hold, so
 // that two copies of a job would overlap if both ran.
-type countingProcessor struct {
+type countingHandler struct {
 	mu   sync.Mutex
 	runs map[string]int
 	hold time.Duration
 }
 
-func (p *countingProcessor) Process(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
+func (p *countingHandler) Handle(ctx context.Context, job *Job) (*Outcome, error) {
+	req := job.Request
 	p.mu.Lock()
 	p.runs[req.JobID]++
 	p.mu.Unlock()
@@ -37,66 +34,52 @@ func (p *countingProcessor) Process(ctx context.Context, req *wire.RunRequest, e
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
-	return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "ran " + req.JobID}}}, nil
+	return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "ran " + req.JobID}}}, nil
 }
 
 // TestJobPublishedTwiceAtOnceRunsOnce: one job id published twice at the
-// same moment, once with Nats-Msg-Id and once without (which PROTOCOL.md
-// allows, so the stream stores both), 50 times, on a worker with two slots:
-// each job runs once and its Reply-To gets one result. (Before the ledger,
-// both copies ran at once on the two slots in 46-49 of 50 tries, sharing a
-// workspace, and sent two results.)
+// same moment (two copies in the queue, as a copy without Nats-Msg-Id
+// makes on JetStream, which PROTOCOL.md allows), 50 times, on a worker
+// with two slots: each job runs once and its Reply-To gets one result.
+// (Before the ledger, both copies ran at once on the two slots in 46-49
+// of 50 tries, sharing a workspace, and sent two results.)
 func TestJobPublishedTwiceAtOnceRunsOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	p := &countingProcessor{runs: map[string]int{}, hold: 20 * time.Millisecond}
-	w := b.worker(func(int) Processor { return p }, nil)
+	mem := ledger.NewMemory("mem-worker")
+	p := &countingHandler{runs: map[string]int{}, hold: 20 * time.Millisecond}
+	w := memWorker(t, mem, func(int) Handler { return p }, nil)
 	const n = 50
-	var replies sync.Map // job id -> *atomic.Int64
-	sub, err := b.nc.Subscribe("clients.twice.>", func(m *nats.Msg) {
-		if !strings.HasSuffix(m.Subject, ".result") {
-			return
-		}
-		id := m.Header.Get(wire.HeaderJobID)
-		c, _ := replies.LoadOrStore(id, new(atomic.Int64))
-		c.(*atomic.Int64).Add(1)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	var seqs []uint64
 	for i := range n {
 		id := fmt.Sprintf("twice-%02d", i)
-		withID, err := wire.NewRequestMsg(newReq(id), wire.JSON, "clients.twice."+id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		without, _ := wire.NewRequestMsg(newReq(id), wire.JSON, "clients.twice."+id)
-		without.Header.Del(wire.HeaderMsgID)
 		var wg sync.WaitGroup
-		for _, m := range []*nats.Msg{withID, without} {
+		var mu sync.Mutex
+		for range 2 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if _, err := b.js.PublishMsg(ctx, m); err != nil {
+				m, err := wire.NewRequestMsg(newReq(id), wire.JSON, "clients.twice."+id)
+				if err != nil {
 					t.Error(err)
+					return
 				}
+				seq := memPublishMsg(t, mem, "lint", m, wire.JSON)
+				mu.Lock()
+				seqs = append(seqs, seq)
+				mu.Unlock()
 			}()
 		}
 		wg.Wait()
 	}
 	testutil.Eventually(t, 60*time.Second, "every request settled", func() error {
-		if info := b.consumerInfo("lint"); info.NumPending != 0 || info.NumAckPending != 0 {
-			return fmt.Errorf("pending %d, ack pending %d", info.NumPending, info.NumAckPending)
+		for _, seq := range seqs {
+			if mem.Queued(seq) {
+				return fmt.Errorf("request %d still queued", seq)
+			}
 		}
 		return nil
 	})
 	if err := w.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
@@ -107,14 +90,10 @@ func TestJobPublishedTwiceAtOnceRunsOnce(t *testing.T) {
 		if runs != 1 {
 			t.Errorf("%s ran %d times, want 1", id, runs)
 		}
-		if got := b.countSubject(wire.StreamResults, wire.ResultSubject(id)); got != 1 {
+		if got := mem.Results(id); got != 1 {
 			t.Errorf("%s has %d stored results, want 1", id, got)
 		}
-		var got int64
-		if c, ok := replies.Load(id); ok {
-			got = c.(*atomic.Int64).Load()
-		}
-		if got != 1 {
+		if got := len(mem.Replies("clients.twice." + id)); got != 1 {
 			t.Errorf("%s sent %d Reply-To results, want 1", id, got)
 		}
 	}
@@ -123,118 +102,38 @@ func TestJobPublishedTwiceAtOnceRunsOnce(t *testing.T) {
 	}
 }
 
-// TestTakenOverAttemptWritesNothing: attempt 1 of a job stops heartbeating
-// (as a frozen process would: its lease's ack wait passes), attempt 2 takes
-// the job over and finishes it; when attempt 1 finishes afterwards, it is
-// fenced: no second result, no second Reply-To result, no ack of the
-// redelivered message. (The process-level version, with SIGSTOP, is
-// internal/reliability's TestFrozenWorkerIsFenced.)
-func TestTakenOverAttemptWritesNothing(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	first := make(chan struct{})
-	release := make(chan struct{})
-	var runs atomic.Int64
-	proc := ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*Outcome, error) {
-		if runs.Add(1) == 1 {
-			close(first)
-			<-release // attempt 1 ignores its context: it is "frozen"
-		}
-		run := fmt.Sprint("run ", runs.Load())
-		return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: run}},
-			Transcript: &wire.Transcript{Messages: []fleettype.Message{{Role: "assistant", Content: run}}}}, nil
-	})
-	w := b.worker(func(int) Processor { return proc }, func(c *Config) {
-		c.Heartbeat = -1 // attempt 1 never renews its lease
-		c.Streams.AckWait = 300 * time.Millisecond
-	})
-	reply := b.subscribe("clients.frozen.result")
-	sub := b.subscribe(wire.ResultSubject("frozen-1"))
-	b.publish(newReq("frozen-1"), wire.JSON, "clients.frozen")
-	<-first
-	res := b.result(sub) // attempt 2's, after the redelivery
-	if res.Attempts != 2 {
-		t.Fatalf("stored result from attempt %d, want 2", res.Attempts)
-	}
-	close(release)
-	select {
-	case id := <-w.signals.fenced:
-		if id != "frozen-1" {
-			t.Fatalf("fenced %s", id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("attempt 1 not fenced; stats %+v", w.Stats())
-	}
-	if err := w.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if got := b.countSubject(wire.StreamResults, wire.ResultSubject("frozen-1")); got != 1 {
-		t.Fatalf("%d stored results, want 1", got)
-	}
-	if n, _, _ := reply.Pending(); n != 1 {
-		t.Fatalf("%d Reply-To results, want 1", n)
-	}
-	// One transcript, attempt 2's, which its result names.
-	if got := b.countSubject(wire.StreamTranscripts, wire.TranscriptSubject("frozen-1")); got != 1 {
-		t.Fatalf("%d stored transcripts, want 1", got)
-	}
-	v, err := ledger.ReadTranscript(t.Context(), b.nc, "frozen-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tr := v.Transcript; res.TranscriptSeq == 0 || tr.Attempt != 2 || tr.State != wire.StateSucceeded ||
-		len(tr.Messages) != 1 || tr.Messages[0].Content != res.Summary {
-		t.Fatalf("transcript %+v of result %+v", tr, res)
-	}
-}
-
 // TestUnservedOperationIsDeadLettered: a request for an operation no worker
-// serves (no consumer on FLEET_RUNS) gets a QUEUE_002 dead letter and a
-// dead result within UnservedAfter, from a worker serving another
-// operation; a request for a served operation is not touched.
+// serves gets a QUEUE_002 dead letter and a dead result after
+// UnservedAfter, from a worker serving another operation, and is removed;
+// more sweeps change nothing, and a served job still runs.
 func TestUnservedOperationIsDeadLettered(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	p := &countingProcessor{runs: map[string]int{}}
-	w := b.worker(func(int) Processor { return p }, func(c *Config) { c.UnservedAfter = 300 * time.Millisecond })
+	mem := ledger.NewMemory("mem-worker")
+	p := &countingHandler{runs: map[string]int{}}
+	w := memWorker(t, mem, func(int) Handler { return p }, func(c *Config) { c.UnservedAfter = 300 * time.Millisecond })
 	swept := w.signals.swept
-	sub := b.subscribe(wire.ResultSubject("nosuch-1"))
 	req := newReq("nosuch-1")
 	req.Operation = "nosuchop"
 	start := time.Now()
-	b.publish(req, wire.JSON, "")
-	res := b.result(sub)
-	if res.State != wire.StateDead || res.ErrorCode != wire.CodeUnknownOperation || !strings.Contains(res.Error, "nosuchop") {
+	seq := memPublish(t, mem, req, "", false)
+	res, _ := memResult(t, mem, "nosuch-1", wire.StateDead)
+	if res.ErrorCode != wire.CodeUnknownOperation || !strings.Contains(res.Error, "nosuchop") {
 		t.Fatalf("result %+v", res)
 	}
 	if took := time.Since(start); took < 300*time.Millisecond || took > 5*time.Second {
 		t.Fatalf("dead-lettered after %s, want after UnservedAfter (300ms) and soon", took)
 	}
-	if st := b.status("nosuch-1", wire.StateDead); st.Code != wire.CodeUnknownOperation {
+	if st := memState(t, mem, "nosuch-1", wire.StateDead); st.Code != wire.CodeUnknownOperation {
 		t.Fatalf("status %+v", st)
 	}
-	if n := b.countSubject(wire.StreamDLQ, wire.DLQSubject("nosuchop")); n != 1 {
-		t.Fatalf("%d dead letters, want 1", n)
+	if mem.Queued(seq) {
+		t.Fatal("the request is still queued after its dead letter")
 	}
-	// The request is removed right after its dead result is stored.
-	testutil.Eventually(t, 10*time.Second, "request removed", func() error {
-		if n := b.countSubject(wire.StreamRuns, wire.RunSubject("nosuchop")); n != 0 {
-			return fmt.Errorf("%d requests left for nosuchop", n)
-		}
-		return nil
-	})
-	// More sweeps change nothing, and a served job still runs.
 	<-swept
 	<-swept
-	sub2 := b.subscribe(wire.ResultSubject("served-1"))
-	b.publish(newReq("served-1"), wire.JSON, "")
-	if r := b.result(sub2); r.State != wire.StateSucceeded {
-		t.Fatalf("served job: %+v", r)
-	}
-	if n := b.countSubject(wire.StreamDLQ, wire.DLQSubject("nosuchop")); n != 1 {
+	memPublish(t, mem, newReq("served-1"), "", false)
+	memState(t, mem, "served-1", wire.StateSucceeded)
+	if n := len(mem.DeadLetters()); n != 1 {
 		t.Fatalf("%d dead letters after more sweeps, want 1", n)
 	}
 }

@@ -7,14 +7,13 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // Parking a job on a human (docs/PROTOCOL.md §20).
 //
-// A Processor parks a job by returning an Outcome with Park set: the
+// A Handler parks a job by returning an Outcome with Park set: the
 // worker stores Park.State in the fleet_parked Object Store, sets the
 // park's timeout as a one-shot schedule message (the server's own message
 // scheduling, as for scheduled runs: nothing in the fleet keeps a timer,
@@ -24,56 +23,19 @@ import (
 // Fleet-Answer, or Fleet-Park-Timeout from the schedule) is delivered to
 // any worker serving the operation; its claim succeeds only while the job
 // waits on that park (ledger.ErrNotWaiting otherwise). An answer reaches
-// the Processor with the stored state (ResumeOf); a timeout ends the job
-// with a failed result (loop.ErrCodeParkTimeout) without running it. After
+// the Handler with the stored state (Job.Resume); a timeout ends the job
+// with a failed result (AGENT_010) without running it. After
 // the resumed job's result is stored, its state and timeout are removed.
 
 // DefaultParkTimeout is Config.ParkTimeout's default.
 const DefaultParkTimeout = time.Hour
-
-// Park is a Processor's request to park its job on a question.
-type Park struct {
-	// Question is what the job asks (the waiting record's question).
-	Question string
-	// State is everything the Processor needs to resume the job, opaque
-	// to the worker; ResumeOf returns it to the resuming Processor.
-	State []byte
-	// Timeout overrides the park timeout (the original request's
-	// park_timeout_ms, which a resume request does not carry); 0 = the
-	// request's, else Config.ParkTimeout.
-	Timeout time.Duration
-}
-
-// Resume is what the Processor of a resumed job gets (ResumeOf).
-type Resume struct {
-	// Park is the park id.
-	Park uint64
-	// Answer is the human's answer.
-	Answer string
-	// State is the Park.State the job was parked with.
-	State []byte
-}
-
-type resumeKey struct{}
-
-// ResumeOf returns the resume a Processor's ctx carries: non-nil when the
-// job is a parked one being resumed with an answer.
-func ResumeOf(ctx context.Context) *Resume {
-	r, _ := ctx.Value(resumeKey{}).(*Resume)
-	return r
-}
-
-// WithResume returns ctx carrying r (tests of a Processor use it).
-func WithResume(ctx context.Context, r *Resume) context.Context {
-	return context.WithValue(ctx, resumeKey{}, r)
-}
 
 // parkFailed is the failed outcome of a job that cannot park or resume.
 func parkFailed(code fleettype.ErrorCode, msg string, details map[string]any) *Outcome {
 	if details == nil {
 		details = map[string]any{}
 	}
-	return &Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusFailed,
+	return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusFailed,
 		ChangedFiles: []string{}, Details: details, Error: string(code) + ": " + msg, ErrorCode: code}}}
 }
 
@@ -95,23 +57,24 @@ func (w *Worker) checkParkTimeout(req *wire.RunRequest) error {
 }
 
 // startResume prepares a resumed job's run: the parked state for the
-// Processor (in ctx), or the outcome that ends the job without running it
-// (a timeout, a missing state). An error is transient.
-func (s *slot) startResume(ctx context.Context, j *job) (context.Context, *Outcome, error) {
+// Handler (hj.Resume), or the outcome that ends the job without running
+// it (a timeout, a missing state). An error is transient.
+func (s *slot) startResume(ctx context.Context, j *job, hj *Job) (*Outcome, error) {
 	r := j.resume
 	if r.TimedOut {
-		return ctx, parkFailed(loop.ErrCodeParkTimeout, "no answer came within the park timeout",
-			map[string]any{loop.DetailLimit: loop.LimitParkTimeout, "park": r.Park}), nil
+		return parkFailed(fleettype.ErrCodeParkTimeout, "no answer came within the park timeout",
+			map[string]any{fleettype.DetailLimit: fleettype.LimitParkTimeout, "park": r.Park}), nil
 	}
 	pj, err := s.w.broker.ParkedState(ctx, j.id)
 	if errors.Is(err, ledger.ErrNoParkedState) {
-		return ctx, parkFailed(loop.ErrCodeParkState, "the parked state of the job is gone", map[string]any{"park": r.Park}), nil
+		return parkFailed(fleettype.ErrCodeParkState, "the parked state of the job is gone", map[string]any{"park": r.Park}), nil
 	}
 	if err != nil {
-		return ctx, nil, fmt.Errorf("queue: read the parked state: %w", err)
+		return nil, fmt.Errorf("queue: read the parked state: %w", err)
 	}
 	j.unique, j.uniqueLoaded = pj.Unique, true
-	return WithResume(ctx, &Resume{Park: r.Park, Answer: r.Answer, State: pj.State}), nil, nil
+	hj.Resume = &Resume{Park: r.Park, Answer: r.Answer, State: pj.State}
+	return nil, nil
 }
 
 // park parks j: state, timeout, waiting record, ack (ledger.Broker.Park).
@@ -131,7 +94,7 @@ func (s *slot) park(j *job, p *Park) {
 	var refused *ledger.ParkRefusedError
 	switch {
 	case errors.As(err, &refused):
-		s.complete(j, parkFailed(loop.ErrCodeParkState, refused.Reason, refused.Details))
+		s.complete(j, parkFailed(fleettype.ErrCodeParkState, refused.Reason, refused.Details))
 		return
 	case errors.Is(err, ledger.ErrFenced):
 		s.fenced(j)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,10 +23,10 @@ import (
 // dead-letters it. It owns a heartbeat goroutine and an event publisher
 // goroutine for its whole life.
 type slot struct {
-	w    *Worker
-	idx  int
-	proc Processor
-	log  loggerish
+	w       *Worker
+	idx     int
+	handler Handler
+	log     loggerish
 
 	// heartbeat state (heartbeat.go)
 	hbMu  sync.Mutex
@@ -92,8 +91,8 @@ type evItem struct {
 	ev  fleettype.Event
 }
 
-func newSlot(w *Worker, idx int, p Processor) *slot {
-	return &slot{w: w, idx: idx, proc: p, log: w.log.With("slot", idx),
+func newSlot(w *Worker, idx int, h Handler) *slot {
+	return &slot{w: w, idx: idx, handler: h, log: w.log.With("slot", idx),
 		evWake: make(chan struct{}, 1), evDone: make(chan struct{})}
 }
 
@@ -214,15 +213,15 @@ func (s *slot) runJob(j *job) {
 	}
 	s.setHeartbeat(j)
 	w.st.started.Add(1)
-	actx := WithAttempt(ctx, Attempt{Number: j.attempt, Lease: j.lease.Rev})
+	hj := &Job{Request: j.req, Attempt: Attempt{Number: j.attempt, Lease: j.lease.Rev}, Events: jobSink{s: s, j: j}}
 	var out *Outcome
 	var perr error
 	var panicked string
 	if j.resume != nil {
-		actx, out, perr = s.startResume(actx, j)
+		out, perr = s.startResume(ctx, j, hj)
 	}
 	if out == nil && perr == nil {
-		out, perr, panicked = s.process(actx, j)
+		out, perr, panicked = s.callHandler(ctx, j, hj)
 	}
 	// The lease is kept alive until the outcome is written: a result
 	// write retried for a while must not let the job be redelivered.
@@ -241,7 +240,7 @@ func (s *slot) runJob(j *job) {
 	case errors.As(cause, &ce):
 		s.cancelled(j, ce)
 	case errors.As(perr, &re):
-		// The processor refused the request (a teacher run on a worker
+		// The handler refused the request (a teacher run on a worker
 		// without a teacher): no retry can help.
 		s.poison(j, re.Code, re.Error())
 	case perr != nil:
@@ -298,38 +297,14 @@ func (s *slot) claim(ctx context.Context, j *job) bool {
 	}
 }
 
-func (s *slot) process(ctx context.Context, j *job) (out *Outcome, err error, panicked string) {
+// callHandler calls the slot's Handler, turning a panic into its text.
+func (s *slot) callHandler(ctx context.Context, j *job, hj *Job) (out *Outcome, err error, panicked string) {
 	defer func() {
 		if r := recover(); r != nil {
 			panicked = fmt.Sprintf("%v", r)
 			s.log.Error("processor panicked", "job", j.id, "panic", panicked, "stack", string(debug.Stack()))
 		}
 	}()
-	out, err = s.proc.Process(ctx, j.req, jobSink{s: s, j: j})
+	out, err = s.handler.Handle(ctx, hj)
 	return out, err, ""
-}
-
-// Attempt identifies the attempt a Processor runs: the delivery number and
-// the lease revision, unique per attempt (a workspace named after it is
-// never shared by two attempts of one job).
-type Attempt struct {
-	Number int
-	Lease  uint64
-}
-
-// Key is a short string unique to the attempt.
-func (a Attempt) Key() string { return "a" + strconv.FormatUint(a.Lease, 10) }
-
-type attemptKey struct{}
-
-// WithAttempt returns ctx carrying a: the worker runs each attempt's
-// Processor with it (tests of a Processor use it too).
-func WithAttempt(ctx context.Context, a Attempt) context.Context {
-	return context.WithValue(ctx, attemptKey{}, a)
-}
-
-// AttemptOf returns the attempt a Processor's ctx belongs to.
-func AttemptOf(ctx context.Context) (Attempt, bool) {
-	a, ok := ctx.Value(attemptKey{}).(Attempt)
-	return a, ok
 }

@@ -9,14 +9,11 @@ import (
 
 // storeTranscript stores the run's transcript t, if any, before its result
 // res, and makes res name it: a stored result implies its transcript. The
-// engine writes it rather than the processor because the engine holds the
+// engine writes it rather than the handler because the engine holds the
 // lease: the write is checked against it and keyed by its revision. False
 // means the job was dropped (fenced) or handed back (shutdown): nothing
 // more is written.
 func (s *slot) storeTranscript(j *job, res *wire.AgentResult, t *wire.Transcript) bool {
-	if t != nil && t.Teacher {
-		res.Teacher = t.Model.Name
-	}
 	if t == nil {
 		return true
 	}

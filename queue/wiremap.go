@@ -2,39 +2,37 @@ package queue
 
 import (
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// The worker puts the loop's events and results on the wire: both are the
-// shared types of package fleettype, which the wire types embed after the
-// job's own fields.
+// The worker puts a job's events and its handler's result on the wire:
+// both are the shared types of package fleettype, which the wire types
+// embed after the job's own fields.
 
-// wireEvent fills dst with the loop event e of a job's attempt.
+// wireEvent fills dst with the event e of a job's attempt.
 func wireEvent(dst *wire.Event, jobID string, attempt int, e *fleettype.Event) {
 	*dst = wire.Event{JobID: jobID, Attempt: attempt, Event: *e}
 }
 
-// setLoopResult copies the loop's Result into r.
-func setLoopResult(r *wire.AgentResult, lr *loop.Result) {
-	r.Result = lr.Result
-	// docs/PROTOCOL.md §6: error only with error_code. The loop keeps a
-	// model's own error text in the details; this holds whatever a
-	// Processor put in Result.
-	r.Error = ""
+// errorOnlyWithCode keeps docs/PROTOCOL.md §6's rule on a handler's
+// result: error only with error_code. A coded failure without a text gets
+// the code as its text; a text without a code (the loop keeps a model's own
+// error text in the details, this holds whatever a Handler put in Result)
+// moves to details.agent_error unless that is set already.
+func errorOnlyWithCode(r *wire.AgentResult) {
 	if r.ErrorCode != "" {
-		r.Error = lr.Error
 		if r.Error == "" {
 			r.Error = string(r.ErrorCode)
 		}
-	} else if lr.Error != "" {
+		return
+	}
+	if r.Error != "" {
 		if r.Details == nil {
 			r.Details = map[string]any{}
 		}
-		if _, ok := r.Details[loop.DetailAgentError]; !ok {
-			r.Details[loop.DetailAgentError] = lr.Error
+		if _, ok := r.Details[fleettype.DetailAgentError]; !ok {
+			r.Details[fleettype.DetailAgentError] = r.Error
 		}
+		r.Error = ""
 	}
-	r.Timings.Model = lr.Timings.Model
-	r.Timings.Tools = lr.Timings.Tools
 }

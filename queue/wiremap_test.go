@@ -2,22 +2,22 @@ package queue
 
 import (
 	"encoding/json"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// TestResultErrorOnlyWithCode: whatever a Processor's loop.Result holds, the
+// TestResultErrorOnlyWithCode: whatever a Handler's result holds, the
 // AgentResult obeys docs/PROTOCOL.md §6: error is present only with
 // error_code and starts with it; an uncoded error text is kept in the
 // details as the agent's own account.
 func TestResultErrorOnlyWithCode(t *testing.T) {
-	cases := []loop.Result{
+	cases := []wire.AgentResult{
 		{Result: fleettype.Result{Status: fleettype.StatusSuccess, Error: "लगाएंगे random words"}},
 		{Result: fleettype.Result{Status: fleettype.StatusFailed, Error: "could not fix", Details: map[string]any{"fixed": []any{}}}},
 		{Result: fleettype.Result{Status: fleettype.StatusFailed, Error: "AGENT_003: Turn limit (6) exceeded", ErrorCode: "AGENT_003"}},
@@ -25,14 +25,15 @@ func TestResultErrorOnlyWithCode(t *testing.T) {
 		{Result: fleettype.Result{Status: fleettype.StatusSuccess}},
 	}
 	for _, lr := range cases {
-		var r wire.AgentResult
-		setLoopResult(&r, &lr)
+		r := lr
+		r.Details = maps.Clone(lr.Details)
+		errorOnlyWithCode(&r)
 		switch {
 		case r.Error != "" && r.ErrorCode == "":
 			t.Fatalf("%+v: error %q without error_code", lr, r.Error)
 		case r.ErrorCode != "" && !strings.HasPrefix(r.Error, string(r.ErrorCode)):
 			t.Fatalf("%+v: error %q does not start with %s", lr, r.Error, r.ErrorCode)
-		case lr.ErrorCode == "" && lr.Error != "" && r.Details[loop.DetailAgentError] != lr.Error:
+		case lr.ErrorCode == "" && lr.Error != "" && r.Details[fleettype.DetailAgentError] != lr.Error:
 			t.Fatalf("%+v: the agent's error is lost: %v", lr, r.Details)
 		}
 	}

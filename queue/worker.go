@@ -11,57 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/ledger"
-	"github.com/agentfleet/fleet/queue/wire"
 )
-
-// Processor runs one job. The worker calls it from one slot at a time; each
-// slot has its own Processor (made by Config.NewProcessor), so an
-// implementation need not be safe for concurrent use.
-//
-// Process must honour ctx: it is canceled when the job is canceled
-// (context.Cause is a *CanceledError), when the worker shuts down past its
-// grace period (cause ErrShutdown), or when the job's status is taken over.
-// It emits the run's events to events, which never blocks.
-//
-// A nil error means the job ran, whatever its outcome (a failed agent is an
-// Outcome with Result.Status failed). A non-nil error means a transient
-// infrastructure failure (the model server is down): the job is retried
-// after a delay, and dead-lettered with QUEUE_004 when its deliveries are
-// exhausted. An error that is a *wire.RequestError means the processor
-// refuses the request itself (a teacher run on a worker without a
-// teacher): it is poison, dead-lettered with the error's code at once. A
-// panic is caught and treated as poison (QUEUE_006).
-type Processor interface {
-	Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error)
-}
-
-// ProcessorFunc adapts a function to Processor.
-type ProcessorFunc func(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error)
-
-// Process calls f.
-func (f ProcessorFunc) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*Outcome, error) {
-	return f(ctx, req, events)
-}
-
-// Outcome is what a Processor returns for a job that ran.
-type Outcome struct {
-	// Result is the loop's result.
-	Result loop.Result
-	// Diff is the unified diff of the run's workspace changes.
-	Diff string
-	// Transcript, when set, is the run's conversation (messages, tools,
-	// model). The worker fills in the job's identity and outcome and
-	// stores it before the result, which names it (transcript.go).
-	Transcript *wire.Transcript
-	// Park, when set, parks the job on a question instead of ending it
-	// (park.go): Result is not used.
-	Park *Park
-	// Model, when set, names the model the run used (with its digests),
-	// for the result (wire.AgentResult.Model).
-	Model *wire.ModelInfo
-}
 
 // ErrShutdown is the context cause of jobs canceled because the worker
 // stopped and its grace period ran out. Such jobs are handed back to the
@@ -87,7 +38,7 @@ func (e *CanceledError) Error() string {
 }
 
 // Worker pulls run requests for its operations, one job per slot at a time,
-// runs them through its Processors and publishes events, results and status.
+// runs them through its Handlers and publishes events, results and status.
 // Start and Stop are idempotent; Stop is safe before Start.
 type Worker struct {
 	cfg Config
@@ -159,7 +110,7 @@ func (w *Worker) Streams() *ledger.Streams {
 	return w.streams
 }
 
-// Start ensures the streams, makes one Processor per slot and starts pulling.
+// Start ensures the streams, makes one Handler per slot and starts pulling.
 // ctx bounds only the setup; the worker runs until Stop. Calling Start again
 // returns nil.
 func (w *Worker) Start(ctx context.Context) error {
@@ -180,13 +131,13 @@ func (w *Worker) Start(ctx context.Context) error {
 	} else if err := w.cfg.Broker.EnsureOperations(ctx, w.cfg.Operations); err != nil {
 		return err
 	}
-	procs := make([]Processor, w.cfg.Slots)
-	for i := range procs {
-		if procs[i], err = w.cfg.NewProcessor(i); err != nil {
-			return fmt.Errorf("queue: processor for slot %d: %w", i, err)
+	handlers := make([]Handler, w.cfg.Slots)
+	for i := range handlers {
+		if handlers[i], err = w.cfg.NewHandler(i); err != nil {
+			return fmt.Errorf("queue: handler for slot %d: %w", i, err)
 		}
-		if procs[i] == nil {
-			return fmt.Errorf("queue: NewProcessor(%d) returned nil", i)
+		if handlers[i] == nil {
+			return fmt.Errorf("queue: NewHandler(%d) returned nil", i)
 		}
 	}
 	if w.broker = w.cfg.Broker; w.broker == nil {
@@ -208,8 +159,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.runCtx, w.cancel = context.WithCancelCause(context.Background())
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	w.bgCancel = bgCancel
-	w.slots = make([]*slot, len(procs))
-	for i, p := range procs {
+	w.slots = make([]*slot, len(handlers))
+	for i, p := range handlers {
 		w.slots[i] = newSlot(w, i, p)
 	}
 	w.fetch = newFetcher(w, w.cfg.Operations)

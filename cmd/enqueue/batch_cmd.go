@@ -147,21 +147,17 @@ func (c *cli) cmdBatchAttach(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := interruptible(context.Background())
-	defer stop()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	nc, cl, err := c.connect(cctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if _, err := cl.Batch(cctx, pos[0]); err != nil {
-		return batchErr(err)
-	}
-	wctx, wcancel := context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("not finished after --timeout %s", *timeout))
-	defer wcancel()
-	return c.followBatch(wctx, cl, pos[0], *asJSON, *noProgress)
+	id := pos[0]
+	return c.attachSession(*timeout, fmt.Errorf("not finished after --timeout %s", *timeout),
+		func(ctx context.Context, cl *client.Client) error {
+			if _, err := cl.Batch(ctx, id); err != nil {
+				return batchErr(err)
+			}
+			return nil
+		},
+		func(ctx context.Context, cl *client.Client) error {
+			return c.followBatch(ctx, cl, id, *asJSON, *noProgress)
+		})
 }
 
 // batchPoll is how often a followed batch's status is read.

@@ -14,7 +14,6 @@ import (
 	"github.com/agentfleet/fleet/cairn"
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/embedded"
@@ -51,8 +50,9 @@ func BenchmarkBatchAccept(b *testing.B) {
 	ops := []string{"lint", "docstring"}
 	w, err := queue.NewWorker(queue.Config{Conn: nc, Operations: ops, Slots: 4, Name: "bench-worker",
 		Streams: ledger.StreamsConfig{Operations: ops, AckWait: 30 * time.Second, MaxDeliver: 2}, PullExpiry: 100 * time.Millisecond,
-		NewProcessor: func(int) (queue.Processor, error) {
-			return queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, _ loop.EventSink) (*queue.Outcome, error) {
+		NewHandler: func(int) (queue.Handler, error) {
+			return queue.HandlerFunc(func(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+				req := job.Request
 				path := req.Node.FilePath
 				src := req.Files[path]
 				def := "def " + req.Node.Name + "(x):\n"
@@ -66,7 +66,7 @@ func BenchmarkBatchAccept(b *testing.B) {
 				if err != nil {
 					return nil, err
 				}
-				return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{path}}}, Diff: d}, nil
+				return &queue.Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess, ChangedFiles: []string{path}}, Diff: d}}, nil
 			}), nil
 		}})
 	if err != nil {

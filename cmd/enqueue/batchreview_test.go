@@ -18,7 +18,6 @@ import (
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/merge"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/embedded"
@@ -57,8 +56,9 @@ func startReviewFleet(t *testing.T, edits map[string][]edit) *reviewFleet {
 	ops := []string{"lint", "docstring"}
 	w, err := queue.NewWorker(queue.Config{Conn: nc, Operations: ops, Slots: 2, Name: "review-worker",
 		Streams: ledger.StreamsConfig{Operations: ops, AckWait: 30 * time.Second, MaxDeliver: 2}, PullExpiry: 100 * time.Millisecond,
-		NewProcessor: func(int) (queue.Processor, error) {
-			return queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, _ loop.EventSink) (*queue.Outcome, error) {
+		NewHandler: func(int) (queue.Handler, error) {
+			return queue.HandlerFunc(func(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+				req := job.Request
 				path := req.Node.FilePath
 				src := req.Files[path]
 				next := src
@@ -68,13 +68,13 @@ func startReviewFleet(t *testing.T, edits map[string][]edit) *reviewFleet {
 					}
 					next = strings.Replace(next, e.old, e.new, 1)
 				}
-				out := &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "scripted", Turns: 1}}}
+				out := &queue.Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "scripted", Turns: 1}}}
 				if next != src {
 					d, err := cairn.FileDiff(path, []byte(src), []byte(next), false, false)
 					if err != nil {
 						return nil, err
 					}
-					out.Diff, out.Result.ChangedFiles = d, []string{path}
+					out.Result.Diff, out.Result.ChangedFiles = d, []string{path}
 				}
 				return out, nil
 			}), nil

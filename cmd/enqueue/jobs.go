@@ -19,6 +19,27 @@ func (c *cli) cmdAttach(args []string) error {
 	if err != nil {
 		return err
 	}
+	id := pos[0]
+	return c.attachSession(*timeout, fmt.Errorf("no result after --timeout %s", *timeout),
+		func(ctx context.Context, cl *client.Client) error {
+			if _, err := cl.Status(ctx, id); err != nil {
+				// A job may have a result without a status (expired record).
+				if _, rerr := cl.Result(ctx, id); rerr != nil {
+					return connErr(err)
+				}
+			}
+			return nil
+		},
+		func(ctx context.Context, cl *client.Client) error {
+			return c.follow(ctx, cl, newView(c.stdout, *asJSON, *noProgress), id)
+		})
+}
+
+// attachSession is attach's and batch attach's connection: connect and
+// check (that the job or batch exists) within 10 seconds, then follow
+// until it is done, interrupted, or timeout passes (the follow's context
+// then ends with cause). The connection closes when follow returns.
+func (c *cli) attachSession(timeout time.Duration, cause error, check, follow func(ctx context.Context, cl *client.Client) error) error {
 	ctx, stop := interruptible(context.Background())
 	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -28,15 +49,12 @@ func (c *cli) cmdAttach(args []string) error {
 		return err
 	}
 	defer nc.Close()
-	if _, err := cl.Status(cctx, pos[0]); err != nil {
-		// A job may have a result without a status (expired record).
-		if _, rerr := cl.Result(cctx, pos[0]); rerr != nil {
-			return connErr(err)
-		}
+	if err := check(cctx, cl); err != nil {
+		return err
 	}
-	wctx, wcancel := context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("no result after --timeout %s", *timeout))
+	wctx, wcancel := context.WithTimeoutCause(ctx, timeout, cause)
 	defer wcancel()
-	return c.follow(wctx, cl, newView(c.stdout, *asJSON, *noProgress), pos[0])
+	return follow(wctx, cl)
 }
 
 func (c *cli) cmdStatus(args []string) error {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentfleet/fleet/queue/memory"
+	"github.com/agentfleet/fleet/jobrun/memory"
 )
 
 // cmdMemory serves enqueue memory list|rm: the entries agents with

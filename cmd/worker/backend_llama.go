@@ -18,8 +18,8 @@ import (
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/config"
 	"github.com/agentfleet/fleet/inference/llama"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
-	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

@@ -63,12 +63,12 @@ import (
 	"github.com/agentfleet/fleet/config"
 	"github.com/agentfleet/fleet/internal/logging"
 	"github.com/agentfleet/fleet/internal/pytestbox"
+	"github.com/agentfleet/fleet/jobrun"
+	"github.com/agentfleet/fleet/jobrun/memory"
 	"github.com/agentfleet/fleet/ops/metrics"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client/natsconn"
-	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
-	"github.com/agentfleet/fleet/queue/memory"
 	"github.com/agentfleet/fleet/queue/presence"
 )
 
@@ -305,7 +305,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 		Operations: ops,
 		Slots:      cfg.Worker.Slots,
 		Name:       cfg.Worker.Name,
-		NewProcessor: func(slot int) (queue.Processor, error) {
+		NewHandler: func(slot int) (queue.Handler, error) {
 			pick, err := be.ForSlot(slot)
 			if err != nil {
 				return nil, err
@@ -332,7 +332,7 @@ func serve(log *slog.Logger, configPath, readyFile string) error {
 			if err != nil {
 				return nil, err
 			}
-			return met.Processor(tracker.Processor(slot, p)), nil
+			return met.Handler(tracker.Handler(slot, p)), nil
 		},
 		Streams: ledger.StreamsConfig{
 			AckWait:       cfg.Queue.AckWait,

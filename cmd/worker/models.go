@@ -18,7 +18,7 @@ import (
 	"github.com/agentfleet/fleet/inference/modelref"
 	"github.com/agentfleet/fleet/inference/modelstore"
 	"github.com/agentfleet/fleet/internal/filedigest"
-	"github.com/agentfleet/fleet/queue/jobrun"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

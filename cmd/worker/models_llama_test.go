@@ -20,9 +20,9 @@ import (
 	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/inference/modelstore"
 	"github.com/agentfleet/fleet/internal/filedigest"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue/embedded"
-	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

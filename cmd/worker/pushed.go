@@ -14,7 +14,7 @@ import (
 	"github.com/agentfleet/fleet/agents/agentkv"
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/config"
-	"github.com/agentfleet/fleet/queue/jobrun"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/queue/presence"
 	"github.com/agentfleet/fleet/queue/wire"
 )

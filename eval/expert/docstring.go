@@ -87,6 +87,11 @@ func docArgs(name, kind string, params []hintParam, ret string) map[string]any {
 	short := name[strings.LastIndex(name, ".")+1:]
 	words := strings.ReplaceAll(strings.Trim(short, "_"), "_", " ")
 	ps := map[string]any{}
+	// strict decoding admits at most 6 map entries (inference/functiongemma,
+	// maxMapEntries); write_docstring describes the parameters left out
+	if len(params) > 6 {
+		params = params[:6]
+	}
 	for _, p := range params {
 		switch p.Kind {
 		case "var_positional":

@@ -1,5 +1,5 @@
 // Package runner runs a suite's tasks in this process, through the same job
-// processor a worker slot uses (queue/jobrun: the agent's loop, its .pym
+// handler a worker slot uses (jobrun: the agent's loop, its .pym
 // tools on Monty, a Cairn workspace), and grades every result. It is what
 // `make eval` and the expert measurements use; `enqueue eval` runs the same
 // tasks through the fleet instead.
@@ -16,9 +16,9 @@ import (
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/cairn/toolexec"
 	"github.com/agentfleet/fleet/eval"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
-	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -171,7 +171,7 @@ func runOne(ctx context.Context, cfg *Config, i int) (eval.Result, error) {
 	jctx, cancel := context.WithTimeout(ctx, cfg.JobTimeout)
 	defer cancel()
 	start := time.Now()
-	out, err := p.Process(jctx, inst.Request(r.JobID, wire.RunOptions{}), nil)
+	out, err := p.Handle(jctx, &queue.Job{Request: inst.Request(r.JobID, wire.RunOptions{})})
 	r.WallMS = time.Since(start).Milliseconds()
 	switch {
 	case ctx.Err() != nil:
@@ -191,7 +191,7 @@ func runOne(ctx context.Context, cfg *Config, i int) (eval.Result, error) {
 	if res.ErrorCode != "" {
 		r.State = "failed"
 	}
-	g, err := cfg.Grader.GradeDiff(ctx, inst, out.Diff)
+	g, err := cfg.Grader.GradeDiff(ctx, inst, out.Result.Diff)
 	if err != nil {
 		return r, err
 	}

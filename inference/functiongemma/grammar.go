@@ -63,7 +63,9 @@ func WithMaxCalls(n int) GrammarOption { return maxCallsOpt(n) }
 // model must call. Only declared tools and keys appear; keys come in
 // alphabetical order (the order the declarations are rendered in); required
 // keys are mandatory and every other key optional (additionalProperties is
-// always treated as false); keys that cannot be bare are <escape>-delimited
+// treated as false beside declared properties; an object with none whose
+// additionalProperties is a schema or true is a map of free keys to values
+// of that schema, at most maxMapEntries of them); keys that cannot be bare are <escape>-delimited
 // like strings; values follow the declared types: strings are
 // <escape>-delimited, well-formed UTF-8 and never contain the text
 // "<escape>" (a string closes only between whole characters), integers are
@@ -71,7 +73,7 @@ func WithMaxCalls(n int) GrammarOption { return maxCallsOpt(n) }
 // are true/false, null is null; enum and const become alternations of their
 // literals; arrays and nested objects are compiled recursively; a type list
 // or anyOf/oneOf is an alternation of its branches; a property with no type
-// admits any scalar; an object without properties admits only {}. A string's
+// admits any scalar; any other object without properties admits only {}. A string's
 // pattern is enforced when it is anchored (^…$) and over ASCII without '<'
 // (see patternStr), and a number's minimum or exclusiveMinimum of 0 or more
 // drops the minus sign; other length, range and pattern keywords are not

@@ -293,9 +293,21 @@ func (b *nfaBuilder) integer(from, to int32, frac, unsigned bool) {
 }
 
 // object adds "{" pairs "}" for an object schema: declared keys in
-// alphabetical order, required ones mandatory.
+// alphabetical order, required ones mandatory. An object without declared
+// properties whose additionalProperties is a schema (or true) is a map:
+// any keys, each value of that schema.
 func (b *nfaBuilder) object(from, to int32, s map[string]any, depth int) error {
 	props, _ := s["properties"].(map[string]any)
+	if len(props) == 0 {
+		switch ap := s["additionalProperties"].(type) {
+		case map[string]any:
+			return b.mapObject(from, to, ap, depth)
+		case bool:
+			if ap {
+				return b.mapObject(from, to, map[string]any{}, depth)
+			}
+		}
+	}
 	keys := make([]string, 0, len(props))
 	for k := range props {
 		if strings.Contains(k, TokEscape) {
@@ -345,6 +357,47 @@ func (b *nfaBuilder) object(from, to int32, s map[string]any, depth int) error {
 	}
 	b.sym(cur[0], '}', to)
 	b.sym(cur[1], '}', to)
+	return nil
+}
+
+// maxMapEntries bounds a map's entries: a weak model may otherwise never
+// choose '}', and with strings bounded too (inference/llama's strict
+// matcher) a call of the docstring agent's write_docstring, two maps and
+// three strings, then fits in 1,024 tokens. A tool that needs every entry
+// fills in what a call leaves out (write_docstring documents the
+// parameters it is not given).
+const maxMapEntries = 6
+
+// mapObject adds "{" (key ":" value ("," key ":" value)*)? "}" with free
+// keys, at most maxMapEntries: bare (printable ASCII without keyStop's
+// bytes) or escaped strings, as valueWriter.key writes them. Duplicate
+// keys are left to the parser, which refuses them.
+func (b *nfaBuilder) mapObject(from, to int32, vs map[string]any, depth int) error {
+	open := b.state()
+	b.sym(from, '{', open)
+	b.sym(open, '}', to)
+	key := open
+	for i := 0; i < maxMapEntries; i++ {
+		bare, vin, vout := b.state(), b.state(), b.state()
+		for c := 0x21; c <= 0x7e; c++ {
+			if !strings.ContainsRune(keyStop, rune(c)) {
+				b.sym(key, c, bare)
+				b.sym(bare, c, bare)
+			}
+		}
+		b.sym(bare, ':', vin)
+		esc := b.state()
+		b.str(key, esc)
+		b.sym(esc, ':', vin)
+		if err := b.value(vin, vout, vs, depth+1); err != nil {
+			return fmt.Errorf("additionalProperties: %w", err)
+		}
+		b.sym(vout, '}', to)
+		if i+1 < maxMapEntries {
+			key = b.state()
+			b.sym(vout, ',', key)
+		}
+	}
 	return nil
 }
 

@@ -47,7 +47,10 @@ func reservedPiece(p string) bool {
 //
 // Numbers are bounded the same way: after maxNumber consecutive tokens of
 // digits (and signs, points, exponents) outside strings, such tokens are no
-// longer allowed, so the number ends at the next ',' '}' or ']'.
+// longer allowed, so the number ends at the next ',' '}' or ']'. So are
+// bare words (a map's free keys, tool names, literals): after maxBare
+// tokens outside strings with none of the structural bytes :,{}[], only
+// tokens holding one are allowed, so a free key ends at its ':'.
 type strictMatcher struct {
 	*functiongemma.Matcher
 	m         *model
@@ -55,10 +58,20 @@ type strictMatcher struct {
 	inString  bool
 	run       int
 	numberRun int
+	bareRun   int
 }
 
 // maxNumber bounds the tokens of one number value.
 const maxNumber = 8
+
+// maxBare bounds the tokens of one bare word outside strings.
+const maxBare = 16
+
+// structural reports whether tok's text holds one of :,{}[] (special
+// tokens count: they are never part of a bare word).
+func (s *strictMatcher) structural(tok int) bool {
+	return s.m.isSpecial(tok) || strings.ContainsAny(s.m.pieces[tok], ":,{}[]")
+}
 
 // capped reports whether the string length bound forces <escape> now.
 func (s *strictMatcher) capped() bool {
@@ -89,6 +102,9 @@ func (s *strictMatcher) Allows(tok int) bool {
 	if !s.inString && s.numberRun >= maxNumber && s.numeric(tok) {
 		return false
 	}
+	if !s.inString && s.bareRun >= maxBare && tok != tokEscape && !s.structural(tok) {
+		return false
+	}
 	return s.Matcher.Allows(tok)
 }
 
@@ -98,12 +114,14 @@ func (s *strictMatcher) AllowedTokens(buf []int) []int {
 		return append(buf[:0], tokEscape)
 	}
 	buf = s.Matcher.AllowedTokens(buf)
-	if !s.inString && s.numberRun >= maxNumber {
+	numbers, bare := !s.inString && s.numberRun >= maxNumber, !s.inString && s.bareRun >= maxBare
+	if numbers || bare {
 		out := buf[:0]
 		for _, t := range buf {
-			if !s.numeric(t) {
-				out = append(out, t)
+			if (numbers && s.numeric(t)) || (bare && t != tokEscape && !s.structural(t)) {
+				continue
 			}
+			out = append(out, t)
 		}
 		buf = out
 	}
@@ -117,13 +135,17 @@ func (s *strictMatcher) Accept(tok int) error {
 	}
 	switch {
 	case tok == tokEscape:
-		s.inString, s.run, s.numberRun = !s.inString, 0, 0
+		s.inString, s.run, s.numberRun, s.bareRun = !s.inString, 0, 0, 0
 	case s.inString:
 		s.run++
+	case s.structural(tok):
+		s.numberRun, s.bareRun = 0, 0
 	case s.numeric(tok):
 		s.numberRun++
+		s.bareRun++
 	default:
 		s.numberRun = 0
+		s.bareRun++
 	}
 	return nil
 }

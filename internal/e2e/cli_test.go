@@ -17,8 +17,8 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
-	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 

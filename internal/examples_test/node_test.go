@@ -25,7 +25,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -122,7 +121,8 @@ type scriptedProcessor struct {
 	reqs []*wire.RunRequest
 }
 
-func (p *scriptedProcessor) Process(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
+func (p *scriptedProcessor) Handle(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+	req, ev := job.Request, job.Events
 	p.mu.Lock()
 	p.reqs = append(p.reqs, req)
 	p.mu.Unlock()
@@ -143,15 +143,15 @@ func (p *scriptedProcessor) Process(ctx context.Context, req *wire.RunRequest, e
 	}
 	emit(fleettype.Event{Kind: fleettype.EventFinished, Turn: 2, Status: fleettype.StatusSuccess})
 	return &queue.Outcome{
-		Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
-			Summary: "Removed the unused import os.", ChangedFiles: []string{req.Node.FilePath}, Turns: 2, ToolCalls: 2}},
-		Diff: "--- a/" + req.Node.FilePath + "\n+++ b/" + req.Node.FilePath + "\n@@ -1,2 +1 @@\n-import os\n \n",
+		Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+			Summary: "Removed the unused import os.", ChangedFiles: []string{req.Node.FilePath}, Turns: 2, ToolCalls: 2},
+			Diff: "--- a/" + req.Node.FilePath + "\n+++ b/" + req.Node.FilePath + "\n@@ -1,2 +1 @@\n-import os\n \n"},
 	}, nil
 }
 
 // inProcessWorker starts an embedded NATS server listening on a random
 // local port and a queue.Worker serving "lint" with p; it returns the URL.
-func inProcessWorker(t *testing.T, p queue.Processor) string {
+func inProcessWorker(t *testing.T, p queue.Handler) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -167,8 +167,8 @@ func inProcessWorker(t *testing.T, p queue.Processor) string {
 	t.Cleanup(nc.Close)
 	w, err := queue.NewWorker(queue.Config{
 		Conn: nc, Operations: []string{"lint"}, Slots: 1, Name: "node-example-worker",
-		NewProcessor: func(int) (queue.Processor, error) { return p, nil },
-		PullExpiry:   500 * time.Millisecond, DrainGrace: 5 * time.Second,
+		NewHandler: func(int) (queue.Handler, error) { return p, nil },
+		PullExpiry: 500 * time.Millisecond, DrainGrace: 5 * time.Second,
 		Streams: ledger.StreamsConfig{Operations: []string{"lint", "idle"}, Memory: true},
 	})
 	if err != nil {

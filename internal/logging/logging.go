@@ -6,7 +6,7 @@
 // -log-format and -log-level flags), and slog's default logger with the same
 // format at warn or above.
 //
-// Per job, inside a queue.Processor:
+// Per job, inside a queue.Handler:
 //
 //	jl := logging.WithJob(log, req.JobID, req.Operation)
 //	ctx = logging.ContextWithJob(ctx, req.JobID, req.Operation)

@@ -24,8 +24,9 @@ import (
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/inference/remote"
 	"github.com/agentfleet/fleet/internal/ollamapeer"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
-	"github.com/agentfleet/fleet/queue/jobrun"
+	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/wire"
 )
 
@@ -200,7 +201,7 @@ func TestRemoteLintJobAgainstOllama(t *testing.T) {
 	}
 	req := &wire.RunRequest{Version: 1, JobID: "remote-lint-1", Operation: "lint", Files: files,
 		Node: wire.Node{ID: path, Name: "stock.py", Type: "file", FilePath: path, Text: files[path]}}
-	out, err := p.Process(context.Background(), req, loop.EventSinkFunc(func(fleettype.Event) {}))
+	out, err := p.Handle(context.Background(), &queue.Job{Request: req, Events: loop.EventSinkFunc(func(fleettype.Event) {})})
 	if err != nil {
 		t.Fatalf("%v (ollama log %s)", err, s.LogPath())
 	}

@@ -120,8 +120,8 @@ func TestAuthPermissions(t *testing.T) {
 	wnc := dial(t, url, nats.UserInfo("worker", "worker-pw"))
 	streams := streamsEnv{AckWait: 2 * time.Second, MaxDeliver: 4}
 	w, err := queue.NewWorker(queue.Config{Conn: wnc, Operations: []string{"lint"}, Slots: 2, Name: "auth-worker",
-		NewProcessor: func(int) (queue.Processor, error) { return holdProcessor(10 * time.Millisecond), nil },
-		PullExpiry:   500 * time.Millisecond, Streams: streams.config()})
+		NewHandler: func(int) (queue.Handler, error) { return holdProcessor(10 * time.Millisecond), nil },
+		PullExpiry: 500 * time.Millisecond, Streams: streams.config()})
 	if err != nil {
 		t.Fatal(err)
 	}

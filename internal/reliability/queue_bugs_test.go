@@ -10,7 +10,6 @@ import (
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -29,15 +28,16 @@ func TestFailedResultWriteIsRetriedNotRecomputed(t *testing.T) {
 	defer cancel()
 	nc, js := natstest.InProcess(t)
 	var runs atomic.Int64
-	proc := queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
+	proc := queue.HandlerFunc(func(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+		req := job.Request
 		runs.Add(1)
-		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: fleettype.StatusSuccess,
+		return &queue.Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess,
 			Summary: "ran " + req.JobID, Turns: 1}}}, nil
 	})
 	streams := streamsEnv{AckWait: time.Second, MaxDeliver: 20}
 	w, err := queue.NewWorker(queue.Config{Conn: nc, Operations: []string{"lint"}, Slots: 2, Name: "w",
-		NewProcessor: func(int) (queue.Processor, error) { return proc, nil },
-		PullExpiry:   200 * time.Millisecond, RetryBackoff: 50 * time.Millisecond, MaxRetryBackoff: 100 * time.Millisecond,
+		NewHandler: func(int) (queue.Handler, error) { return proc, nil },
+		PullExpiry: 200 * time.Millisecond, RetryBackoff: 50 * time.Millisecond, MaxRetryBackoff: 100 * time.Millisecond,
 		Streams: streams.config()})
 	if err != nil {
 		t.Fatal(err)

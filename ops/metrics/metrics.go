@@ -6,8 +6,8 @@
 // do not collide.
 //
 // What is measured:
-//   - jobs, by operation and outcome, and their latency (Processor wraps a
-//     queue.Processor and calls JobStarted/JobFinished);
+//   - jobs, by operation and outcome, and their latency (Handler wraps a
+//     queue.Handler and calls JobStarted/JobFinished);
 //   - per-turn, per-model-call and per-tool-call latency, token counts and
 //     tokens per second, derived from the loop's events (EventSink);
 //   - slots busy (and configured), queue depth per operation and the worker's
@@ -23,10 +23,10 @@
 //	met, err := metrics.New(reg)
 //	if err != nil { ... }
 //	met.AddOperations(ops...)              // series at 0 before the first job
-//	qcfg.NewProcessor = func(i int) (queue.Processor, error) {
-//		p, err := newProcessor(i)          // the real processor
+//	qcfg.NewHandler = func(i int) (queue.Handler, error) {
+//		h, err := newHandler(i)            // the real handler
 //		if err != nil { return nil, err }
-//		return met.Processor(p), nil        // job + loop-event metrics
+//		return met.Handler(h), nil          // job + loop-event metrics
 //	}
 //	w, err := queue.NewWorker(qcfg)
 //	met.SetSlots(w.Config().Slots)
@@ -60,7 +60,7 @@ import (
 )
 
 // Job outcomes, the outcome label of fleet_jobs_total and
-// fleet_job_duration_seconds as Processor reports them.
+// fleet_job_duration_seconds as Handler reports them.
 const (
 	// OutcomeSucceeded: the agent finished with status success or skipped.
 	OutcomeSucceeded = "succeeded"
@@ -376,7 +376,7 @@ func newFuncCollector() *funcCollector {
 		depthDesc:    prometheus.NewDesc("fleet_queue_depth", "Jobs waiting in the queue (not yet delivered), by operation.", []string{"operation"}, nil),
 		depthErrDesc: prometheus.NewDesc("fleet_queue_depth_errors_total", "Scrapes that could not read the queue depth.", nil, nil),
 		droppedDesc:  prometheus.NewDesc("fleet_events_dropped_total", "Loop events the worker could not publish (buffer full or publish error).", nil, nil),
-		startedDesc:  prometheus.NewDesc("fleet_worker_jobs_started_total", "Processor runs the worker began.", nil, nil),
+		startedDesc:  prometheus.NewDesc("fleet_worker_jobs_started_total", "Handler runs the worker began.", nil, nil),
 		resultsDesc:  prometheus.NewDesc("fleet_worker_results_total", "Results the worker published, by job state.", []string{"state"}, nil),
 		deadDesc:     prometheus.NewDesc("fleet_worker_dead_letters_total", "Requests the worker dead-lettered (poison, exhausted, by advisory).", nil, nil),
 		dupDesc:      prometheus.NewDesc("fleet_worker_duplicates_total", "Deliveries acknowledged without running because the job had already ended.", nil, nil),

@@ -12,24 +12,23 @@ import (
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/ledger"
-	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// Processor wraps p so that every job is measured: JobStarted before it,
+// Handler wraps h so that every job is measured: JobStarted before it,
 // JobFinished with its outcome and duration after it, and the loop's events
 // go to EventSink(req.Operation) as well as to the worker's sink. A panic in
-// p is counted (outcome panic) and re-raised for the worker to handle.
-func (m *Metrics) Processor(p queue.Processor) queue.Processor {
-	return &measured{m: m, p: p}
+// h is counted (outcome panic) and re-raised for the worker to handle.
+func (m *Metrics) Handler(h queue.Handler) queue.Handler {
+	return &measured{m: m, h: h}
 }
 
 type measured struct {
 	m *Metrics
-	p queue.Processor
+	h queue.Handler
 }
 
-func (mp *measured) Process(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (out *queue.Outcome, err error) {
-	op := req.Operation
+func (mp *measured) Handle(ctx context.Context, job *queue.Job) (out *queue.Outcome, err error) {
+	op := job.Request.Operation
 	mp.m.JobStarted(op)
 	start := time.Now()
 	done := false
@@ -38,13 +37,15 @@ func (mp *measured) Process(ctx context.Context, req *wire.RunRequest, events lo
 			mp.m.JobFinished(op, OutcomePanic, time.Since(start))
 		}
 	}()
-	out, err = mp.p.Process(ctx, req, loop.MultiSink{events, mp.m.EventSink(op)})
+	j := *job
+	j.Events = loop.MultiSink{job.Events, mp.m.EventSink(op)}
+	out, err = mp.h.Handle(ctx, &j)
 	done = true
 	mp.m.JobFinished(op, outcomeOf(ctx, out, err), time.Since(start))
 	return out, err
 }
 
-// outcomeOf classifies a processor return the way the worker will treat it.
+// outcomeOf classifies a handler return the way the worker will treat it.
 func outcomeOf(ctx context.Context, out *queue.Outcome, err error) string {
 	cause := context.Cause(ctx)
 	var ce *queue.CanceledError

@@ -13,7 +13,6 @@ import (
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil/natstest"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -21,8 +20,9 @@ import (
 
 // scriptedProcessor emits a short run's events and returns the status the
 // request's node name asks for ("fail", "error", "panic" or success).
-func scriptedProcessor() queue.Processor {
-	return queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, ev loop.EventSink) (*queue.Outcome, error) {
+func scriptedProcessor() queue.Handler {
+	return queue.HandlerFunc(func(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+		req, ev := job.Request, job.Events
 		now := time.Now()
 		ev.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, Time: now, MaxTurns: 3})
 		ev.Emit(fleettype.Event{Kind: fleettype.EventModelOutput, Seq: 2, Turn: 1, Time: now, Duration: 10 * time.Millisecond,
@@ -38,7 +38,7 @@ func scriptedProcessor() queue.Processor {
 			panic("boom")
 		}
 		ev.Emit(fleettype.Event{Kind: fleettype.EventFinished, Seq: 4, Turn: 1, Time: now, Status: status})
-		return &queue.Outcome{Result: loop.Result{Result: fleettype.Result{Status: status, Turns: 1, ToolCalls: 1}}}, nil
+		return &queue.Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: status, Turns: 1, ToolCalls: 1}}}, nil
 	})
 }
 
@@ -56,8 +56,8 @@ func TestWorkerEndToEnd(t *testing.T) {
 	met.SetSlots(1)
 	w, err := queue.NewWorker(queue.Config{
 		Conn: nc, Operations: []string{"lint"}, Slots: 1, Name: "metrics-test",
-		NewProcessor: func(int) (queue.Processor, error) { return met.Processor(scriptedProcessor()), nil },
-		PullExpiry:   200 * time.Millisecond, DrainGrace: 5 * time.Second,
+		NewHandler: func(int) (queue.Handler, error) { return met.Handler(scriptedProcessor()), nil },
+		PullExpiry: 200 * time.Millisecond, DrainGrace: 5 * time.Second,
 		RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond,
 		Streams: ledger.StreamsConfig{Operations: []string{"lint", "idle"}, AckWait: 2 * time.Second, MaxDeliver: 2, Memory: true},
 	})

@@ -69,7 +69,7 @@ type ParkRequest struct {
 	// Deadline is when the park times out: a resume request with
 	// Fleet-Park-Timeout is delivered then.
 	Deadline time.Time
-	// State is the Processor's state, opaque to the broker.
+	// State is the Handler's state, opaque to the broker.
 	State []byte
 	// Unique is the job's Fleet-Unique key ("" = none), kept with the
 	// state: the answer's resume request does not carry it.

@@ -69,6 +69,20 @@ func (h *jsHarness) PublishUnserved(jobID string) (string, uint64) {
 	return m.Subject, ack.Sequence
 }
 
+func (h *jsHarness) PublishUnknownPriority(jobID string) (string, uint64) {
+	h.t.Helper()
+	m, err := wire.NewRequestMsg(&wire.RunRequest{JobID: jobID, Operation: h.op}, wire.JSON, "")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	m.Subject = wire.RunSubject(h.op) + ".urgent"
+	ack, err := h.js.PublishMsg(h.ctx(), m)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return m.Subject, ack.Sequence
+}
+
 func (h *jsHarness) Operation() string { return h.op }
 
 func (h *jsHarness) Cancel(jobID, reason string) {

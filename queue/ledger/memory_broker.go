@@ -209,14 +209,17 @@ func (m *Memory) Serve(operations ...string) {
 }
 
 // Unserved implements Broker: the subjects of queued requests whose
-// operation was never passed to Serve.
+// operation was never passed to Serve, or whose priority is unknown (no
+// consumer serves it), as the JetStream broker lists the subjects without
+// a consumer.
 func (m *Memory) Unserved(ctx context.Context) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b := m.brokerLocked()
 	var out []string
 	for _, q := range m.requests {
-		if !b.served[q.tmpl.Operation] && !slices.Contains(out, q.tmpl.Subject) {
+		_, _, badPriority := wire.ParseRunSubject(q.tmpl.Subject)
+		if (!b.served[q.tmpl.Operation] || badPriority != nil) && !slices.Contains(out, q.tmpl.Subject) {
 			out = append(out, q.tmpl.Subject)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 type memWorkerIO struct {
 	pulls   []*memPull
 	events  map[string][][]byte
+	evHdrs  map[string][]map[string][]string
 	cancels map[int]func(jobID, reason string)
 	nextID  int
 }
@@ -195,15 +196,29 @@ func (m *Memory) PassBack(_ context.Context, d *Delivery, _ time.Duration) error
 	return m.Retry(d, 0)
 }
 
-// PublishEvent implements WorkerIO: the event is kept under its subject.
-func (m *Memory) PublishEvent(subject string, _ map[string][]string, data []byte) error {
+// PublishEvent implements WorkerIO: the event and a copy of its headers
+// are kept under its subject (the caller may reuse both).
+func (m *Memory) PublishEvent(subject string, h map[string][]string, data []byte) error {
+	hc := make(map[string][]string, len(h))
+	for k, v := range h {
+		hc[k] = slices.Clone(v)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.io.events == nil {
-		m.io.events = map[string][][]byte{}
+		m.io.events, m.io.evHdrs = map[string][][]byte{}, map[string][]map[string][]string{}
 	}
 	m.io.events[subject] = append(m.io.events[subject], slices.Clone(data))
+	m.io.evHdrs[subject] = append(m.io.evHdrs[subject], hc)
 	return nil
+}
+
+// EventHeaders returns the headers of the events published on subject,
+// oldest first (Events' order).
+func (m *Memory) EventHeaders(subject string) []map[string][]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.io.evHdrs[subject])
 }
 
 // Events returns the events published on subject, oldest first.

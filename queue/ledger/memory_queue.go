@@ -136,6 +136,22 @@ func (m *Memory) Expire(d *Delivery) (*Delivery, error) {
 	return m.deliverLocked(q), nil
 }
 
+// Redeliver makes d's request pending again as an ack wait gone by would
+// for a worker pulling from this ledger: the next long-poll on its
+// consumer gets it with the next attempt number, while d (now stale) may
+// still be used by its holder. (Expire hands the redelivery to the caller
+// instead.)
+func (m *Memory) Redeliver(d *Delivery) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.requests[d.Seq]
+	if q == nil || q.current != d {
+		return fmt.Errorf("%w: request %d", ErrNotDelivered, d.Seq)
+	}
+	m.pendingLocked(q, 0)
+	return nil
+}
+
 // Queued reports whether request seq is still in the queue (not settled,
 // completed or dead-lettered).
 func (m *Memory) Queued(seq uint64) bool {
@@ -173,6 +189,19 @@ func (m *Memory) Results(jobID string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.results[jobID])
+}
+
+// Result returns the job's stored result and its content type (nil when
+// none is stored).
+func (m *Memory) Result(jobID string) (*wire.AgentResult, string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rs := m.results[jobID]
+	if len(rs) == 0 {
+		return nil, "", nil
+	}
+	r, err := m.resultLocked(jobID)
+	return r, rs[len(rs)-1].contentType, err
 }
 
 // DeadLetters returns the dead letters stored so far, oldest first.

@@ -5,7 +5,7 @@
 // without saying so. The web console reads the bucket for its workers page
 // and for how many slots serve each operation.
 //
-// A Tracker wraps each slot's queue.Processor to know the running jobs and
+// A Tracker wraps each slot's queue.Handler to know the running jobs and
 // the tokens generated; a Publisher writes the record. Nothing else in the
 // fleet depends on the record: a worker without the permission to write the
 // bucket logs a warning and works as before.

@@ -34,7 +34,8 @@ func TestPublisherRecord(t *testing.T) {
 	tr := presence.NewTracker()
 	inTurn := make(chan struct{})
 	finish := make(chan struct{})
-	p := tr.Processor(3, queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
+	p := tr.Handler(3, queue.HandlerFunc(func(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+		events := job.Events
 		events.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Turn: 2})
 		events.Emit(fleettype.Event{Kind: fleettype.EventModelOutput, Turn: 2, Usage: &fleettype.Usage{CompletionTokens: 40, CompletionDuration: 2 * time.Second}})
 		close(inTurn)
@@ -44,7 +45,7 @@ func TestPublisherRecord(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = p.Process(ctx, &wire.RunRequest{JobID: "job-1", Operation: "lint"}, loop.EventSinkFunc(func(fleettype.Event) {}))
+		_, _ = p.Handle(ctx, &queue.Job{Request: &wire.RunRequest{JobID: "job-1", Operation: "lint"}, Events: loop.EventSinkFunc(func(fleettype.Event) {})})
 	}()
 	<-inTurn
 

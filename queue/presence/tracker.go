@@ -7,13 +7,11 @@ import (
 	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
-	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
-	"github.com/agentfleet/fleet/queue/wire"
 )
 
-// Tracker knows what a worker's slots run: wrap each slot's processor with
-// Processor. It is safe for concurrent use.
+// Tracker knows what a worker's slots run: wrap each slot's handler with
+// Handler. It is safe for concurrent use.
 type Tracker struct {
 	mu      sync.Mutex
 	running map[int]*Job // slot -> its job
@@ -24,10 +22,11 @@ type Tracker struct {
 // NewTracker returns an empty tracker.
 func NewTracker() *Tracker { return &Tracker{running: map[int]*Job{}} }
 
-// Processor wraps slot's processor: the job is running from the call to
-// its return, and its model calls' generated tokens are counted.
-func (t *Tracker) Processor(slot int, p queue.Processor) queue.Processor {
-	return queue.ProcessorFunc(func(ctx context.Context, req *wire.RunRequest, events loop.EventSink) (*queue.Outcome, error) {
+// Handler wraps slot's handler: the job is running from the call to its
+// return, and its model calls' generated tokens are counted.
+func (t *Tracker) Handler(slot int, h queue.Handler) queue.Handler {
+	return queue.HandlerFunc(func(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
+		req := job.Request
 		t.mu.Lock()
 		t.running[slot] = &Job{JobID: req.JobID, Operation: req.Operation, Slot: slot, StartedAt: time.Now().UTC()}
 		t.mu.Unlock()
@@ -36,8 +35,24 @@ func (t *Tracker) Processor(slot int, p queue.Processor) queue.Processor {
 			delete(t.running, slot)
 			t.mu.Unlock()
 		}()
-		return p.Process(ctx, req, loop.MultiSink{events, loop.EventSinkFunc(func(e fleettype.Event) { t.observe(slot, e) })})
+		j := *job
+		j.Events = observed{next: job.Events, observe: func(e fleettype.Event) { t.observe(slot, e) }}
+		return h.Handle(ctx, &j)
 	})
+}
+
+// observed passes a job's events on to next (when set) and to observe.
+type observed struct {
+	next    queue.EventSink
+	observe func(fleettype.Event)
+}
+
+// Emit implements queue.EventSink.
+func (o observed) Emit(e fleettype.Event) {
+	if o.next != nil {
+		o.next.Emit(e)
+	}
+	o.observe(e)
 }
 
 func (t *Tracker) observe(slot int, e fleettype.Event) {

@@ -30,11 +30,11 @@ import (
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/pym"
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/jobrun"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/embedded"
-	"github.com/agentfleet/fleet/queue/jobrun"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/presence"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -120,7 +120,7 @@ func (f *Fleet) startWorker(tb testing.TB, ctx context.Context, o Options, strea
 		Streams:      streams,
 		PullExpiry:   100 * time.Millisecond,
 		RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond,
-		NewProcessor: func(slot int) (queue.Processor, error) {
+		NewHandler: func(slot int) (queue.Handler, error) {
 			p, err := jobrun.New(jobrun.Config{Agents: defs, Sandbox: pool, WorkspaceDir: wsDir,
 				ModelFor: func(*agents.Definition) (loop.Model, error) {
 					if f.Model.down.Load() {
@@ -131,7 +131,7 @@ func (f *Fleet) startWorker(tb testing.TB, ctx context.Context, o Options, strea
 			if err != nil {
 				return nil, err
 			}
-			return tracker.Processor(slot, p), nil
+			return tracker.Handler(slot, p), nil
 		}})
 	if err != nil {
 		tb.Fatal(err)

@@ -34,6 +34,10 @@ type BrokerHarness interface {
 	// PublishUnserved publishes a request of an operation no consumer
 	// serves and returns its subject and sequence.
 	PublishUnserved(jobID string) (subject string, seq uint64)
+	// PublishUnknownPriority publishes a request of Operation on a
+	// subject with an unknown priority token (agents.run.<op>.urgent),
+	// which no consumer serves, and returns its subject and sequence.
+	PublishUnknownPriority(jobID string) (subject string, seq uint64)
 	// Cancel sends a cancel request for jobID, as a client does.
 	Cancel(jobID, reason string)
 	// Operation is the operation Publish publishes to (normal priority:
@@ -211,38 +215,44 @@ func testUniqueRelease(t *testing.T, h BrokerHarness) {
 	}
 }
 
-// testUnserved: a request of an operation no consumer serves is listed by
-// Unserved and read back by NextStored (by sequence, without a delivery);
-// once dead-lettered it is neither.
+// testUnserved: a request of an operation no consumer serves, and one of a
+// served operation at an unknown priority, are listed by Unserved and read
+// back by NextStored (by sequence, without a delivery); once dead-lettered
+// they are neither.
 func testUnserved(t *testing.T, h BrokerHarness) {
-	ctx, b := ctxFor(t), h.Broker()
-	job := newJob("unserved")
-	subj, seq := h.PublishUnserved(job)
-	subjects, err := b.Unserved(ctx)
-	if err != nil || !slices.Contains(subjects, subj) {
-		t.Fatalf("unserved %v, %v; want %s", subjects, err, subj)
-	}
-	d, err := b.NextStored(ctx, subj, 1)
-	if err != nil || d == nil || d.Seq != seq || d.JobID != job || d.Attempt != 0 || d.Enqueued.IsZero() {
-		t.Fatalf("next stored: %+v, %v; want seq %d of %s", d, err, seq, job)
-	}
-	if d2, err := b.NextStored(ctx, subj, seq+1); err != nil || d2 != nil {
-		t.Fatalf("next stored after it: %+v, %v; want none", d2, err)
-	}
-	if err := b.DeadLetter(ctx, d, wire.CodeUnknownOperation, "nobody serves it"); err != nil {
-		t.Fatal(err)
-	}
-	wantStatus(t, ctx, b, job, wire.StateDead)
-	testutil.Eventually(t, 10*time.Second, "the dead-lettered request is gone", func() error {
+	for _, c := range []struct {
+		name    string
+		publish func(jobID string) (string, uint64)
+	}{{"unserved", h.PublishUnserved}, {"urgent", h.PublishUnknownPriority}} {
+		ctx, b := ctxFor(t), h.Broker()
+		job := newJob(c.name)
+		subj, seq := c.publish(job)
 		subjects, err := b.Unserved(ctx)
-		if err != nil {
-			return err
+		if err != nil || !slices.Contains(subjects, subj) {
+			t.Fatalf("%s: unserved %v, %v; want %s", c.name, subjects, err, subj)
 		}
-		if slices.Contains(subjects, subj) {
-			return fmt.Errorf("still unserved: %v", subjects)
+		d, err := b.NextStored(ctx, subj, 1)
+		if err != nil || d == nil || d.Seq != seq || d.JobID != job || d.Attempt != 0 || d.Enqueued.IsZero() {
+			t.Fatalf("%s: next stored: %+v, %v; want seq %d of %s", c.name, d, err, seq, job)
 		}
-		return nil
-	})
+		if d2, err := b.NextStored(ctx, subj, seq+1); err != nil || d2 != nil {
+			t.Fatalf("%s: next stored after it: %+v, %v; want none", c.name, d2, err)
+		}
+		if err := b.DeadLetter(ctx, d, wire.CodeUnknownOperation, "nobody serves it"); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, ctx, b, job, wire.StateDead)
+		testutil.Eventually(t, 10*time.Second, "the dead-lettered request is gone", func() error {
+			subjects, err := b.Unserved(ctx)
+			if err != nil {
+				return err
+			}
+			if slices.Contains(subjects, subj) {
+				return fmt.Errorf("still unserved: %v", subjects)
+			}
+			return nil
+		})
+	}
 }
 
 // testRetryHandBack: Extend keeps a delivery, Retry and HandBack return it

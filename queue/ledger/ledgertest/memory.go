@@ -118,6 +118,12 @@ func (h *memHarness) PublishUnserved(jobID string) (string, uint64) {
 	return wire.RunSubject(memOperation + "-unserved"), seq
 }
 
+func (h *memHarness) PublishUnknownPriority(jobID string) (string, uint64) {
+	seq := h.m.Publish(ledger.MemoryRequest{JobID: jobID, Operation: memOperation, Priority: "urgent",
+		Header: map[string][]string{wire.HeaderMsgID: {jobID}}, Data: []byte(`{"job_id":"` + jobID + `"}`)})
+	return wire.RunSubject(memOperation) + ".urgent", seq
+}
+
 func (h *memHarness) Operation() string { return memOperation }
 
 func (h *memHarness) Cancel(jobID, reason string) { h.m.Cancel(jobID, reason) }
