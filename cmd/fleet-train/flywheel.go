@@ -141,6 +141,7 @@ func evalModel(args []string) int {
 	fs.StringVar(&m.Path, "model", "", "the GGUF")
 	fs.StringVar(&m.LoRA, "lora", "", "a LoRA adapter over -model")
 	fs.IntVar(&m.ContextSize, "context", 0, "context window (default 4096)")
+	fs.BoolVar(&m.Lenient, "lenient", false, "decode without the call grammar (strict is the default, as on workers)")
 	fs.StringVar(&m.Transcripts, "transcripts", "", "write every task's transcript here (JSONL messages records, the grader's verdict)")
 	asJSON := fs.String("json", "", "also write the run here (JSON, as `enqueue eval compare` reads it)")
 	record := fs.Bool("record", false, "write the score into the model's (or adapter's) training metadata ("+train.MetaEvalScore+")")

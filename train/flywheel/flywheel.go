@@ -171,20 +171,22 @@ type Model struct {
 	Path, LoRA string
 	// ContextSize is the context window (0: 4096).
 	ContextSize int
+	// Lenient decodes without the call grammar (parsed afterwards).
+	Lenient bool
 	// Transcripts, when set, receives every task's transcript as a
 	// messages record with the grader's verdict (reason in the reviewer).
 	Transcripts string
 }
 
-// Evaluate runs the split on the model with llama.cpp, strict greedy
-// decoding, one slot per parallel task, and grades the results.
+// Evaluate runs the split on the model with llama.cpp, strict (unless
+// m.Lenient) greedy decoding, one slot per parallel task, and grades the results.
 func Evaluate(ctx context.Context, c Config, m Model) ([]eval.Result, error) {
 	e, err := open(ctx, &c)
 	if err != nil {
 		return nil, err
 	}
 	defer e.close()
-	b, err := llama.New(llama.Config{Model: llama.ModelRef{Path: m.Path, LoRA: m.LoRA}, ContextSize: m.ContextSize})
+	b, err := llama.New(llama.Config{Model: llama.ModelRef{Path: m.Path, LoRA: m.LoRA}, ContextSize: m.ContextSize, Lenient: m.Lenient})
 	if err != nil {
 		return nil, err
 	}
