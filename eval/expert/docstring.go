@@ -10,15 +10,12 @@ import (
 )
 
 // Docstring is the docstring agent's expert: read_current_docstring, then
-// read_type_hints, then one write_docstring with a summary, a description
-// per parameter and, when the code returns a value, the return value (the
-// tool lays it out in the file's style), then submit_result.
+// read_type_hints, then one write_docstring with a summary and, when the
+// body gives a value back (read_type_hints' returns), the return value,
+// then submit_result. It gives no params: write_docstring describes every
+// parameter it is not given as "The <name words>.", which is all the
+// expert would write, and a small model then never has to copy names.
 type Docstring struct{}
-
-type hintParam struct {
-	Name string `json:"name"`
-	Kind string `json:"kind"`
-}
 
 // Complete implements loop.Model.
 func (Docstring) Complete(ctx context.Context, req *loop.Request) (*loop.Response, error) {
@@ -40,22 +37,16 @@ func (Docstring) Complete(ctx context.Context, req *loop.Request) (*loop.Respons
 	wrote, ok := done["write_docstring"]
 	if !ok && offered(req, "write_docstring") && hints.OK && hints.Outcome == "ok" {
 		var info struct {
-			Name     string      `json:"name"`
-			Kind     string      `json:"kind"`
-			IsMethod bool        `json:"is_method"`
-			Params   []hintParam `json:"params"`
-			Returns  string      `json:"returns"`
+			Name    string `json:"name"`
+			Kind    string `json:"kind"`
+			Returns string `json:"returns"`
 		}
 		if json.Unmarshal(hints.Result, &info) == nil {
-			ps := info.Params
-			if info.IsMethod && strings.Contains(info.Name, ".") && len(ps) > 0 {
-				ps = ps[1:] // self or cls
-			}
 			ret := info.Returns // what read_type_hints says the body gives back
 			if ret == "" {
 				ret = returnsOf(nodeText(req.Messages))
 			}
-			return call("write_docstring", docArgs(info.Name, info.Kind, ps, ret))
+			return call("write_docstring", docArgs(info.Name, info.Kind, ret))
 		}
 	}
 	var w struct {
@@ -83,29 +74,10 @@ func lastName(hints toolResult) string {
 
 // docArgs are write_docstring's arguments for the node; ret is what its
 // body gives back ("value", "yield" or "none"/"").
-func docArgs(name, kind string, params []hintParam, ret string) map[string]any {
+func docArgs(name, kind, ret string) map[string]any {
 	short := name[strings.LastIndex(name, ".")+1:]
 	words := strings.ReplaceAll(strings.Trim(short, "_"), "_", " ")
-	ps := map[string]any{}
-	// strict decoding admits at most 6 map entries (inference/functiongemma,
-	// maxMapEntries); write_docstring describes the parameters left out
-	if len(params) > 6 {
-		params = params[:6]
-	}
-	for _, p := range params {
-		switch p.Kind {
-		case "var_positional":
-			ps[p.Name] = "Additional positional arguments."
-		case "var_keyword":
-			ps[p.Name] = "Additional keyword arguments."
-		default:
-			ps[p.Name] = "The " + strings.ReplaceAll(strings.Trim(p.Name, "_"), "_", " ") + "."
-		}
-	}
 	args := map[string]any{"summary": summaryFor(words, kind)}
-	if len(ps) > 0 {
-		args["params"] = ps
-	}
 	switch {
 	case ret == "yield":
 		args["returns"] = "The " + words + " values, one at a time."
