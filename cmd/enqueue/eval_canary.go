@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agentfleet/fleet/eval"
 	"github.com/agentfleet/fleet/eval/canary"
 	"github.com/agentfleet/fleet/inference/modelref"
@@ -68,15 +66,11 @@ func (c *cli) evalCanary(args []string) error {
 	if err := py.Check(ctx); err != nil {
 		return err
 	}
-	nc, cl, err := c.connect(ctx, 0)
+	nc, cl, js, err := c.connectFleet(ctx, 0)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	store, err := modelstore.Open(ctx, js)
 	if err != nil {
 		return modelErr(ctx, err)

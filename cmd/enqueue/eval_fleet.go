@@ -47,15 +47,11 @@ func (c *cli) evalFleet(args []string) error {
 	if err := py.Check(ctx); err != nil {
 		return err
 	}
-	nc, cl, err := c.connect(ctx, 0)
+	nc, cl, js, err := c.connectFleet(ctx, 0)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	bar := c.bar(len(tasks), "jobs", *noProgress || *asJSON)
 	run, err := fleetrun.Run(ctx, fleetrun.Config{Client: cl, Suite: s, Tasks: tasks, Split: *split, Ops: list(*ops),
 		Model: *model, AgentVersion: *agentVersion, Teacher: *teacher, Grader: &eval.Grader{Python: py},

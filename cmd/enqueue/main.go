@@ -205,16 +205,24 @@ func (c *cli) session(fn func(ctx context.Context, cl *client.Client) error) err
 // on buckets and streams directly: the connection (the caller closes it)
 // and its JetStream context.
 func (c *cli) connectJS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
-	nc, _, err := c.connect(ctx, wire.JSON)
+	nc, _, js, err := c.connectFleet(ctx, wire.JSON)
+	return nc, js, err
+}
+
+// connectFleet is connect plus the connection's JetStream context, for the
+// commands that run jobs and read buckets (eval run, eval canary); the
+// caller closes the connection.
+func (c *cli) connectFleet(ctx context.Context, enc wire.Encoding) (*nats.Conn, *client.Client, jetstream.JetStream, error) {
+	nc, cl, err := c.connect(ctx, enc)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fail(exitConnect, "%v", err)
+		return nil, nil, nil, fail(exitConnect, "%v", err)
 	}
-	return nc, js, nil
+	return nc, cl, js, nil
 }
 
 // connect opens the NATS connection the configuration (or --nats-url)
