@@ -85,35 +85,19 @@ func (c *Client) CancelBatch(ctx context.Context, batchID, reason string) (*Batc
 			todo = append(todo, j)
 		}
 	}
-	var mu sync.Mutex
-	sem := make(chan struct{}, 32)
-	var wg sync.WaitGroup
+	// Queued jobs are canceled before running ones: a running job's cancel
+	// frees its slot, and the slot must then find the queued jobs'
+	// canceled records, not run them.
+	var queued, running []BatchJobState
 	for _, j := range todo {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			var err error
-			if j.State == wire.StateRunning {
-				err = c.Cancel(ctx, j.JobID, reason)
-			} else {
-				err = c.cancelQueued(ctx, j, reason)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				if j.State != "" {
-					out.Canceled++
-				}
-			case errors.Is(err, ErrJobFinished):
-				out.Finished++
-			default:
-				out.Failed = append(out.Failed, j.JobID)
-			}
-		}()
+		if j.State == wire.StateRunning {
+			running = append(running, j)
+		} else {
+			queued = append(queued, j)
+		}
 	}
-	wg.Wait()
+	c.cancelEach(ctx, queued, reason, out)
+	c.cancelEach(ctx, running, reason, out)
 	if err := c.nc.FlushTimeout(5 * time.Second); err != nil {
 		return out, fmt.Errorf("queue: cancel batch %s: %w", batchID, err)
 	}
@@ -144,4 +128,37 @@ func (c *Client) cancelQueued(ctx context.Context, j BatchJobState, reason strin
 	}
 	body, _ := wire.JSON.Marshal(map[string]string{"reason": reason})
 	return c.nc.Publish(wire.CancelSubject(j.JobID), body)
+}
+
+// cancelEach cancels jobs, 32 at a time, and counts each outcome in out.
+func (c *Client) cancelEach(ctx context.Context, jobs []BatchJobState, reason string, out *BatchCanceled) {
+	var mu sync.Mutex
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			var err error
+			if j.State == wire.StateRunning {
+				err = c.Cancel(ctx, j.JobID, reason)
+			} else {
+				err = c.cancelQueued(ctx, j, reason)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				if j.State != "" {
+					out.Canceled++
+				}
+			case errors.Is(err, ErrJobFinished):
+				out.Finished++
+			default:
+				out.Failed = append(out.Failed, j.JobID)
+			}
+		}()
+	}
+	wg.Wait()
 }
