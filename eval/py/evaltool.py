@@ -8,48 +8,81 @@ tools. Commands (argv[1]):
   survey  {files: [{path, text}], line_length}    -> {files: [...]}  candidate sites per file
   check   {items: [{path, text}], line_length}    -> {reports: [[[code, line, col, msg], ...], ...]}
   grade   {op, ...}                               -> {pass, reason, detail}
+  serve   one request per line on stdin, {cmd, req}; one answer per line on
+          stdout ({ok}, {missing} or {error}), until stdin ends: the Go side
+          keeps these processes, so a request pays no interpreter start
 
 A grader tool that is not installed: exit status 3 and {"missing": "<debian package>"}.
 """
 import json
 import os
 import sys
+import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import Missing, _need, report
 
 
+def handle(cmd, req):
+    """One command's answer (raises Missing when a grader tool is not installed)."""
+    if cmd == "survey":
+        from survey import survey_file
+        return {"files": [survey_file(f["path"], f["text"], req["line_length"], f.get("lint", True))
+                          for f in req["files"]]}
+    if cmd == "check":
+        if req.get("probe"):
+            _need("pycodestyle", "python3-pycodestyle")
+            _need("pyflakes", "python3-pyflakes")
+            _need("pytest", "python3-pytest")
+        return {"reports": [report(it["text"], it["path"], req["line_length"]) for it in req["items"]]}
+    if cmd == "grade":
+        op = req["op"]
+        if op == "lint":
+            from grade_lint import grade
+        elif op == "docstring":
+            from grade_doc import grade
+        elif op in ("test", "sample_data"):
+            from grade_test import grade
+        else:
+            raise ValueError("evaltool: unknown operation " + repr(op))
+        return grade(req)
+    raise ValueError("evaltool: unknown command " + repr(cmd))
+
+
+def serve():
+    """Answer requests until stdin ends: one JSON line {cmd, req} in, one
+    JSON line out: {"ok": answer}, {"missing": package} or {"error": text}.
+    Stray prints go to stderr, so stdout carries answers only."""
+    out = sys.stdout
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            msg = json.loads(line)
+            ans = {"ok": handle(msg["cmd"], msg["req"])}
+        except Missing as m:
+            ans = {"missing": str(m)}
+        except (Exception, SystemExit):
+            ans = {"error": traceback.format_exc(limit=4)}
+        out.write(json.dumps(ans) + "\n")
+        out.flush()
+
+
 def main():
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
+    if cmd == "serve":
+        serve()
+        return
     req = json.load(sys.stdin)
     try:
-        if cmd == "survey":
-            from survey import survey_file
-            out = {"files": [survey_file(f["path"], f["text"], req["line_length"], f.get("lint", True))
-                            for f in req["files"]]}
-        elif cmd == "check":
-            if req.get("probe"):
-                _need("pycodestyle", "python3-pycodestyle")
-                _need("pyflakes", "python3-pyflakes")
-                _need("pytest", "python3-pytest")
-            out = {"reports": [report(it["text"], it["path"], req["line_length"]) for it in req["items"]]}
-        elif cmd == "grade":
-            op = req["op"]
-            if op == "lint":
-                from grade_lint import grade
-            elif op == "docstring":
-                from grade_doc import grade
-            elif op in ("test", "sample_data"):
-                from grade_test import grade
-            else:
-                raise SystemExit("evaltool: unknown operation " + repr(op))
-            out = grade(req)
-        else:
-            raise SystemExit("evaltool: unknown command " + repr(cmd))
+        out = handle(cmd, req)
     except Missing as m:
         json.dump({"missing": str(m)}, sys.stdout)
         sys.exit(3)
+    except ValueError as e:
+        raise SystemExit(str(e))
     json.dump(out, sys.stdout)
 
 
