@@ -65,6 +65,10 @@ type BuildConfig struct {
 	Only []string
 	// Python runs the survey and the linters; nil = a default Python.
 	Python *Python
+	// SurveyCache, when set, is a folder that keeps each upstream file's
+	// survey across builds (other seeds survey the same files); the suite
+	// is the same with or without it.
+	SurveyCache string
 	// Progress, when set, is called after each batch of surveyed files.
 	Progress func(surveyed, files int)
 }
@@ -196,6 +200,9 @@ func Build(ctx context.Context, cfg BuildConfig) (*Suite, error) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6576616c))
 	rng.Shuffle(len(files), func(i, j int) { files[i], files[j] = files[j], files[i] })
 	b := &builder{cfg: cfg, rng: rng, have: map[string]int{}}
+	if b.cache, err = openSurveyCache(ctx, cfg.SurveyCache, cfg.Python); err != nil {
+		return nil, err
+	}
 	const chunk = 12
 	for i := 0; i < len(files) && !b.full(); i += chunk {
 		if err := ctx.Err(); err != nil {

@@ -24,6 +24,13 @@ type surveyFile struct {
 	Funcs     []funcInfo        `json:"funcs"`
 }
 
+// surveyReq is one file for evaltool's survey.
+type surveyReq struct {
+	Path string `json:"path"`
+	Text string `json:"text"`
+	Lint bool   `json:"lint"`
+}
+
 type site struct {
 	Code    string   `json:"code"`
 	Start   int      `json:"start"`
@@ -73,6 +80,7 @@ type builder struct {
 	have   map[string]int
 	tasks  []Task
 	tested map[string]map[string]bool
+	cache  *surveyCache
 }
 
 func (b *builder) quota(op, split, code string) (string, int) {
@@ -113,12 +121,7 @@ type candidate struct {
 }
 
 func (b *builder) visit(ctx context.Context, files []srcFile) error {
-	type req struct {
-		Path string `json:"path"`
-		Text string `json:"text"`
-		Lint bool   `json:"lint"`
-	}
-	var reqs []req
+	var reqs []surveyReq
 	var used []srcFile
 	texts := map[string]string{}
 	for _, f := range files {
@@ -138,23 +141,18 @@ func (b *builder) visit(ctx context.Context, files []srcFile) error {
 		text := string(raw)
 		lines := strings.Count(text, "\n")
 		texts[f.path+"\x00"+f.src.Name] = text
-		reqs = append(reqs, req{Path: f.src.Prefix + f.path, Text: text, Lint: wantLint && lines <= b.cfg.MaxLintLines})
+		reqs = append(reqs, surveyReq{Path: f.src.Prefix + f.path, Text: text, Lint: wantLint && lines <= b.cfg.MaxLintLines})
 		used = append(used, f)
 	}
 	if len(reqs) == 0 {
 		return nil
 	}
-	var resp struct {
-		Files []surveyFile `json:"files"`
-	}
-	if err := b.cfg.Python.run(ctx, "survey", map[string]any{"files": reqs, "line_length": b.cfg.LineLength}, &resp); err != nil {
+	surveyed, err := b.survey(ctx, reqs)
+	if err != nil {
 		return err
 	}
-	if len(resp.Files) != len(used) {
-		return fmt.Errorf("eval: build: survey answered %d files for %d", len(resp.Files), len(used))
-	}
 	var cands []candidate
-	for i, sf := range resp.Files {
+	for i, sf := range surveyed {
 		if !sf.OK {
 			continue
 		}
@@ -165,6 +163,49 @@ func (b *builder) visit(ctx context.Context, files []srcFile) error {
 		cands = append(cands, b.runCandidates(f, sf, text)...)
 	}
 	return b.verify(ctx, cands)
+}
+
+// survey answers each file's survey from the cache or, for the files it
+// lacks, from one evaltool request.
+func (b *builder) survey(ctx context.Context, reqs []surveyReq) ([]surveyFile, error) {
+	raws := make([]json.RawMessage, len(reqs))
+	keys := make([]string, len(reqs))
+	var ask []surveyReq
+	var at []int
+	for i, r := range reqs {
+		if b.cache != nil {
+			keys[i] = b.cache.key(r.Path, r.Text, r.Lint, b.cfg.LineLength)
+			if raw, ok := b.cache.get(keys[i]); ok {
+				raws[i] = raw
+				continue
+			}
+		}
+		ask, at = append(ask, r), append(at, i)
+	}
+	if len(ask) > 0 {
+		var resp struct {
+			Files []json.RawMessage `json:"files"`
+		}
+		if err := b.cfg.Python.run(ctx, "survey", map[string]any{"files": ask, "line_length": b.cfg.LineLength}, &resp); err != nil {
+			return nil, err
+		}
+		if len(resp.Files) != len(ask) {
+			return nil, fmt.Errorf("eval: build: survey answered %d files for %d", len(resp.Files), len(ask))
+		}
+		for j, raw := range resp.Files {
+			raws[at[j]] = raw
+			if b.cache != nil {
+				b.cache.put(keys[at[j]], raw)
+			}
+		}
+	}
+	out := make([]surveyFile, len(reqs))
+	for i, raw := range raws {
+		if err := json.Unmarshal(raw, &out[i]); err != nil {
+			return nil, fmt.Errorf("eval: build: survey of %s: %v", reqs[i].Path, err)
+		}
+	}
+	return out, nil
 }
 
 func (b *builder) newTask(f srcFile, text, op string, e Edit) Task {

@@ -12,14 +12,23 @@
 EVAL_DIR   := .build/evals
 EVAL_SEED  ?= 1
 EVAL_SUITE := $(EVAL_DIR)/debian-py-v1-seed$(EVAL_SEED).jsonl
+# Every suite build (the eval suite and the training suites of mk/train.mk
+# and mk/trained-agents.mk) runs one enqueue binary and shares one survey
+# cache: other seeds survey the same upstream files (the suites are the same
+# with or without it).
+EVAL_BUILD := $(BIN)/enqueue eval build --survey-cache $(EVAL_DIR)/survey-cache
+
+.PHONY: enqueue-bin
+enqueue-bin:
+	@$(GO) build -o $(BIN)/enqueue ./cmd/enqueue
 
 .PHONY: eval eval-suite eval-agreement eval-expert
 
 eval-suite: $(EVAL_SUITE) ## build the eval suite from Debian's python3.11, python3-toolz and python3-boltons (seed EVAL_SEED)
 
-$(EVAL_SUITE): $(wildcard eval/py/*.py) eval/build.go eval/build_pick.go eval/suite.go
+$(EVAL_SUITE): $(wildcard eval/py/*.py) eval/build.go eval/build_pick.go eval/suite.go | enqueue-bin
 	@mkdir -p $(EVAL_DIR)
-	$(GO) run ./cmd/enqueue eval build --seed $(EVAL_SEED) -o $@
+	$(EVAL_BUILD) --seed $(EVAL_SEED) -o $@
 
 eval: monty llama-headers model eval-suite ## dev split of every op through the fleet: expert policies, then the 270M random model (strict)
 	GO=$(GO) EVAL_SUITE=$(EVAL_SUITE) EVAL_OUT=$(EVAL_DIR)/out bash testdata/eval/eval.sh

@@ -61,13 +61,13 @@ train-deps: ## install PyTorch from Debian for fleet-train (root; python3-torch,
 fleet-train: llama-headers ## build bin/fleet-train (trainer, expert data, eval on a suite split)
 	$(GO) build -tags llama -o $(BIN)/fleet-train ./cmd/fleet-train
 
-$(TRAIN_DIR)/lint-multi-seed%.jsonl: eval/build.go eval/build_pick.go
+$(TRAIN_DIR)/lint-multi-seed%.jsonl: eval/build.go eval/build_pick.go | enqueue-bin
 	@mkdir -p $(TRAIN_DIR)
-	$(GO) run ./cmd/enqueue eval build --seed $* --ops lint --per-split train=1200,dev=0,test=0 --extra 3 -o $@
+	$(EVAL_BUILD) --seed $* --ops lint --per-split train=1200,dev=0,test=0 --extra 3 -o $@
 
-$(TRAIN_DIR)/lint-single-seed%.jsonl: eval/build.go eval/build_pick.go
+$(TRAIN_DIR)/lint-single-seed%.jsonl: eval/build.go eval/build_pick.go | enqueue-bin
 	@mkdir -p $(TRAIN_DIR)
-	$(GO) run ./cmd/enqueue eval build --seed $* --ops lint --per-split train=1200,dev=0,test=0 -o $@
+	$(EVAL_BUILD) --seed $* --ops lint --per-split train=1200,dev=0,test=0 -o $@
 
 # The records: rebuilt when a suite changes (the expert's runs on a suite
 # are deterministic, so the same suites give the same records and the

@@ -30,13 +30,13 @@ TESTS_FLAGS  ?= -embedding 64 -blocks 6 -window 64 -ff 192 -heads 2 -max-len 409
 
 .PHONY: docstring-model tests-model docstring-suites
 
-$(TRAIN_DIR)/docstring-seed%.jsonl: eval/build.go eval/build_pick.go
+$(TRAIN_DIR)/docstring-seed%.jsonl: eval/build.go eval/build_pick.go | enqueue-bin
 	@mkdir -p $(TRAIN_DIR)
-	$(GO) run ./cmd/enqueue eval build --seed $* --ops docstring --per-split train=1200,dev=0,test=0 -o $@
+	$(EVAL_BUILD) --seed $* --ops docstring --per-split train=1200,dev=0,test=0 -o $@
 
-$(TRAIN_DIR)/tests-seed%.jsonl: eval/build.go eval/build_tests.go
+$(TRAIN_DIR)/tests-seed%.jsonl: eval/build.go eval/build_tests.go | enqueue-bin
 	@mkdir -p $(TRAIN_DIR)
-	$(GO) run ./cmd/enqueue eval build --seed $* --ops test,sample_data --per-split train=1200,dev=0,test=0 -o $@
+	$(EVAL_BUILD) --seed $* --ops test,sample_data --per-split train=1200,dev=0,test=0 -o $@
 
 $(DOC_DATA): $(DOC_SUITES) | fleet-train monty
 	@echo "docstring-model: machine load $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"

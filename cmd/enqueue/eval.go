@@ -48,7 +48,7 @@ func (c *cli) bar(total int, what string, quiet bool) *progressbar.ProgressBar {
 }
 
 func (c *cli) evalBuild(args []string) error {
-	fs := c.subFlags("eval build", "eval build [-o FILE] [--seed N] [--per-split train=N,dev=N,test=N] [--ops OP,...] [--name NAME] [--extra N]")
+	fs := c.subFlags("eval build", "eval build [-o FILE] [--seed N] [--per-split train=N,dev=N,test=N] [--ops OP,...] [--name NAME] [--extra N] [--survey-cache DIR]")
 	out := fs.String("o", "", "write the suite to `FILE` (default <name>-v<version>-seed<N>.jsonl)")
 	seed := fs.Uint64("seed", 1, "seed of the defects and the choice of tasks")
 	per := fs.String("per-split", "train=200,dev=45,test=45", "tasks per operation and split (`SPLIT=N,...`)")
@@ -57,6 +57,7 @@ func (c *cli) evalBuild(args []string) error {
 	extra := fs.Int("extra", 0, "lint tasks get 0 to `N` more defects of other codes (training suites; short files become whole-file jobs)")
 	python := fs.String("python", eval.DefaultPython, "the python3 with Debian's linters")
 	noProgress := fs.Bool("no-progress", false, "no progress bar even on a terminal")
+	cache := fs.String("survey-cache", "", "keep each upstream file's survey in `DIR` for later builds (other seeds); the suite is the same")
 	if _, err := c.parse(fs, args, 0, "no arguments"); err != nil {
 		return err
 	}
@@ -81,7 +82,7 @@ func (c *cli) evalBuild(args []string) error {
 		return err
 	}
 	bar := c.bar(-1, "surveying", *noProgress)
-	s, err := eval.Build(ctx, eval.BuildConfig{Name: *name, Seed: *seed, Ops: list(*ops), PerSplit: ps, Python: py, Extra: *extra,
+	s, err := eval.Build(ctx, eval.BuildConfig{Name: *name, Seed: *seed, Ops: list(*ops), PerSplit: ps, Python: py, Extra: *extra, SurveyCache: *cache,
 		Progress: func(done, total int) {
 			if bar != nil {
 				bar.ChangeMax(total)

@@ -8,6 +8,7 @@ tools. Commands (argv[1]):
   survey  {files: [{path, text}], line_length}    -> {files: [...]}  candidate sites per file
   check   {items: [{path, text}], line_length}    -> {reports: [[[code, line, col, msg], ...], ...]}
   grade   {op, ...}                               -> {pass, reason, detail}
+  versions {}                                     -> {python, pycodestyle, pyflakes}  (the survey cache's key)
   serve   one request per line on stdin, {cmd, req}; one answer per line on
           stdout ({ok}, {missing} or {error}), until stdin ends: the Go side
           keeps these processes, so a request pays no interpreter start
@@ -30,6 +31,15 @@ def handle(cmd, req):
         from survey import survey_file
         return {"files": [survey_file(f["path"], f["text"], req["line_length"], f.get("lint", True))
                           for f in req["files"]]}
+    if cmd == "versions":
+        import platform
+        out = {"python": platform.python_version()}
+        for mod in ("pycodestyle", "pyflakes"):
+            try:
+                out[mod] = getattr(__import__(mod), "__version__", "?")
+            except ImportError:
+                out[mod] = "missing"
+        return out
     if cmd == "check":
         if req.get("probe"):
             _need("pycodestyle", "python3-pycodestyle")
