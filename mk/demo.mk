@@ -11,22 +11,16 @@ BIN ?= bin
 
 .PHONY: build demo demo-deps
 
-# Every Debian package the first `make demo` needs (the llama.cpp build's
-# headers, PyTorch for the trainer, the graders and the Python sources the
-# lint tasks come from), installed in one apt call when root lacks some: one
-# package index update and one download instead of one per step.
-DEMO_APT = $(LLAMA_APT) $(TRAIN_PY_APT) python3 python3-pycodestyle python3-pyflakes python3-pytest \
+# Every Debian package the first `make demo` needs, for root on a machine
+# that lacks some (mk/demo-deps.sh): the llama.cpp build's headers, the
+# graders and the Python sources the lint tasks come from in one apt call;
+# PyTorch, most of the download, in the background while llama.cpp
+# compiles (make train-deps waits for it).
+DEMO_APT = $(LLAMA_APT) python3 python3-pycodestyle python3-pyflakes python3-pytest \
 	python3-toolz python3-boltons libpython3.11-stdlib
 
-demo-deps: ## install the Debian packages `make demo` needs that are missing (root; one apt call)
-	@missing=""; for p in $(DEMO_APT); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
-	done; \
-	[ -z "$$missing" ] && exit 0; \
-	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "demo: installing$$missing (one apt call)"; \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; } >/dev/null || exit 1; \
-	else echo "demo: missing Debian packages:$$missing (sudo apt-get install$$missing); going on" >&2; fi
+demo-deps: ## install the Debian packages `make demo` needs that are missing (root; PyTorch in the background)
+	@bash mk/demo-deps.sh $(DEMO_APT) -- $(TRAIN_PY_APT)
 
 build: llama-headers monty ## build bin/worker (llama.cpp backend included) and bin/enqueue
 	$(GO) build -tags llama -o $(BIN)/worker ./cmd/worker

@@ -47,16 +47,31 @@ FLYWHEEL_BASE_LIMIT ?= 0
 FLYWHEEL_LIMIT ?= 0
 TRAIN_PY_APT  := python3-torch python3-numpy libopenblas0-pthread
 
-.PHONY: train-deps flywheel flywheel-canary fleet-train lint-model lint-suites
+.PHONY: train-deps train-deps-pending flywheel flywheel-canary fleet-train lint-model lint-suites
 
 train-deps: ## install PyTorch from Debian for fleet-train (root; python3-torch, OpenBLAS)
-	@/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null && exit 0; \
+	@if [ -f .build/apt-train.pid ]; then \
+	  pid=$$(cat .build/apt-train.pid); \
+	  if kill -0 "$$pid" 2>/dev/null; then \
+	    echo "fleet-train: waiting for the PyTorch install make demo started (.build/apt-train.log)" >&2; \
+	    while kill -0 "$$pid" 2>/dev/null; do sleep 1; done; \
+	  fi; \
+	  rm -f .build/apt-train.pid; \
+	fi; \
+	/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null && exit 0; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  echo "fleet-train: installing $(TRAIN_PY_APT)" >&2; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(TRAIN_PY_APT); } >/dev/null; \
 	  /usr/bin/python3 -c 'import torch, numpy' && exit 0; \
 	fi; \
 	echo "fleet-train: PyTorch is missing: sudo apt-get install $(TRAIN_PY_APT)" >&2; exit 1
+
+# train-deps-pending: train-deps now, unless make demo's background install
+# of PyTorch is still running (then train-deps waits for it later, just
+# before training): a machine without PyTorch fails before the suites.
+train-deps-pending:
+	@if [ -f .build/apt-train.pid ] && kill -0 "$$(cat .build/apt-train.pid)" 2>/dev/null; then exit 0; fi; \
+	$(MAKE) --no-print-directory train-deps
 
 fleet-train: llama-headers ## build bin/fleet-train (trainer, expert data, eval on a suite split)
 	$(GO) build -tags llama -o $(BIN)/fleet-train ./cmd/fleet-train
@@ -81,7 +96,7 @@ $(TRAIN_DATA): $(TRAIN_SUITES) | fleet-train monty
 lint-suites:
 	@$(MAKE) --no-print-directory --output-sync=target -j$$(nproc) $(TRAIN_SUITES)
 
-lint-model: train-deps fleet-train monty model-tiny-gemma3 lint-suites $(TRAIN_DATA) ## train the demo's lint agent (cached in models/) and grade it on the test split
+lint-model: train-deps-pending fleet-train monty model-tiny-gemma3 lint-suites $(TRAIN_DATA) train-deps ## train the demo's lint agent (cached in models/) and grade it on the test split
 	$(BIN)/fleet-train -data $(TRAIN_DATA) -vocab $(MODEL_TINY_GEMMA3) -o $(TRAIN_MODEL) -name fleet-lint-small $(TRAIN_FLAGS)
 	@if [ ! -f $(TRAIN_DIR)/eval-trained.json ] || [ $(TRAIN_MODEL) -nt $(TRAIN_DIR)/eval-trained.json ]; then \
 	  $(BIN)/fleet-train eval -suite $(EVAL_SUITE) -split test -op lint -model $(TRAIN_MODEL) -context 8192 -record -json $(TRAIN_DIR)/eval-trained.json; \

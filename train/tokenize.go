@@ -5,7 +5,9 @@ package train
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
+	"sync/atomic"
 
 	ollamallama "github.com/ollama/ollama/llama"
 )
@@ -97,15 +99,33 @@ type Sequence struct {
 	Target []bool
 }
 
-// EncodeAll tokenizes every example.
+// EncodeAll tokenizes every example, on one goroutine per core
+// (llama.cpp's tokenizer keeps its state per call, so calls over one
+// vocabulary run side by side); the sequences keep the examples' order.
 func (t *Tokenizer) EncodeAll(ds *Dataset) ([]Sequence, error) {
-	out := make([]Sequence, 0, len(ds.Examples))
-	for i := range ds.Examples {
-		ids, tgt, err := t.Encode(&ds.Examples[i])
+	out := make([]Sequence, len(ds.Examples))
+	errs := make([]error, len(ds.Examples))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range max(1, min(runtime.GOMAXPROCS(0), len(ds.Examples))) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(ds.Examples) {
+					return
+				}
+				ids, tgt, err := t.Encode(&ds.Examples[i])
+				out[i], errs[i] = Sequence{JobID: ds.Examples[i].JobID, IDs: ids, Target: tgt}, err
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("record %d (job %s): %w", i+1, ds.Examples[i].JobID, err)
 		}
-		out = append(out, Sequence{JobID: ds.Examples[i].JobID, IDs: ids, Target: tgt})
 	}
 	return out, nil
 }
