@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # demo-deps.sh SYNC_PACKAGES -- BACKGROUND_PACKAGES
+# demo-deps.sh --pending   exit 0 while the background install runs
+# demo-deps.sh --wait      wait for the background install to end
 #
 # The Debian packages the first `make demo` needs, for root on a machine
 # that lacks some. The first list (the llama.cpp build's headers, the
@@ -10,6 +12,25 @@
 # .build/apt-train.log) before training starts. Not root: the missing
 # packages are named and the demo goes on.
 set -uo pipefail
+pidfile=.build/apt-train.pid
+# running: the background apt-get of an earlier call still runs (a pid
+# that now names another process does not count).
+running() {
+  [ -f "$pidfile" ] || return 1
+  local pid
+  pid=$(cat "$pidfile")
+  [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q apt-get
+}
+case "${1:-}" in
+--pending) running; exit ;;
+--wait)
+  if running; then
+    echo "fleet-train: waiting for the PyTorch install make demo started (.build/apt-train.log)" >&2
+    while running; do sleep 1; done
+  fi
+  rm -f "$pidfile"
+  exit 0 ;;
+esac
 missing() {
   for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || printf ' %s' "$p"
@@ -39,5 +60,5 @@ if [ -n "$bg" ]; then
   echo "demo: installing$bg in the background (.build/apt-train.log); training waits for it"
   # shellcheck disable=SC2086
   nohup apt-get install -y -qq --no-install-recommends $bg >.build/apt-train.log 2>&1 </dev/null &
-  echo $! >.build/apt-train.pid
+  echo $! >"$pidfile"
 fi
