@@ -61,21 +61,10 @@ type e2eEnv struct {
 
 func newE2EEnv(t *testing.T, def *agents.Definition, node agents.Node, pool *monty.Pool) *e2eEnv {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := cairn.OpenStable(ctx, filepath.Join(dir, "stable.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if _, err := st.LoadDir(ctx, projectDir, cairn.LoadOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	ov, err := st.NewOverlay(ctx, filepath.Join(dir, "agentfs"), def.Operation, node.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ov.Close() })
+	st, ov := newStableOverlay(t, def.Operation, node.ID, func(ctx context.Context, st *cairn.Stable) error {
+		_, err := st.LoadDir(ctx, projectDir, cairn.LoadOptions{})
+		return err
+	})
 	ex, err := toolexec.New(toolexec.Config{Definition: def, Sandbox: pool, Workspace: ov, Node: node})
 	if err != nil {
 		t.Fatal(err)
