@@ -20,10 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -274,15 +272,7 @@ func TestNodeExampleRefusesUnservedOperation(t *testing.T) {
 	if code != 2 || len(lines) != 0 || !strings.Contains(stderr, `no worker serves operation "nosuchop"`) {
 		t.Fatalf("exit %d, lines %+v, stderr %q; want exit 2 and the reason", code, lines, stderr)
 	}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Dial(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, wire.StreamRuns)
