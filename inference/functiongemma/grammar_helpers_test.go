@@ -177,3 +177,19 @@ func lastIndex(s []string, v string) int {
 	}
 	return -1
 }
+
+// acceptor returns a check of whether a fresh matcher of g over testVocab
+// takes the whole of text and may stop after it.
+func acceptor(t *testing.T, g *Grammar) func(text string) bool {
+	pieces, special := testVocab()
+	v := NewVocab(pieces, special)
+	return func(text string) bool {
+		m := g.NewMatcher(v, "")
+		for _, id := range tokenize(t, pieces, special, text) {
+			if m.Accept(id) != nil {
+				return false
+			}
+		}
+		return m.CanStop()
+	}
+}

@@ -181,17 +181,7 @@ func TestGrammarPatternAndMinimum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pieces, special := testVocab()
-	v := NewVocab(pieces, special)
-	accepts := func(text string) bool {
-		m := g.NewMatcher(v, "")
-		for _, id := range tokenize(t, pieces, special, text) {
-			if m.Accept(id) != nil {
-				return false
-			}
-		}
-		return m.CanStop()
-	}
+	accepts := acceptor(t, g)
 	for _, ok := range []string{
 		"<start_function_call>call:fix{code:<escape>W291<escape>}<end_function_call>",
 		"<start_function_call>call:fix{code:<escape>e501<escape>,line:0}<end_function_call>",
