@@ -3,7 +3,6 @@ package agents_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,21 +21,11 @@ func TestRunTestsTool(t *testing.T) {
 	defs := loadAgents(t)
 	pool := montytest.Pool(t, monty.Config{Size: 1})
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := cairn.OpenStable(ctx, filepath.Join(dir, "stable.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if _, err := st.LoadFiles(ctx, map[string][]byte{"pkg/__init__.py": nil, "pkg/m.py": []byte("def double(x):\n    return 2 * x\n")}); err != nil {
-		t.Fatal(err)
-	}
 	node := agents.Node{ID: "pkg/m.py::double", Name: "double", Type: "function", FilePath: "pkg/m.py", Text: "def double(x):\n    return 2 * x\n"}
-	ov, err := st.NewOverlay(ctx, filepath.Join(dir, "agentfs"), "test", node.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ov.Close() })
+	_, ov := newStableOverlay(t, "test", node.ID, func(ctx context.Context, st *cairn.Stable) error {
+		_, err := st.LoadFiles(ctx, map[string][]byte{"pkg/__init__.py": nil, "pkg/m.py": []byte("def double(x):\n    return 2 * x\n")})
+		return err
+	})
 	box, err := pytestbox.New(pytestbox.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,40 @@ type toolEnv struct {
 
 func newToolEnv(t testing.TB, def *agents.Definition, pool *monty.Pool, node agents.Node, files map[string]string) *toolEnv {
 	t.Helper()
+	return newToolEnvWith(t, def, pool, node, files, nil)
+}
+
+// newToolEnvWith is newToolEnv with a hook that completes the executor's
+// config (the pytest sandbox, say) before the executor is made.
+func newToolEnvWith(t testing.TB, def *agents.Definition, pool *monty.Pool, node agents.Node, files map[string]string, with func(*toolexec.Config)) *toolEnv {
+	t.Helper()
+	if node.ID == "" {
+		node.ID = node.FilePath + "::" + node.Name
+	}
+	_, ov := newStableOverlay(t, def.Operation, node.ID, func(ctx context.Context, st *cairn.Stable) error {
+		m := map[string][]byte{}
+		for p, c := range files {
+			m[p] = []byte(c)
+		}
+		_, err := st.LoadFiles(ctx, m)
+		return err
+	})
+	cfg := toolexec.Config{Definition: def, Sandbox: pool, Workspace: ov, Node: node}
+	if with != nil {
+		with(&cfg)
+	}
+	ex, err := toolexec.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &toolEnv{t: t, overlay: ov, exec: ex}
+}
+
+// newStableOverlay opens a stable workspace in a temporary directory, fills
+// it with load and opens one overlay over it for operation op and nodeID;
+// both close when the test ends.
+func newStableOverlay(t testing.TB, op, nodeID string, load func(context.Context, *cairn.Stable) error) (*cairn.Stable, *cairn.Overlay) {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	st, err := cairn.OpenStable(ctx, filepath.Join(dir, "stable.db"))
@@ -31,26 +65,15 @@ func newToolEnv(t testing.TB, def *agents.Definition, pool *monty.Pool, node age
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m := map[string][]byte{}
-	for p, c := range files {
-		m[p] = []byte(c)
-	}
-	if _, err := st.LoadFiles(ctx, m); err != nil {
+	if err := load(ctx, st); err != nil {
 		t.Fatal(err)
 	}
-	if node.ID == "" {
-		node.ID = node.FilePath + "::" + node.Name
-	}
-	ov, err := st.NewOverlay(ctx, filepath.Join(dir, "agentfs"), def.Operation, node.ID)
+	ov, err := st.NewOverlay(ctx, filepath.Join(dir, "agentfs"), op, nodeID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ov.Close() })
-	ex, err := toolexec.New(toolexec.Config{Definition: def, Sandbox: pool, Workspace: ov, Node: node})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &toolEnv{t: t, overlay: ov, exec: ex}
+	return st, ov
 }
 
 // toolResult is a tool's result under the convention.

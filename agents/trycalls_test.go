@@ -3,12 +3,10 @@ package agents_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/agentfleet/fleet/agents"
-	"github.com/agentfleet/fleet/cairn"
 	"github.com/agentfleet/fleet/cairn/monty"
 	"github.com/agentfleet/fleet/cairn/monty/montytest"
 	"github.com/agentfleet/fleet/cairn/toolexec"
@@ -51,39 +49,16 @@ class Cart:
 // run_tests and try_calls.
 func sandboxEnv(t *testing.T, def *agents.Definition, pool *monty.Pool, node agents.Node, files map[string]string, withBox bool) *toolEnv {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := cairn.OpenStable(ctx, filepath.Join(dir, "stable.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	m := map[string][]byte{}
-	for p, c := range files {
-		m[p] = []byte(c)
-	}
-	if _, err := st.LoadFiles(ctx, m); err != nil {
-		t.Fatal(err)
-	}
 	node.ID = node.FilePath + "::" + node.Name
-	ov, err := st.NewOverlay(ctx, filepath.Join(dir, "agentfs"), def.Operation, node.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ov.Close() })
-	cfg := toolexec.Config{Definition: def, Sandbox: pool, Workspace: ov, Node: node}
-	if withBox {
-		box, err := pytestbox.New(pytestbox.Config{})
-		if err != nil {
-			t.Fatal(err) // bubblewrap and python3-pytest are in .ci/apt-packages
+	return newToolEnvWith(t, def, pool, node, files, func(cfg *toolexec.Config) {
+		if withBox {
+			box, err := pytestbox.New(pytestbox.Config{})
+			if err != nil {
+				t.Fatal(err) // bubblewrap and python3-pytest are in .ci/apt-packages
+			}
+			cfg.Tests, cfg.Calls = box, box
 		}
-		cfg.Tests, cfg.Calls = box, box
-	}
-	ex, err := toolexec.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &toolEnv{t: t, overlay: ov, exec: ex}
+	})
 }
 
 func observed(t *testing.T, r toolResult) []map[string]any {

@@ -268,22 +268,20 @@ func TestTrimBudgetSources(t *testing.T) {
 		}
 		return n
 	}
-	t.Run("config smaller", func(t *testing.T) {
-		t.Parallel()
-		m := &countingModel{Scripted: looptest.NewScripted(readTurns(10)...), size: 100000}
-		_, reqs := run(t, loop.Config{ContextTokens: 600}, m, m.Scripted)
-		if n := maxBy(reqs, countBy4); n > 600 || n < 300 {
-			t.Errorf("largest request %d counted tokens, want (300, 600]", n)
-		}
-	})
-	t.Run("model smaller", func(t *testing.T) {
-		t.Parallel()
-		m := &countingModel{Scripted: looptest.NewScripted(readTurns(10)...), size: 600}
-		_, reqs := run(t, loop.Config{ContextTokens: 100000}, m, m.Scripted)
-		if n := maxBy(reqs, countBy4); n > 600 || n < 300 {
-			t.Errorf("largest request %d counted tokens, want (300, 600]", n)
-		}
-	})
+	// The smaller of the configured and the model's context wins.
+	for _, tc := range []struct {
+		name            string
+		config, context int
+	}{{"config smaller", 600, 100000}, {"model smaller", 100000, 600}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := &countingModel{Scripted: looptest.NewScripted(readTurns(10)...), size: tc.context}
+			_, reqs := run(t, loop.Config{ContextTokens: tc.config}, m, m.Scripted)
+			if n := maxBy(reqs, countBy4); n > 600 || n < 300 {
+				t.Errorf("largest request %d counted tokens, want (300, 600]", n)
+			}
+		})
+	}
 	t.Run("counter fails", func(t *testing.T) {
 		t.Parallel()
 		m := &countingModel{Scripted: looptest.NewScripted(readTurns(10)...), size: 700, err: errors.New("no tokenizer")}

@@ -1,12 +1,14 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -167,4 +169,55 @@ func benchRequestMsgOp(b *testing.B, id, op string) *nats.Msg {
 		b.Fatal(err)
 	}
 	return m
+}
+
+// benchResults counts the results of n jobs as they arrive; bad counts the
+// ones not succeeded.
+type benchResults struct {
+	n        int
+	got, bad atomic.Int64
+	finished chan struct{}
+	sub      *nats.Subscription
+}
+
+// watchResults subscribes to every result before the jobs are published.
+// Stop it when done.
+func (e *benchEnv) watchResults(b *testing.B, n int) *benchResults {
+	r := &benchResults{n: n, finished: make(chan struct{})}
+	sub, err := e.nc.Subscribe(wire.SubjectResultsPrefix+">", func(m *nats.Msg) {
+		if !bytes.Contains(m.Data, []byte(`"state":"succeeded"`)) {
+			r.bad.Add(1)
+		}
+		if r.got.Add(1) == int64(n) {
+			close(r.finished)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.sub = sub
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := e.nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		b.Fatal(err)
+	}
+	return r
+}
+
+func (r *benchResults) stop() { _ = r.sub.Unsubscribe() }
+
+// wait returns once all n results are in, failing b after a generous bound.
+func (r *benchResults) wait(b *testing.B) {
+	select {
+	case <-r.finished:
+	case <-time.After(5*time.Minute + time.Duration(r.n)*time.Millisecond):
+		b.Fatalf("only %d of %d results", r.got.Load(), r.n)
+	}
+}
+
+// checkSucceeded fails b when any result was not succeeded.
+func (r *benchResults) checkSucceeded(b *testing.B) {
+	if r.bad.Load() != 0 {
+		b.Fatalf("%d results were not succeeded", r.bad.Load())
+	}
 }

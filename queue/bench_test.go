@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -155,42 +154,20 @@ func BenchmarkNoopJobs(b *testing.B) {
 			msgs[i].Header.Set(wire.HeaderEvents, v)
 		}
 	}
-	var got, bad atomic.Int64
-	finished := make(chan struct{})
-	sub, err := e.nc.Subscribe(wire.SubjectResultsPrefix+">", func(m *nats.Msg) {
-		if !bytes.Contains(m.Data, []byte(`"state":"succeeded"`)) {
-			bad.Add(1)
-		}
-		if got.Add(1) == int64(n) {
-			close(finished)
-		}
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := e.nc.Flush(); err != nil {
-		b.Fatal(err)
-	}
+	res := e.watchResults(b, n)
+	defer res.stop()
 	b.ResetTimer()
 	start, cpu0, mem0 := time.Now(), cpuTime(), allocsNow()
 	in0, out0 := e.serverMsgs()
 	publishAll(b, e.js, msgs)
-	select {
-	case <-finished:
-	case <-time.After(5*time.Minute + time.Duration(n)*time.Millisecond):
-		b.Fatalf("only %d of %d results", got.Load(), n)
-	}
+	res.wait(b)
 	el := time.Since(start)
 	fleetCPU := cpuTime() - cpu0
 	fleetMem := allocsNow().minus(mem0).perJob(n)
 	in1, out1 := e.serverMsgs()
 	fleetIn, fleetOut := (in1-in0)/float64(n), (out1-out0)/float64(n)
 	b.StopTimer()
-	if bad.Load() != 0 {
-		b.Fatalf("%d results were not succeeded", bad.Load())
-	}
+	res.checkSucceeded(b)
 	fleetRate := float64(n) / el.Seconds()
 	var dropped, over int64
 	for _, w := range ws {

@@ -116,7 +116,7 @@ func TestEngineOnMemoryDrainHandsBack(t *testing.T) {
 	cfg := func(c *Config) { c.Slots = 1; c.DrainGrace = -1 }
 	w := memWorker(t, mem, func(int) Handler { return g }, cfg)
 	memPublish(t, mem, newReq("drain-1"), "", false)
-	g.waitStarted(t)
+	g.WaitStarted(t)
 	if err := w.Stop(); err != nil {
 		t.Fatal(err)
 	}

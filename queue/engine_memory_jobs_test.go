@@ -168,7 +168,7 @@ func TestMemoryRedeliveryTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq := memPublishMsg(t, mem, "lint", m, wire.JSON)
-	g.waitStarted(t)
+	g.WaitStarted(t)
 	d := mem.InFlight(seq)
 	if d == nil {
 		t.Fatal("attempt 1's delivery is not in flight")
@@ -180,7 +180,7 @@ func TestMemoryRedeliveryTakeover(t *testing.T) {
 	if r.Attempts != 2 || r.Summary != "second" {
 		t.Fatalf("result %+v", r)
 	}
-	close(g.release) // the stale first attempt finishes late
+	close(g.Release) // the stale first attempt finishes late
 	select {
 	case id := <-w.signals.fenced:
 		if id != "hang-1" {

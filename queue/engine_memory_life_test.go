@@ -27,19 +27,19 @@ func TestMemoryDrainFinishesRunningAndLeavesUnstarted(t *testing.T) {
 	for _, id := range []string{"drain-1", "drain-2", "drain-3"} {
 		seqs = append(seqs, memPublish(t, mem, newReq(id), "", false))
 	}
-	if got := g.waitStarted(t); got != "drain-1#1" {
+	if got := g.WaitStarted(t); got != "drain-1#1" {
 		t.Fatalf("first run %s", got)
 	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.Stop() }()
 	<-w.stopping // Stop has begun: the slot pulls nothing more
-	close(g.release)
+	close(g.Release)
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
 	memState(t, mem, "drain-1", wire.StateSucceeded)
-	if g.calls.Load() != 1 {
-		t.Fatalf("%d runs", g.calls.Load())
+	if g.Calls.Load() != 1 {
+		t.Fatalf("%d runs", g.Calls.Load())
 	}
 	for _, seq := range seqs[1:] {
 		if !mem.Queued(seq) || mem.InFlight(seq) != nil {
@@ -61,7 +61,7 @@ func TestMemoryCancelRunningAndQueuedJobs(t *testing.T) {
 	g := newGate(true)
 	w := memWorker(t, mem, func(int) Handler { return g }, nil)
 	memPublish(t, mem, newReq("cancel-1"), "", false)
-	g.waitStarted(t)
+	g.WaitStarted(t)
 	mem.Cancel("cancel-1", "user pressed ^C")
 	r, _ := memResult(t, mem, "cancel-1", wire.StateCanceled)
 	if r.ErrorCode != wire.CodeCanceled || !strings.Contains(r.Error, "user pressed ^C") || r.Status != fleettype.StatusSkipped {
@@ -75,8 +75,8 @@ func TestMemoryCancelRunningAndQueuedJobs(t *testing.T) {
 	if err := w.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if g.calls.Load() != 1 || w.Stats().Canceled != 2 || mem.Queued(seq) {
-		t.Fatalf("runs %d, stats %+v, queued %v", g.calls.Load(), w.Stats(), mem.Queued(seq))
+	if g.Calls.Load() != 1 || w.Stats().Canceled != 2 || mem.Queued(seq) {
+		t.Fatalf("runs %d, stats %+v, queued %v", g.Calls.Load(), w.Stats(), mem.Queued(seq))
 	}
 }
 
@@ -149,7 +149,7 @@ func TestMemoryRedeliveryWithStoredResultIsNotRunAgain(t *testing.T) {
 	g := newGate(false)
 	w := memWorker(t, mem, func(int) Handler { return g }, func(c *Config) { c.Heartbeat = -1 })
 	seq := memPublish(t, mem, newReq("stored-1"), "", false)
-	g.waitStarted(t)
+	g.WaitStarted(t)
 	var lease *ledger.Lease
 	testutil.Eventually(t, 10*time.Second, "attempt 1's lease", func() error {
 		for _, s := range w.slots {
@@ -182,12 +182,12 @@ func TestMemoryRedeliveryWithStoredResultIsNotRunAgain(t *testing.T) {
 	if st := memState(t, mem, "stored-1", wire.StateSucceeded); st.Attempt != 1 {
 		t.Fatalf("status %+v, want the stored result's (attempt 1)", st)
 	}
-	close(g.release)
+	close(g.Release)
 	if err := w.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if g.calls.Load() != 1 || mem.Results("stored-1") != 1 || mem.Queued(seq) {
-		t.Fatalf("runs %d, results %d, queued %v", g.calls.Load(), mem.Results("stored-1"), mem.Queued(seq))
+	if g.Calls.Load() != 1 || mem.Results("stored-1") != 1 || mem.Queued(seq) {
+		t.Fatalf("runs %d, results %d, queued %v", g.Calls.Load(), mem.Results("stored-1"), mem.Queued(seq))
 	}
 }
 
@@ -214,9 +214,9 @@ func TestMemoryStopAbandonsHandlersThatIgnoreCancellation(t *testing.T) {
 		t.Fatal(err)
 	}
 	memPublish(t, mem, newReq("stuck-2"), "", false)
-	g.waitStarted(t)
+	g.WaitStarted(t)
 	err = w.Stop()
-	close(g.release) // let the abandoned goroutine finish (goleak)
+	close(g.Release) // let the abandoned goroutine finish (goleak)
 	if !errors.Is(err, ErrStuckSlots) {
 		t.Fatalf("Stop: %v", err)
 	}

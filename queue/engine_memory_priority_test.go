@@ -42,28 +42,28 @@ func TestMemoryPriorityHighPassesBacklog(t *testing.T) {
 	}
 	g := newGate(false)
 	memWorker(t, mem, func(int) Handler { return g }, func(c *Config) { c.Slots = 1 })
-	if got := g.waitStarted(t); got != "low-0#1" {
+	if got := g.WaitStarted(t); got != "low-0#1" {
 		t.Fatalf("first job %s, want low-0", got)
 	}
 	memPrio(t, mem, "normal-1", wire.PriorityNormal, "")
 	memPrio(t, mem, "high-1", wire.PriorityHigh, "")
-	g.release <- struct{}{}
-	if got := g.waitStarted(t); !strings.HasPrefix(got, "high-1#") {
+	g.Release <- struct{}{}
+	if got := g.WaitStarted(t); !strings.HasPrefix(got, "high-1#") {
 		t.Fatalf("after the first job the slot ran %s, want high-1 (the backlog was low-1..5, normal-1)", got)
 	}
 	if rec := memState(t, mem, "high-1", wire.StateRunning); rec.Priority != wire.PriorityHigh {
 		t.Errorf("running status %+v, want priority high", rec)
 	}
-	g.release <- struct{}{}
-	if got := g.waitStarted(t); !strings.HasPrefix(got, "normal-1#") {
+	g.Release <- struct{}{}
+	if got := g.WaitStarted(t); !strings.HasPrefix(got, "normal-1#") {
 		t.Fatalf("third job %s, want normal-1", got)
 	}
-	g.release <- struct{}{}
+	g.Release <- struct{}{}
 	for i := 1; i <= 5; i++ {
-		if got := g.waitStarted(t); !strings.HasPrefix(got, fmt.Sprintf("low-%d#", i)) {
+		if got := g.WaitStarted(t); !strings.HasPrefix(got, fmt.Sprintf("low-%d#", i)) {
 			t.Fatalf("job %s, want low-%d (low jobs in their order)", got, i)
 		}
-		g.release <- struct{}{}
+		g.Release <- struct{}{}
 	}
 	memState(t, mem, "low-5", wire.StateSucceeded)
 }

@@ -123,7 +123,7 @@ func TestEngineOnMemoryEventsCancelPriority(t *testing.T) {
 	g := newGate(true)
 	w := memWorker(t, mem, func(int) Handler { return g }, func(c *Config) { c.Slots = 1 })
 	memPublish(t, mem, newReq("ev-1"), "", false)
-	g.waitStarted(t)
+	g.WaitStarted(t)
 	mem.Cancel("ev-1", "not needed")
 	memState(t, mem, "ev-1", wire.StateCanceled)
 	evs := mem.Events(wire.EventSubject("ev-1"))
@@ -132,7 +132,7 @@ func TestEngineOnMemoryEventsCancelPriority(t *testing.T) {
 	}
 
 	memPublish(t, mem, newReq("busy"), "", false)
-	if got := g.waitStarted(t); !strings.HasPrefix(got, "busy#") {
+	if got := g.WaitStarted(t); !strings.HasPrefix(got, "busy#") {
 		t.Fatalf("started %s", got)
 	}
 	var seqs []uint64
@@ -156,12 +156,12 @@ func TestEngineOnMemoryEventsCancelPriority(t *testing.T) {
 		return nil
 	})
 	for _, want := range []string{"high-1", "normal-1", "low-1"} {
-		g.release <- struct{}{}
-		if got := g.waitStarted(t); !strings.HasPrefix(got, want+"#") {
+		g.Release <- struct{}{}
+		if got := g.WaitStarted(t); !strings.HasPrefix(got, want+"#") {
 			t.Fatalf("started %s, want %s", got, want)
 		}
 	}
-	g.release <- struct{}{}
+	g.Release <- struct{}{}
 	memState(t, mem, "low-1", wire.StateSucceeded)
 	testutil.Eventually(t, 10*time.Second, "the counters", func() error {
 		if st := w.Stats(); st.Succeeded != 4 || st.Canceled != 1 {
@@ -186,7 +186,7 @@ func TestEngineOnMemoryHeartbeatFakeClock(t *testing.T) {
 		c.Heartbeat = time.Second
 	})
 	seq := memPublish(t, mem, newReq("hb-1"), "", false)
-	g.waitStarted(t)
+	g.WaitStarted(t)
 	// beat moves the clock by one interval until a heartbeat comes (the
 	// heartbeat goroutine may make its ticker after a first move).
 	beat := func(what string) heartbeatSignal {

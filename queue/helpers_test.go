@@ -4,18 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
 	"github.com/agentfleet/fleet/agents"
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/loop/looptest"
 	"github.com/agentfleet/fleet/queue/wire"
@@ -81,47 +80,16 @@ func (noTools) Execute(context.Context, string, json.RawMessage) (json.RawMessag
 	return json.RawMessage(`{}`), nil
 }
 
-// gate is a handler whose runs block until released; started receives each
-// run's job id and attempt as it begins.
-type gate struct {
-	started chan string
-	release chan struct{}
-	calls   atomic.Int64
-	// honourCtx makes a blocked run end when its context ends.
-	honourCtx bool
-}
+// gate is a handler whose runs block until released (testutil.Gate).
+type gate struct{ *testutil.Gate }
 
-func newGate(honourCtx bool) *gate {
-	return &gate{started: make(chan string, 16), release: make(chan struct{}), honourCtx: honourCtx}
-}
+func newGate(honourCtx bool) *gate { return &gate{testutil.NewGate(honourCtx)} }
 
 func (g *gate) Handle(ctx context.Context, job *Job) (*Outcome, error) {
-	req, events := job.Request, job.Events
-	n := g.calls.Add(1)
-	events.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
-	g.started <- fmt.Sprintf("%s#%d", req.JobID, n)
-	if g.honourCtx {
-		select {
-		case <-g.release:
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
-	} else {
-		<-g.release
+	if err := g.Run(ctx, job.Request.JobID, job.Events); err != nil {
+		return nil, err
 	}
-	events.Emit(fleettype.Event{Kind: fleettype.EventFinished, Seq: 2, Turn: 1, Time: time.Now(), Status: fleettype.StatusSuccess})
 	return &Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "released"}}}, nil
-}
-
-func (g *gate) waitStarted(t *testing.T) string {
-	t.Helper()
-	select {
-	case s := <-g.started:
-		return s
-	case <-time.After(15 * time.Second):
-		t.Fatal("handler did not start")
-		return ""
-	}
 }
 
 var errTransient = errors.New("model server unreachable")

@@ -1,16 +1,12 @@
 package queue
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // BenchmarkTierCost measures what the priority tiers cost the no-op path:
@@ -34,35 +30,13 @@ func BenchmarkTierCost(b *testing.B) {
 		for i := range msgs {
 			msgs[i] = benchRequestMsg(b, fmt.Sprintf("t%s-%d", id, i))
 		}
-		var got, bad atomic.Int64
-		finished := make(chan struct{})
-		sub, err := e.nc.Subscribe(wire.SubjectResultsPrefix+">", func(m *nats.Msg) {
-			if !bytes.Contains(m.Data, []byte(`"state":"succeeded"`)) {
-				bad.Add(1)
-			}
-			if got.Add(1) == int64(n) {
-				close(finished)
-			}
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer func() { _ = sub.Unsubscribe() }()
-		_ = sub.SetPendingLimits(-1, -1)
-		if err := e.nc.Flush(); err != nil {
-			b.Fatal(err)
-		}
+		res := e.watchResults(b, n)
+		defer res.stop()
 		start, cpu0 := time.Now(), cpuTime()
 		publishAll(b, e.js, msgs)
-		select {
-		case <-finished:
-		case <-time.After(5*time.Minute + time.Duration(n)*time.Millisecond):
-			b.Fatalf("only %d of %d results", got.Load(), n)
-		}
+		res.wait(b)
 		el, cpu := time.Since(start), cpuTime()-cpu0
-		if bad.Load() != 0 {
-			b.Fatalf("%d results were not succeeded", bad.Load())
-		}
+		res.checkSucceeded(b)
 		return float64(n) / el.Seconds(), cpu
 	}
 	b.ResetTimer()

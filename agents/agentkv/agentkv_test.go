@@ -24,15 +24,7 @@ func startJS(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	port := natstest.FreePort(t)
 	natstest.Start(t, port, t.TempDir(), embedded.EmbeddedConfig{})
-	nc, err := nats.Connect(natstest.URL(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.Dial(t, natstest.URL(port))
 	return nc, js
 }
 

@@ -171,15 +171,12 @@ func (c *cli) runBatch(pos []string, f *fanOutFlags, a runArgs) error {
 	if a.msgpack {
 		enc = wire.Msgpack
 	}
-	ctx, stop := interruptible(context.Background())
-	defer stop()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	nc, cl, err := c.connect(cctx, enc)
+	sess, err := c.dialFleet(enc)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer sess.close()
+	ctx, cl := sess.ctx, sess.cl
 	recorded := false
 	if _, err := loadBatchRecord(p.root, id); !a.noRecord && notExist(err) {
 		// Written before the publish (a job is never out without it), and

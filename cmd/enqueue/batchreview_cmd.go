@@ -29,7 +29,8 @@ func (c *cli) batchReviewCommands() []subcommand {
 type reviewArgs struct {
 	id     string
 	filter reviewFilter
-	dir    string
+	// root is the project root; "" with anywhere.
+	root string
 	// anywhere (diff): do not look at local files.
 	anywhere       bool
 	asJSON, dryRun bool
@@ -37,7 +38,7 @@ type reviewArgs struct {
 }
 
 // parseReview parses the arguments of batch diff (diff set), accept or
-// reject.
+// reject, and finds the project root unless diff's --anywhere says not to.
 func (c *cli) parseReview(name, usage, where string, diff bool, args []string) (*reviewArgs, error) {
 	fs := c.subFlags("batch "+name, "batch "+usage)
 	ops := fs.String("op", "", "only the jobs of these operations, comma-separated")
@@ -57,7 +58,7 @@ func (c *cli) parseReview(name, usage, where string, diff bool, args []string) (
 	if err != nil {
 		return nil, err
 	}
-	a := &reviewArgs{id: pos[0], filter: reviewFilter{where: *whereF}, dir: *dir, asJSON: *asJSON}
+	a := &reviewArgs{id: pos[0], filter: reviewFilter{where: *whereF}, asJSON: *asJSON}
 	if !wire.ValidBatchID(a.id) {
 		return nil, fail(exitUsage, "%q is not a valid batch id", a.id)
 	}
@@ -71,14 +72,19 @@ func (c *cli) parseReview(name, usage, where string, diff bool, args []string) (
 	}
 	if diff {
 		a.anywhere = *anywhere
-		return a, nil
+	} else {
+		a.dryRun, a.note = *dryRun, *note
+		if a.who, err = reviewer(*who); err != nil {
+			return nil, err
+		}
+		if len(a.note) > wire.MaxReviewNote {
+			return nil, fail(exitUsage, "--note is %d bytes, more than %d", len(a.note), wire.MaxReviewNote)
+		}
 	}
-	a.dryRun, a.note = *dryRun, *note
-	if a.who, err = reviewer(*who); err != nil {
-		return nil, err
-	}
-	if len(a.note) > wire.MaxReviewNote {
-		return nil, fail(exitUsage, "--note is %d bytes, more than %d", len(a.note), wire.MaxReviewNote)
+	if !a.anywhere {
+		if a.root, err = c.root(*dir); err != nil {
+			return nil, &exitError{code: exitUsage, err: err}
+		}
 	}
 	return a, nil
 }
@@ -88,12 +94,7 @@ func (c *cli) cmdBatchDiff(args []string) error {
 	if err != nil {
 		return err
 	}
-	root := ""
-	if !a.anywhere {
-		if root, err = c.root(a.dir); err != nil {
-			return &exitError{code: exitUsage, err: err}
-		}
-	}
+	root := a.root
 	return c.reviewSession(func(ctx context.Context, cl *client.Client) error {
 		b, err := loadBatchReview(ctx, cl, root, a.id, a.filter, wire.VerdictAccepted, c.stderr)
 		if err != nil {
@@ -112,11 +113,7 @@ func (c *cli) cmdBatchAccept(args []string) error {
 	if err != nil {
 		return err
 	}
-	id := o.id
-	root, err := c.root(o.dir)
-	if err != nil {
-		return &exitError{code: exitUsage, err: err}
-	}
+	id, root := o.id, o.root
 	return c.reviewSession(func(ctx context.Context, cl *client.Client) error {
 		b, err := loadBatchReview(ctx, cl, root, id, o.filter, wire.VerdictAccepted, c.stderr)
 		if err != nil {
@@ -161,11 +158,7 @@ func (c *cli) cmdBatchReject(args []string) error {
 	if err != nil {
 		return err
 	}
-	id := o.id
-	root, err := c.root(o.dir)
-	if err != nil {
-		return &exitError{code: exitUsage, err: err}
-	}
+	id, root := o.id, o.root
 	return c.reviewSession(func(ctx context.Context, cl *client.Client) error {
 		b, err := loadBatchReview(ctx, cl, root, id, o.filter, wire.VerdictRejected, nil)
 		if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -81,15 +80,12 @@ func (c *cli) datasetExport(args []string) error {
 		opts.Progress = progress.update
 	}
 
-	ctx, stop := interruptible(context.Background())
-	defer stop()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	nc, cl, err := c.connect(cctx, wire.JSON)
+	sess, err := c.dialFleet(wire.JSON)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer sess.close()
+	ctx, cctx, cl := sess.ctx, sess.cctx, sess.cl
 
 	if progress != nil {
 		// The stream's size now: the reading bar's total.

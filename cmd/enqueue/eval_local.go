@@ -82,9 +82,7 @@ func (c *cli) evalLocal(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := interruptible(context.Background())
-	defer cancel()
-	py, pool, done, err := evalTools(ctx, *parallel)
+	ctx, py, pool, done, err := evalTools(*parallel)
 	if err != nil {
 		return err
 	}
@@ -129,20 +127,23 @@ func (c *cli) evalLocal(args []string) error {
 }
 
 // evalTools starts what the in-process commands grade and run tools with:
-// Python with Debian's linters (checked) and a Monty pool of parallel
-// workers. done stops both.
-func evalTools(ctx context.Context, parallel int) (*eval.Python, *monty.Pool, func(), error) {
-	py := &eval.Python{}
+// a context Ctrl-C cancels, Python with Debian's linters (checked) and a
+// Monty pool of parallel workers. done stops all three.
+func evalTools(parallel int) (ctx context.Context, py *eval.Python, pool *monty.Pool, done func(), err error) {
+	ctx, cancel := interruptible(context.Background())
+	py = &eval.Python{}
 	if err := py.Check(ctx); err != nil {
 		py.Close()
-		return nil, nil, nil, err
+		cancel()
+		return nil, nil, nil, nil, err
 	}
-	pool, err := startPool(max(parallel, 1))
+	pool, err = startPool(max(parallel, 1))
 	if err != nil {
 		py.Close()
-		return nil, nil, nil, err
+		cancel()
+		return nil, nil, nil, nil, err
 	}
-	return py, pool, func() { pool.Stop(); py.Close() }, nil
+	return ctx, py, pool, func() { pool.Stop(); py.Close(); cancel() }, nil
 }
 
 func printFailures(w interface{ Write([]byte) (int, error) }, results []eval.Result, n int) {
@@ -178,9 +179,7 @@ func (c *cli) evalAgreement(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := interruptible(context.Background())
-	defer cancel()
-	py, pool, done, err := evalTools(ctx, *parallel)
+	ctx, py, pool, done, err := evalTools(*parallel)
 	if err != nil {
 		return err
 	}

@@ -40,15 +40,12 @@ func (c *cli) cmdAttach(args []string) error {
 // until it is done, interrupted, or timeout passes (the follow's context
 // then ends with cause). The connection closes when follow returns.
 func (c *cli) attachSession(timeout time.Duration, cause error, check, follow func(ctx context.Context, cl *client.Client) error) error {
-	ctx, stop := interruptible(context.Background())
-	defer stop()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	nc, cl, err := c.connect(cctx, wire.JSON)
+	sess, err := c.dialFleet(wire.JSON)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer sess.close()
+	ctx, cctx, cl := sess.ctx, sess.cctx, sess.cl
 	if err := check(cctx, cl); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -16,28 +17,11 @@ func absPath(p string) (string, error) { return filepath.Abs(p) }
 
 func (c *cli) cmdAccept(args []string) error {
 	fs := c.subFlags("accept", "accept <job-id> [--dir D] [--force] [--reviewer NAME] [--note TEXT]")
-	dir := fs.String("dir", "", "the project root `D` the job's paths are relative to (default: the project root of the current folder)")
 	force := fs.Bool("force", false, "apply even when local files changed, the record is missing, or the job did not succeed")
-	who := fs.String("reviewer", "", "the reviewer `NAME` recorded in the review (default: $USER)")
-	note := fs.String("note", "", "a `TEXT` recorded with the review")
-	pos, err := c.parse(fs, args, 1, "<job-id>")
+	rf := newReviewFlags(fs, "the project root `D` the job's paths are relative to (default: the project root of the current folder)")
+	jobID, by, root, err := c.reviewTarget(rf, args)
 	if err != nil {
 		return err
-	}
-	jobID := pos[0]
-	if !wire.ValidJobID(jobID) {
-		return fail(exitUsage, "%q is not a valid job id", jobID)
-	}
-	by, err := reviewer(*who)
-	if err != nil {
-		return err
-	}
-	if len(*note) > wire.MaxReviewNote {
-		return fail(exitUsage, "--note is %d bytes, more than %d", len(*note), wire.MaxReviewNote)
-	}
-	root, err := c.root(*dir)
-	if err != nil {
-		return &exitError{code: exitUsage, err: err}
 	}
 	rec, err := reviewable(root, jobID, *force)
 	if err != nil {
@@ -58,8 +42,47 @@ func (c *cli) cmdAccept(args []string) error {
 			fmt.Fprintf(c.stderr, "note: applied, but the record was not updated: %v\n", out.saveErr)
 		}
 		fmt.Fprintf(c.stdout, "accepted job %s into %s\n", jobID, root)
-		return publishReview(ctx, cl, jobID, wire.VerdictAccepted, by, *note)
+		return publishReview(ctx, cl, jobID, wire.VerdictAccepted, by, *rf.note)
 	})
+}
+
+// reviewFlags are the flags accept and reject share: --dir, --reviewer and
+// --note.
+type reviewFlags struct {
+	fs             *flag.FlagSet
+	dir, who, note *string
+}
+
+func newReviewFlags(fs *flag.FlagSet, dirHelp string) *reviewFlags {
+	return &reviewFlags{
+		fs:   fs,
+		dir:  fs.String("dir", "", dirHelp),
+		who:  fs.String("reviewer", "", "the reviewer `NAME` recorded in the review (default: $USER)"),
+		note: fs.String("note", "", "a `TEXT` recorded with the review"),
+	}
+}
+
+// reviewTarget parses args and returns the one job id, the reviewer and the
+// project root, after checking the job id and the note's size.
+func (c *cli) reviewTarget(f *reviewFlags, args []string) (jobID, by, root string, err error) {
+	pos, err := c.parse(f.fs, args, 1, "<job-id>")
+	if err != nil {
+		return "", "", "", err
+	}
+	jobID = pos[0]
+	if !wire.ValidJobID(jobID) {
+		return "", "", "", fail(exitUsage, "%q is not a valid job id", jobID)
+	}
+	if by, err = reviewer(*f.who); err != nil {
+		return "", "", "", err
+	}
+	if len(*f.note) > wire.MaxReviewNote {
+		return "", "", "", fail(exitUsage, "--note is %d bytes, more than %d", len(*f.note), wire.MaxReviewNote)
+	}
+	if root, err = c.root(*f.dir); err != nil {
+		return "", "", "", &exitError{code: exitUsage, err: err}
+	}
+	return jobID, by, root, nil
 }
 
 // reviewable loads the job's record under root and refuses a job already
@@ -140,27 +163,10 @@ func acceptResult(ctx context.Context, cl *client.Client, root string, rec *jobR
 
 func (c *cli) cmdReject(args []string) error {
 	fs := c.subFlags("reject", "reject <job-id> [--dir D] [--reviewer NAME] [--note TEXT]")
-	dir := fs.String("dir", "", "the project root `D` (default: the project root of the current folder)")
-	who := fs.String("reviewer", "", "the reviewer `NAME` recorded in the review (default: $USER)")
-	note := fs.String("note", "", "a `TEXT` recorded with the review")
-	pos, err := c.parse(fs, args, 1, "<job-id>")
+	rf := newReviewFlags(fs, "the project root `D` (default: the project root of the current folder)")
+	jobID, by, root, err := c.reviewTarget(rf, args)
 	if err != nil {
 		return err
-	}
-	jobID := pos[0]
-	if !wire.ValidJobID(jobID) {
-		return fail(exitUsage, "%q is not a valid job id", jobID)
-	}
-	by, err := reviewer(*who)
-	if err != nil {
-		return err
-	}
-	if len(*note) > wire.MaxReviewNote {
-		return fail(exitUsage, "--note is %d bytes, more than %d", len(*note), wire.MaxReviewNote)
-	}
-	root, err := c.root(*dir)
-	if err != nil {
-		return &exitError{code: exitUsage, err: err}
 	}
 	return c.session(func(ctx context.Context, cl *client.Client) error {
 		// Only a finished job is reviewed: nothing is marked or published
@@ -179,7 +185,7 @@ func (c *cli) cmdReject(args []string) error {
 			return nil
 		}
 		fmt.Fprintf(c.stdout, "rejected job %s (no local file was changed)\n", jobID)
-		return publishReview(ctx, cl, jobID, wire.VerdictRejected, by, *note)
+		return publishReview(ctx, cl, jobID, wire.VerdictRejected, by, *rf.note)
 	})
 }
 

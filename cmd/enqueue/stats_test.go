@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/fleettype"
@@ -27,15 +26,7 @@ func startFleetNATS(t *testing.T) (string, jetstream.JetStream) {
 	port := natstest.FreePort(t)
 	natstest.Start(t, port, t.TempDir(), embedded.EmbeddedConfig{})
 	url := natstest.URL(port)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Dial(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := ledger.EnsureStreams(ctx, js, ledger.StreamsConfig{Operations: []string{"lint", "docstring"}}); err != nil {

@@ -46,15 +46,12 @@ func (c *cli) cmdWatch(args []string) error {
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
-	ctx, stop := interruptible(context.Background())
-	defer stop()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	nc, cl, err := c.connect(cctx, wire.JSON)
+	sess, err := c.dialFleet(wire.JSON)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer sess.close()
+	ctx, cctx, cl := sess.ctx, sess.cctx, sess.cl
 	for _, op := range opList {
 		served, err := cl.Served(cctx, op)
 		if err != nil {

@@ -72,15 +72,7 @@ func TestPushedAgentsHotReload(t *testing.T) {
 	port := natstest.FreePort(t)
 	natstest.Start(t, port, t.TempDir(), embedded.EmbeddedConfig{})
 	url := natstest.URL(port)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.Dial(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kv, err := agentkv.Ensure(ctx, js, agentkv.BucketConfig{})

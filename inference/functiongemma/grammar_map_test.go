@@ -20,17 +20,7 @@ func TestGrammarMapObject(t *testing.T) {
 		"empty":{"type":"object"},
 		"summary":{"type":"string"}}}`)}}
 	g := mustGrammar(t, tools)
-	pieces, special := testVocab()
-	v := NewVocab(pieces, special)
-	accepts := func(text string) bool {
-		m := g.NewMatcher(v, "")
-		for _, id := range tokenize(t, pieces, special, text) {
-			if m.Accept(id) != nil {
-				return false
-			}
-		}
-		return m.CanStop()
-	}
+	accepts := acceptor(t, g)
 	call := func(args string) string { return "<start_function_call>call:doc" + args + "<end_function_call>" }
 	for _, ok := range []string{
 		"{params:{}}",

@@ -142,17 +142,28 @@ func WriteFile(path string, s Spec) error {
 	if err := s.validate(); err != nil {
 		return err
 	}
+	return writeFileAtomic(path, ".gguf-*.tmp", func(f *os.File) error { return write(f, s) })
+}
+
+// writeFileAtomic writes path through a temporary file named after pattern
+// in the same directory, synced, made readable by all and renamed into
+// place once write succeeded; a failed write leaves nothing behind.
+func writeFileAtomic(path, pattern string, write func(*os.File) error) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".gguf-*.tmp")
+	f, err := os.CreateTemp(filepath.Dir(path), pattern)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name())
-	if err := write(f, s); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return fmt.Errorf("gguf: write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
 	}
 	if err := f.Chmod(0o644); err != nil {
 		f.Close()

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 
 	"github.com/ollama/ollama/fs/ggml"
 )
@@ -22,14 +20,6 @@ func WriteLoRA(path string, base Spec, rank int, seed uint64) error {
 	if rank <= 0 || rank > base.Embedding {
 		return fmt.Errorf("%w: LoRA rank %d out of range", ErrInvalidSpec, rank)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".lora-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
 	kv := ggml.KV{
 		"general.architecture": "gemma3",
 		"general.type":         "adapter",
@@ -54,18 +44,7 @@ func WriteLoRA(path string, base Spec, rank int, seed uint64) error {
 			add(w+".lora_b", rank, t.out)
 		}
 	}
-	if err := ggml.WriteGGUF(f, kv, ts); err != nil {
-		f.Close()
-		return fmt.Errorf("gguf: write %s: %w", path, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return writeAtomic(path, ".lora-*.tmp", kv, ts)
 }
 
 // randomF32 streams n uniform values in (−scale, scale).

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/ollama/ollama/fs/ggml"
@@ -181,29 +180,7 @@ func (d f32Data) WriteTo(w io.Writer) (int64, error) {
 	return int64(n), err
 }
 
+// writeAtomic writes the GGUF of kv and ts to path (writeFileAtomic).
 func writeAtomic(path, pattern string, kv ggml.KV, ts []*ggml.Tensor) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), pattern)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := ggml.WriteGGUF(f, kv, ts); err != nil {
-		f.Close()
-		return fmt.Errorf("gguf: write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return writeFileAtomic(path, pattern, func(f *os.File) error { return ggml.WriteGGUF(f, kv, ts) })
 }

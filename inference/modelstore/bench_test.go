@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/inference/gguf"
 	"github.com/agentfleet/fleet/inference/modelref"
 	"github.com/agentfleet/fleet/internal/testutil"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue/embedded"
 )
 
@@ -84,15 +84,7 @@ func BenchmarkModelTransfer(b *testing.B) {
 	}
 	defer srv.Shutdown()
 	conn := func() jetstream.JetStream {
-		nc, err := nats.Connect(srv.ClientURL())
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			b.Fatal(err)
-		}
+		_, js := natstest.Dial(b, srv.ClientURL())
 		return js
 	}
 	pushJS, workerJS := conn(), conn()

@@ -64,15 +64,7 @@ func benchServer(b testing.TB) (string, *nats.Conn, jetstream.JetStream) {
 	port := natstest.FreePort(b)
 	natstest.Start(b, port, b.TempDir(), embedded.EmbeddedConfig{})
 	url := natstest.URL(port)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	nc, js := natstest.Dial(b, url)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := ledger.EnsureStreams(ctx, js, ledger.StreamsConfig{Operations: []string{"lint"}}); err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,8 +18,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/queue/client"
+	"github.com/agentfleet/fleet/queue/wire"
 )
 
 // repoRoot is the module root, two levels above this package.
@@ -226,4 +229,40 @@ func connect(t *testing.T, url string) (*nats.Conn, *client.Client) {
 		t.Fatal(err)
 	}
 	return nc, cl
+}
+
+// startFanOut starts `enqueue run` publishing n lint jobs of dir to url as
+// batch id, neither waiting nor recording, and returns once the batch
+// record shows its first chunk published.
+func startFanOut(t *testing.T, ctx context.Context, cl *client.Client, bin, url, dir string, n int, id string) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(bin, "--nats-url", url, "run", "lint", dir, "--no-wait", "--no-record", "--max-jobs", strconv.Itoa(n), "--batch-id", id)
+	stderr := &strings.Builder{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if rec, err := cl.Batch(ctx, id); err == nil && rec.Published > 0 {
+			return cmd, stderr
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the batch never got its first chunk out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runsStored is how many run requests FLEET_RUNS holds.
+func runsStored(t *testing.T, ctx context.Context, js jetstream.JetStream) int {
+	t.Helper()
+	s, err := js.Stream(ctx, wire.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(info.State.Msgs)
 }

@@ -28,23 +28,8 @@ func TestInterruptedFanOut(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.Command(bin, "--nats-url", url, "run", "lint", dir, "--no-wait", "--no-record", "--max-jobs", strconv.Itoa(n), "--batch-id", "cut")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	// Interrupt once the first chunk is recorded as published.
-	for {
-		rec, err := cl.Batch(ctx, "cut")
-		if err == nil && rec.Published > 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the batch never got its first chunk out")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	cmd, stderr := startFanOut(t, ctx, cl, bin, url, dir, n, "cut")
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -56,16 +41,9 @@ func TestInterruptedFanOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := js.Stream(ctx, wire.StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec.State != wire.BatchInterrupted || rec.Published == 0 || rec.Published >= n || uint64(rec.Published) != info.State.Msgs {
-		t.Fatalf("record %s, published %d of %d; FLEET_RUNS holds %d", rec.State, rec.Published, rec.Planned, info.State.Msgs)
+	stored := runsStored(t, ctx, js)
+	if rec.State != wire.BatchInterrupted || rec.Published == 0 || rec.Published >= n || rec.Published != stored {
+		t.Fatalf("record %s, published %d of %d; FLEET_RUNS holds %d", rec.State, rec.Published, rec.Planned, stored)
 	}
 	st, err := cl.BatchStatus(ctx, "cut")
 	if err != nil || st.Total.Published != rec.Published || st.Total.Queued != rec.Published || st.Total.Planned != n || st.Finished {

@@ -82,21 +82,7 @@ func TestLostConnectionFanOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	proxy := newCutProxy(t, strings.TrimPrefix(url, "nats://"))
-	cmd := exec.Command(bin, "--nats-url", proxy.url(), "run", "lint", dir, "--no-wait", "--no-record", "--max-jobs", strconv.Itoa(n), "--batch-id", "lost")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if rec, err := cl.Batch(ctx, "lost"); err == nil && rec.Published > 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the batch never got its first chunk out")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	cmd, stderr := startFanOut(t, ctx, cl, bin, proxy.url(), dir, n, "lost")
 	proxy.cut()
 	err = cmd.Wait()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || !strings.Contains(stderr.String(), "batch lost") {
@@ -106,15 +92,7 @@ func TestLostConnectionFanOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := js.Stream(ctx, wire.StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored := int(info.State.Msgs)
+	stored := runsStored(t, ctx, js)
 	t.Logf("record: %s, %d published; FLEET_RUNS holds %d of %d", rec.State, rec.Published, stored, n)
 	if rec.State != wire.BatchPublishing || rec.Published == 0 || stored < rec.Published || stored-rec.Published > wire.BatchIndexChunk {
 		t.Fatalf("record %s with %d published, %d requests stored", rec.State, rec.Published, stored)

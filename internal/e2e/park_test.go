@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentfleet/fleet/internal/testutil"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -121,14 +121,7 @@ func newAskFleet(t *testing.T) *askFleet {
 			t.Fatal(err)
 		}
 	}
-	nc, err := nats.Connect(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	if f.js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
+	_, f.js = natstest.Dial(t, f.url)
 	return f
 }
 

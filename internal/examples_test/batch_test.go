@@ -31,6 +31,26 @@ type batchLine struct {
 // stderr and exit code.
 func runExample(t *testing.T, dir string, name string, args ...string) ([]batchLine, string, int) {
 	t.Helper()
+	stdout, stderr, code := runProgram(t, dir, name, name, args...)
+	var lines []batchLine
+	for _, l := range strings.Split(strings.TrimSpace(string(stdout)), "\n") {
+		if l == "" {
+			continue
+		}
+		var bl batchLine
+		if err := json.Unmarshal([]byte(l), &bl); err != nil {
+			t.Fatalf("%s printed a line that is not JSON: %q\nstderr: %s", name, l, stderr)
+		}
+		lines = append(lines, bl)
+	}
+	return lines, stderr, code
+}
+
+// runProgram runs name with args in dir (NATS_URL unset, two minutes at
+// most) and returns its stdout, stderr and exit code; a program that cannot
+// run fails t, its error prefixed with what.
+func runProgram(t *testing.T, dir, what, name string, args ...string) ([]byte, string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -45,20 +65,9 @@ func runExample(t *testing.T, dir string, name string, args ...string) ([]batchL
 	case errors.As(err, &ee):
 		code = ee.ExitCode()
 	case err != nil:
-		t.Fatalf("%s: %v", name, err)
+		t.Fatalf("%s: %v", what, err)
 	}
-	var lines []batchLine
-	for _, l := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var bl batchLine
-		if err := json.Unmarshal([]byte(l), &bl); err != nil {
-			t.Fatalf("%s printed a line that is not JSON: %q\nstderr: %s", name, l, stderr.String())
-		}
-		lines = append(lines, bl)
-	}
-	return lines, stderr.String(), code
+	return stdout.Bytes(), stderr.String(), code
 }
 
 // writeBatchSample writes three modules under src/.

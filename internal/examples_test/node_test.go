@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,10 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -66,33 +63,18 @@ type line struct {
 func runNode(t *testing.T, dir string, args ...string) ([]line, string, int) {
 	t.Helper()
 	node, script := nodeScript(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, append([]string{script}, args...)...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "NATS_URL=")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("run node: %v", err)
-	}
+	stdout, stderr, code := runProgram(t, dir, "run node", node, append([]string{script}, args...)...)
 	var lines []line
-	sc := bufio.NewScanner(&stdout)
+	sc := bufio.NewScanner(bytes.NewReader(stdout))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var l line
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("node printed a line that is not JSON: %q: %v\nstderr: %s", sc.Text(), err, stderr.String())
+			t.Fatalf("node printed a line that is not JSON: %q: %v\nstderr: %s", sc.Text(), err, stderr)
 		}
 		lines = append(lines, l)
 	}
-	return lines, stderr.String(), code
+	return lines, stderr, code
 }
 
 const sample = "import os\n\n\ndef load(path):\n    return open(path).read()\n"
@@ -290,15 +272,7 @@ func TestNodeExampleRefusesUnservedOperation(t *testing.T) {
 	if code != 2 || len(lines) != 0 || !strings.Contains(stderr, `no worker serves operation "nosuchop"`) {
 		t.Fatalf("exit %d, lines %+v, stderr %q; want exit 2 and the reason", code, lines, stderr)
 	}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Dial(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, wire.StreamRuns)

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue/client"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -36,15 +36,7 @@ func protocolRequest(jobID string) map[string]any {
 func TestRefusalsAsDocumented(t *testing.T) {
 	proc := &scriptedProcessor{}
 	url := inProcessWorker(t, proc)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.Dial(t, url)
 	cl, err := client.NewClient(nc, client.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -247,14 +247,7 @@ func TestNodeLoss(t *testing.T) {
 		t.Errorf("only %d/%d acknowledged jobs have results after 1m", tr.distinct(), n)
 	}
 	s.Elapsed = time.Since(start)
-	for _, w := range workers {
-		if !w.alive() {
-			t.Errorf("worker %s exited:\n%s", w.name, w.logTail())
-		}
-		if err := w.stop(30 * time.Second); err != nil {
-			t.Errorf("stop %s: %v\n%s", w.name, err, w.logTail())
-		}
-	}
+	stopWorkers(t, workers)
 	verdict(t, js, "node", n, &s)
 	expectRunsEmpty(t, js)
 	s.Extra = fmt.Sprintf("nodes=3 replicas=3 killed=%s rejoin=%s acked=%d result_msgs_beyond_one=%d",

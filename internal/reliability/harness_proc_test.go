@@ -322,3 +322,17 @@ func ensureStreams(t *testing.T, js jetstream.JetStream, cfg ledger.StreamsConfi
 		}
 	}
 }
+
+// stopWorkers stops each worker, failing t for one that exited early or
+// does not drain within 30 s.
+func stopWorkers(t *testing.T, workers []*proc) {
+	t.Helper()
+	for _, w := range workers {
+		if !w.alive() {
+			t.Errorf("worker %s exited:\n%s", w.name, w.logTail())
+		}
+		if err := w.stop(30 * time.Second); err != nil {
+			t.Errorf("stop %s: %v\n%s", w.name, err, w.logTail())
+		}
+	}
+}

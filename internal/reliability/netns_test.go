@@ -289,14 +289,7 @@ func TestNodeLossNetns(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	s.Elapsed = time.Since(start)
-	for _, w := range workers {
-		if !w.alive() {
-			t.Errorf("worker %s exited:\n%s", w.name, w.logTail())
-		}
-		if err := w.stop(30 * time.Second); err != nil {
-			t.Errorf("stop %s: %v\n%s", w.name, err, w.logTail())
-		}
-	}
+	stopWorkers(t, workers)
 	verdict(t, js, "netns", n, &s)
 	expectRunsEmpty(t, js)
 	s.Extra = fmt.Sprintf("hosts=3(netns) replicas=3 faults=%s rejoin=%s", strings.Join(faults, ","), rejoin.Round(time.Millisecond))

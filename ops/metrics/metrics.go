@@ -120,71 +120,47 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, ErrNilRegisterer
 	}
 	m := &Metrics{
-		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleet_jobs_total",
-			Help: "Jobs processed by this worker, by operation and outcome (succeeded, failed, canceled, requeued, retry, panic).",
-		}, []string{"operation", "outcome"}),
-		jobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "fleet_job_duration_seconds",
-			Help:    "Wall time of one job attempt in the processor, by operation and outcome.",
-			Buckets: prometheus.ExponentialBucketsRange(0.05, 1800, 16),
-		}, []string{"operation", "outcome"}),
-		slotsBusy: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fleet_slots_busy",
-			Help: "Slots running a job now.",
-		}),
-		slots: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fleet_slots",
-			Help: "Slots this worker runs (jobs at once).",
-		}),
-		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleet_turns_total",
-			Help: "Agent loop turns started, by operation.",
-		}, []string{"operation"}),
-		turnDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "fleet_turn_duration_seconds",
-			Help:    "Wall time of one agent loop turn (model call, tool calls, up to the next turn or the end), by operation.",
-			Buckets: prometheus.ExponentialBucketsRange(0.01, 600, 16),
-		}, []string{"operation"}),
-		modelDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "fleet_model_call_duration_seconds",
-			Help:    "Wall time of one model call that produced output, by operation.",
-			Buckets: prometheus.ExponentialBucketsRange(0.005, 300, 16),
-		}, []string{"operation"}),
-		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleet_model_tokens_total",
-			Help: "Model tokens, by operation and kind: prompt (all prompt tokens), cached (prompt tokens reused from the KV cache), completion (generated), forced (completion tokens appended by the grammar without sampling).",
-		}, []string{"operation", "kind"}),
-		tokensPerSec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "fleet_model_tokens_per_second",
-			Help:    "Model speed per call, by operation and phase: prompt (uncached prompt tokens / prefill time) and completion (generated tokens / generation time).",
-			Buckets: prometheus.ExponentialBuckets(0.5, 2, 16),
-		}, []string{"operation", "phase"}),
-		toolDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "fleet_tool_call_duration_seconds",
-			Help:    "Wall time of one tool call, by operation, tool and whether it succeeded.",
-			Buckets: prometheus.ExponentialBucketsRange(0.001, 120, 16),
-		}, []string{"operation", "tool", "ok"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleet_model_retries_total",
-			Help: "Model calls retried by the loop, by operation and reason code.",
-		}, []string{"operation", "code"}),
-		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleet_model_invalid_responses_total",
-			Help: "Model outputs the loop could not use, by operation and code.",
-		}, []string{"operation", "code"}),
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleet_agent_runs_total",
-			Help: "Agent runs that finished, by operation and agent status (success, failed, skipped).",
-		}, []string{"operation", "status"}),
-		natsDown: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fleet_nats_disconnects_total",
-			Help: "Times the worker's NATS connection dropped.",
-		}),
-		natsUp: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fleet_nats_reconnects_total",
-			Help: "Times the worker's NATS connection came back after a drop.",
-		}),
+		jobs: counterVec("fleet_jobs_total",
+			"Jobs processed by this worker, by operation and outcome (succeeded, failed, canceled, requeued, retry, panic).",
+			"operation", "outcome"),
+		jobDuration: histogramVec("fleet_job_duration_seconds",
+			"Wall time of one job attempt in the processor, by operation and outcome.",
+			prometheus.ExponentialBucketsRange(0.05, 1800, 16), "operation", "outcome"),
+		slotsBusy: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_slots_busy",
+			Help: "Slots running a job now."}),
+		slots: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_slots",
+			Help: "Slots this worker runs (jobs at once)."}),
+		turns: counterVec("fleet_turns_total",
+			"Agent loop turns started, by operation.",
+			"operation"),
+		turnDuration: histogramVec("fleet_turn_duration_seconds",
+			"Wall time of one agent loop turn (model call, tool calls, up to the next turn or the end), by operation.",
+			prometheus.ExponentialBucketsRange(0.01, 600, 16), "operation"),
+		modelDuration: histogramVec("fleet_model_call_duration_seconds",
+			"Wall time of one model call that produced output, by operation.",
+			prometheus.ExponentialBucketsRange(0.005, 300, 16), "operation"),
+		tokens: counterVec("fleet_model_tokens_total",
+			"Model tokens, by operation and kind: prompt (all prompt tokens), cached (prompt tokens reused from the KV cache), completion (generated), forced (completion tokens appended by the grammar without sampling).",
+			"operation", "kind"),
+		tokensPerSec: histogramVec("fleet_model_tokens_per_second",
+			"Model speed per call, by operation and phase: prompt (uncached prompt tokens / prefill time) and completion (generated tokens / generation time).",
+			prometheus.ExponentialBuckets(0.5, 2, 16), "operation", "phase"),
+		toolDuration: histogramVec("fleet_tool_call_duration_seconds",
+			"Wall time of one tool call, by operation, tool and whether it succeeded.",
+			prometheus.ExponentialBucketsRange(0.001, 120, 16), "operation", "tool", "ok"),
+		retries: counterVec("fleet_model_retries_total",
+			"Model calls retried by the loop, by operation and reason code.",
+			"operation", "code"),
+		invalid: counterVec("fleet_model_invalid_responses_total",
+			"Model outputs the loop could not use, by operation and code.",
+			"operation", "code"),
+		runs: counterVec("fleet_agent_runs_total",
+			"Agent runs that finished, by operation and agent status (success, failed, skipped).",
+			"operation", "status"),
+		natsDown: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_nats_disconnects_total",
+			Help: "Times the worker's NATS connection dropped."}),
+		natsUp: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_nats_reconnects_total",
+			Help: "Times the worker's NATS connection came back after a drop."}),
 		fc: newFuncCollector(),
 	}
 	for _, c := range []prometheus.Collector{m.jobs, m.jobDuration, m.slotsBusy, m.slots, m.turns, m.turnDuration,
@@ -194,6 +170,15 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// counterVec and histogramVec build the labelled collectors New registers.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 }
 
 // AddOperations creates the per-operation series at zero, so dashboards and

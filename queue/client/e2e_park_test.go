@@ -14,10 +14,10 @@ import (
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
-	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -58,17 +58,15 @@ func newParkEnv(t *testing.T) *parkEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := natstest.Server(t)
 	env := &parkEnv{t: t, proc: &parkProc{}}
 	startWorker(ctx, t, srv, "park-test", 1, env.proc, ledger.StreamsConfig{Memory: true, ParkedMaxBytes: 1024})
 	env.nc, env.client = newClient(t, srv, client.ClientOptions{})
-	if env.js, err = jetstream.New(env.nc); err != nil {
+	js, err := jetstream.New(env.nc)
+	if err != nil {
 		t.Fatal(err)
 	}
+	env.js = js
 	return env
 }
 

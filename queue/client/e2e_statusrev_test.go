@@ -5,11 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue/client"
-	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestCanceledQueuedJobWithStatusRev: a job canceled while queued changed
@@ -20,21 +19,9 @@ func TestCanceledQueuedJobWithStatusRev(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := natstest.Server(t)
 	_, c := newClient(t, srv, client.ClientOptions{})
-	wnc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(wnc.Close)
-	js, err := jetstream.New(wnc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Connect(t, srv)
 	if _, err := ledger.EnsureStreams(ctx, js, ledger.StreamsConfig{Operations: []string{"lint"}, Memory: true}); err != nil {
 		t.Fatal(err)
 	}

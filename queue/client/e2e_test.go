@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/loop"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/client"
@@ -83,11 +84,7 @@ func newClientEnv(t *testing.T, slots int, opts client.ClientOptions) *clientEnv
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := natstest.Server(t)
 	env := &clientEnv{t: t, srv: srv, proc: &scriptProc{started: make(chan string, 8), release: make(chan struct{})}}
 	startWorker(ctx, t, srv, "client-test", slots, env.proc, ledger.StreamsConfig{Memory: true})
 	env.nc, env.client = newClient(t, srv, opts)

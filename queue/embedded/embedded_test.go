@@ -40,6 +40,21 @@ func okHandler() queue.Handler {
 	})
 }
 
+// startOKWorker starts a one-slot worker serving lint with okHandler on nc;
+// the test stops it.
+func startOKWorker(ctx context.Context, t *testing.T, nc *nats.Conn) *queue.Worker {
+	t.Helper()
+	w, err := queue.NewWorker(queue.Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, PullExpiry: 200 * time.Millisecond,
+		NewHandler: func(int) (queue.Handler, error) { return okHandler(), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 // blockHandler reports each job's start on started and runs until its
 // context ends.
 func blockHandler(started chan<- string) queue.Handler {
@@ -104,14 +119,7 @@ func TestEmbeddedTCPWithToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	w, err := queue.NewWorker(queue.Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, PullExpiry: 200 * time.Millisecond,
-		NewHandler: func(int) (queue.Handler, error) { return okHandler(), nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	w := startOKWorker(ctx, t, nc)
 	sub, err := nc.SubscribeSync(wire.ResultSubject("tcp-1"))
 	if err != nil {
 		t.Fatal(err)
@@ -178,14 +186,7 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	w, err := queue.NewWorker(queue.Config{Conn: nc, Operations: []string{"lint"}, Slots: 1, PullExpiry: 200 * time.Millisecond,
-		NewHandler: func(int) (queue.Handler, error) { return okHandler(), nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	w := startOKWorker(ctx, t, nc)
 
 	// Queue a job while the server is down: restart it on the same port and
 	// store, and publish before the worker has reconnected.

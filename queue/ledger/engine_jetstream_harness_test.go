@@ -3,12 +3,12 @@ package ledger_test
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/agentfleet/fleet/fleettype"
 	"github.com/agentfleet/fleet/internal/testutil"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"github.com/agentfleet/fleet/queue"
 	"github.com/agentfleet/fleet/queue/embedded"
 	"github.com/agentfleet/fleet/queue/ledger"
@@ -30,25 +30,8 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	srv, err := embedded.StartEmbedded(ctx, embedded.EmbeddedConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := srv.Connect()
-	if err != nil {
-		srv.Shutdown()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		nc.Close()
-		srv.Shutdown()
-	})
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := natstest.Server(t)
+	nc, js := natstest.Connect(t, srv)
 	return &testBundle{t: t, srv: srv, nc: nc, js: js}
 }
 
@@ -214,45 +197,14 @@ func (b *testBundle) consumerInfo(op string) *jetstream.ConsumerInfo {
 	return info
 }
 
-// gate is a handler whose runs block until released; started receives each
-// run's job id and attempt as it begins.
-type gate struct {
-	started chan string
-	release chan struct{}
-	calls   atomic.Int64
-	// honourCtx makes a blocked run end when its context ends.
-	honourCtx bool
-}
+// gate is a handler whose runs block until released (testutil.Gate).
+type gate struct{ *testutil.Gate }
 
-func newGate(honourCtx bool) *gate {
-	return &gate{started: make(chan string, 16), release: make(chan struct{}), honourCtx: honourCtx}
-}
+func newGate(honourCtx bool) *gate { return &gate{testutil.NewGate(honourCtx)} }
 
 func (g *gate) Handle(ctx context.Context, job *queue.Job) (*queue.Outcome, error) {
-	req, events := job.Request, job.Events
-	n := g.calls.Add(1)
-	events.Emit(fleettype.Event{Kind: fleettype.EventTurnStarted, Seq: 1, Turn: 1, Time: time.Now()})
-	g.started <- fmt.Sprintf("%s#%d", req.JobID, n)
-	if g.honourCtx {
-		select {
-		case <-g.release:
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
-	} else {
-		<-g.release
+	if err := g.Run(ctx, job.Request.JobID, job.Events); err != nil {
+		return nil, err
 	}
-	events.Emit(fleettype.Event{Kind: fleettype.EventFinished, Seq: 2, Turn: 1, Time: time.Now(), Status: fleettype.StatusSuccess})
 	return &queue.Outcome{Result: wire.AgentResult{Result: fleettype.Result{Status: fleettype.StatusSuccess, Summary: "released"}}}, nil
-}
-
-func (g *gate) waitStarted(t *testing.T) string {
-	t.Helper()
-	select {
-	case s := <-g.started:
-		return s
-	case <-time.After(15 * time.Second):
-		t.Fatal("handler did not start")
-		return ""
-	}
 }

@@ -81,8 +81,8 @@ func TestMaxDeliveriesWithoutAckGoToDLQ(t *testing.T) {
 	})
 	sub := b.subscribe(wire.ResultSubject("stuck-1"))
 	ack := b.publish(newReq("stuck-1"), wire.JSON, "")
-	g.waitStarted(t)
-	g.waitStarted(t) // the redelivery hangs too
+	g.WaitStarted(t)
+	g.WaitStarted(t) // the redelivery hangs too
 	r := b.result(sub)
 	if r.State != wire.StateDead || r.ErrorCode != wire.CodeMaxDeliveries || r.Attempts != 2 {
 		t.Fatalf("result %+v", r)
@@ -267,16 +267,16 @@ func TestPriorityBusySlotsNoBounceToDeath(t *testing.T) {
 	results := b.subscribe(wire.SubjectResultsPrefix + ">")
 	for i := range slots {
 		b.publishMsg(prioMsg(t, fmt.Sprintf("busy-%d", i), wire.PriorityNormal))
-		g.waitStarted(t)
+		g.WaitStarted(t)
 	}
 	b.publishMsg(prioMsg(t, "urgent", wire.PriorityHigh))
 	for range slots {
-		g.release <- struct{}{}
+		g.Release <- struct{}{}
 	}
-	if got := g.waitStarted(t); !strings.HasPrefix(got, "urgent#") {
+	if got := g.WaitStarted(t); !strings.HasPrefix(got, "urgent#") {
 		t.Fatalf("started %s, want the urgent job", got)
 	}
-	g.release <- struct{}{}
+	g.Release <- struct{}{}
 	res := map[string]*wire.AgentResult{}
 	for range slots + 1 {
 		r := b.result(results)

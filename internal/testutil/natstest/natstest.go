@@ -66,7 +66,27 @@ func Server(t testing.TB) *embedded.Embedded {
 // JetStream context. Both end with the test.
 func InProcess(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := Server(t).Connect()
+	return Connect(t, Server(t))
+}
+
+// Connect makes a connection to srv and returns it with its JetStream
+// context; the connection is closed when the test ends.
+func Connect(t testing.TB, srv *embedded.Embedded) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := srv.Connect()
+	return withJetStream(t, nc, err)
+}
+
+// Dial connects to the server at url and returns the connection with its
+// JetStream context; the connection is closed when the test ends.
+func Dial(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	return withJetStream(t, nc, err)
+}
+
+func withJetStream(t testing.TB, nc *nats.Conn, err error) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
