@@ -1,13 +1,16 @@
 package ledger_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentfleet/fleet/fleettype"
+	"github.com/agentfleet/fleet/internal/testutil"
 	"github.com/agentfleet/fleet/queue/ledger"
 	"github.com/agentfleet/fleet/queue/wire"
 )
@@ -25,7 +28,9 @@ func TestJetStreamStoredMessages(t *testing.T) {
 	h := newJSHarness(t, ledger.SingleNode(t))
 	l := h.ledgers[0]
 	for _, enc := range []wire.Encoding{wire.JSON, wire.Msgpack} {
-		id := "stored-" + strings.TrimPrefix(enc.ContentType(), "application/")
+		// ids unique per harness: tests share a server, and a repeated
+		// Nats-Msg-Id would be dropped as a duplicate of an earlier run's
+		id := h.op + "-stored-" + strings.TrimPrefix(enc.ContentType(), "application/")
 		m, err := wire.NewRequestMsg(&wire.RunRequest{JobID: id, Operation: h.op}, enc, "")
 		if err != nil {
 			t.Fatal(err)
@@ -68,13 +73,18 @@ func TestJetStreamStoredMessages(t *testing.T) {
 		if n := h.Results(id); n != 1 {
 			t.Fatalf("%s: %d stored results", id, n)
 		}
-		if h.Queued(ack.Sequence) {
-			t.Fatalf("%s: the request is still queued after its result", id)
-		}
+		// The server applies an ack after it answers it: the request
+		// leaves the work queue shortly after.
+		testutil.Eventually(t, 10*time.Second, id+": the request leaves the queue after its result", func() error {
+			if h.Queued(ack.Sequence) {
+				return errors.New("still queued")
+			}
+			return nil
+		})
 	}
 
 	poison := &nats.Msg{Subject: wire.RunSubject(h.op), Data: []byte("{not json"), Header: nats.Header{}}
-	poison.Header.Set(wire.HeaderMsgID, "bad-bytes")
+	poison.Header.Set(wire.HeaderMsgID, h.op+"-bad-bytes")
 	ack, err := h.js.PublishMsg(h.ctx(), poison)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +102,11 @@ func TestJetStreamStoredMessages(t *testing.T) {
 		dm.Header.Get(wire.HeaderOrigSeq) != fmt.Sprint(ack.Sequence) {
 		t.Fatalf("dead letter %q %v", dm.Data, dm.Header)
 	}
-	if h.Queued(ack.Sequence) {
-		t.Fatal("the poison request is still queued after its dead letter")
-	}
+	// +TERM is a plain publish, applied by the server after it arrives.
+	testutil.Eventually(t, 10*time.Second, "the poison request leaves the queue after its dead letter", func() error {
+		if h.Queued(ack.Sequence) {
+			return errors.New("still queued")
+		}
+		return nil
+	})
 }
