@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 )
 
@@ -107,14 +106,6 @@ func (p *Python) Close() error {
 func (p *Python) Check(ctx context.Context) error {
 	var out struct{}
 	return p.run(ctx, "check", map[string]any{"items": []any{}, "line_length": 88, "probe": true}, &out)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // LintItem is one text for Reports.

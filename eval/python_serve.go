@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentfleet/fleet/internal/textcut"
 )
 
 // pyServer is one `evaltool.py serve` process: requests in on stdin, one
@@ -21,7 +23,7 @@ type pyServer struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	out    *bufio.Reader
-	stderr *tailBuffer
+	stderr *textcut.Tail
 	once   sync.Once
 }
 
@@ -51,14 +53,14 @@ func (p *Python) run(ctx context.Context, cmd string, req, resp any) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("eval: evaltool %s: %v: %s", cmd, err, lastLines(s.stderr.String(), 6))
+		return fmt.Errorf("eval: evaltool %s: %v: %s", cmd, err, textcut.LastLines(s.stderr.String(), 6))
 	}
 	p.put(s)
 	switch {
 	case ans.Missing != "":
 		return &ToolMissingError{Package: ans.Missing, Tool: strings.TrimPrefix(ans.Missing, "python3-")}
 	case ans.Error != "":
-		return fmt.Errorf("eval: evaltool %s: %s", cmd, lastLines(ans.Error, 6))
+		return fmt.Errorf("eval: evaltool %s: %s", cmd, textcut.LastLines(ans.Error, 6))
 	}
 	if err := json.Unmarshal(ans.OK, resp); err != nil {
 		return fmt.Errorf("eval: evaltool %s: bad answer: %v", cmd, err)
@@ -82,7 +84,7 @@ func (p *Python) get() (*pyServer, error) {
 	}
 	c := exec.Command(p.interpreter(), "-B", filepath.Join(dir, "evaltool.py"), "serve")
 	c.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONHASHSEED=0")
-	s := &pyServer{cmd: c, stderr: &tailBuffer{max: 8 << 10}}
+	s := &pyServer{cmd: c, stderr: &textcut.Tail{Max: 8 << 10}}
 	c.Stderr = s.stderr
 	if s.in, err = c.StdinPipe(); err != nil {
 		return nil, err
@@ -157,28 +159,4 @@ func (s *pyServer) stop() {
 		s.cmd.Wait()
 		t.Stop()
 	})
-}
-
-// tailBuffer keeps the last max bytes written to it (an interpreter's
-// stderr, for error messages).
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if n := len(t.b) - t.max; n > 0 {
-		t.b = append(t.b[:0], t.b[n:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }

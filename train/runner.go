@@ -16,8 +16,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
+
+	"github.com/agentfleet/fleet/internal/textcut"
 )
 
 // trainerFiles are the trainer's Python files (py/): fleet_train.py, the
@@ -103,7 +104,7 @@ func findPython(ctx context.Context, python string) (string, error) {
 		if err == nil {
 			return c, nil
 		}
-		last = fmt.Sprintf("%s: %v: %s", c, err, strings.TrimSpace(lastLines(string(out), 2)))
+		last = fmt.Sprintf("%s: %v: %s", c, err, strings.TrimSpace(textcut.LastLines(string(out), 2)))
 	}
 	return "", fmt.Errorf("%w: PyTorch is not installed (%s); on Debian/Ubuntu: apt-get install python3-torch python3-numpy libopenblas0-pthread", ErrEngine, last)
 }
@@ -138,7 +139,7 @@ func runTrainer(ctx context.Context, python, work string, onEvent func(Event)) (
 	if err != nil {
 		return nil, err
 	}
-	var stderr tail
+	var stderr textcut.Tail
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrEngine, err)
@@ -176,47 +177,17 @@ func runTrainer(ctx context.Context, python, work string, onEvent func(Event)) (
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			if st, ok := ee.Sys().(syscall.WaitStatus); ok && st.Signaled() && st.Signal() == syscall.SIGKILL {
-				return nil, fmt.Errorf("%w (SIGKILL: out of memory or killed by hand) after checkpoint step %d; run the same command again to resume: %s", ErrKilled, last, stderr.String())
+				return nil, fmt.Errorf("%w (SIGKILL: out of memory or killed by hand) after checkpoint step %d; run the same command again to resume: %s", ErrKilled, last, textcut.LastLines(stderr.String(), 12))
 			}
 			if ee.ExitCode() == 4 || ctx.Err() != nil {
 				return nil, fmt.Errorf("%w at step %d (checkpoint written); run the same command again to resume", ErrInterrupted, last)
 			}
 		}
-		return nil, fmt.Errorf("%w: %v: %s", ErrEngine, err, stderr.String())
+		return nil, fmt.Errorf("%w: %v: %s", ErrEngine, err, textcut.LastLines(stderr.String(), 12))
 	case done == nil:
-		return nil, fmt.Errorf("%w: the trainer ended without a result: %s", ErrEngine, stderr.String())
+		return nil, fmt.Errorf("%w: the trainer ended without a result: %s", ErrEngine, textcut.LastLines(stderr.String(), 12))
 	}
 	return done, nil
-}
-
-// tail keeps the last lines written to it (the trainer's stderr).
-type tail struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > 64<<10 {
-		t.buf = t.buf[len(t.buf)-32<<10:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return lastLines(string(t.buf), 12)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // TrainerLogits runs the trained model of work (its out.safetensors, a
@@ -241,7 +212,7 @@ func TrainerLogits(ctx context.Context, python, work string, ids []int32) ([]flo
 		return nil, err
 	}
 	if msg, err := exec.CommandContext(ctx, python, script, "logits", work, in, out).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("%w: %v: %s", ErrEngine, err, lastLines(string(msg), 12))
+		return nil, fmt.Errorf("%w: %v: %s", ErrEngine, err, textcut.LastLines(string(msg), 12))
 	}
 	raw, err := os.ReadFile(out)
 	if err != nil {

@@ -57,3 +57,18 @@ func FuzzPrefix(f *testing.F) {
 		}
 	})
 }
+
+func TestTailAndLastLines(t *testing.T) {
+	tl := &Tail{Max: 8}
+	tl.Write([]byte("line one\n"))
+	tl.Write([]byte("two\nthree\n"))
+	if got := tl.String(); got != "o\nthree\n" {
+		t.Fatalf("tail %q, want the last 8 bytes", got)
+	}
+	if got := LastLines("a\nb\nc\n\n", 2); got != "b\nc" {
+		t.Fatalf("LastLines %q", got)
+	}
+	if got := LastLines("only", 3); got != "only" {
+		t.Fatalf("LastLines %q", got)
+	}
+}
