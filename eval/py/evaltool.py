@@ -1,19 +1,17 @@
 """evaltool: the Python side of fleet's evals (Go package eval).
 
-The Go package runs it with Debian's python3: one JSON request on stdin, one
-JSON answer on stdout. It uses Python's own `ast` and `tokenize` and the real
-linters (pycodestyle, pyflakes; pytest in a child process), never fleet's own
-tools. Commands (argv[1]):
+The Go package runs `python3 evaltool.py serve` with Debian's python3 and
+keeps the process: one JSON request per line on stdin, {"cmd": ..., "req":
+...}, one JSON answer per line on stdout, {"ok": answer}, {"missing":
+"<debian package>"} when a grader tool is not installed, or {"error":
+traceback}, until stdin ends. It uses Python's own `ast` and `tokenize` and
+the real linters (pycodestyle, pyflakes; pytest in a child process), never
+fleet's own tools. Commands:
 
-  survey  {files: [{path, text}], line_length}    -> {files: [...]}  candidate sites per file
-  check   {items: [{path, text}], line_length}    -> {reports: [[[code, line, col, msg], ...], ...]}
-  grade   {op, ...}                               -> {pass, reason, detail}
+  survey   {files: [{path, text}], line_length}   -> {files: [...]}  candidate sites per file
+  check    {items: [{path, text}], line_length}   -> {reports: [[[code, line, col, msg], ...], ...]}
+  grade    {op, ...}                              -> {pass, reason, detail}
   versions {}                                     -> {python, pycodestyle, pyflakes}  (the survey cache's key)
-  serve   one request per line on stdin, {cmd, req}; one answer per line on
-          stdout ({ok}, {missing} or {error}), until stdin ends: the Go side
-          keeps these processes, so a request pays no interpreter start
-
-A grader tool that is not installed: exit status 3 and {"missing": "<debian package>"}.
 """
 import json
 import os
@@ -80,21 +78,7 @@ def serve():
         out.flush()
 
 
-def main():
-    cmd = sys.argv[1] if len(sys.argv) > 1 else ""
-    if cmd == "serve":
-        serve()
-        return
-    req = json.load(sys.stdin)
-    try:
-        out = handle(cmd, req)
-    except Missing as m:
-        json.dump({"missing": str(m)}, sys.stdout)
-        sys.exit(3)
-    except ValueError as e:
-        raise SystemExit(str(e))
-    json.dump(out, sys.stdout)
-
-
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] != ["serve"]:
+        raise SystemExit("usage: evaltool.py serve")
+    serve()
