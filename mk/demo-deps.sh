@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# demo-deps.sh SYNC_PACKAGES -- BACKGROUND_PACKAGES
+# demo-deps.sh SYNC_PACKAGES [-- BACKGROUND_PACKAGES]
 # demo-deps.sh --pending   exit 0 while the background install runs
 # demo-deps.sh --wait      wait for the background install to end
 #
@@ -45,19 +45,19 @@ sync=$(missing "${now[@]}")
 bg=$(missing "${later[@]}")
 [ -z "$sync$bg" ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-  echo "demo: missing Debian packages:$sync$bg (sudo apt-get install$sync$bg); going on" >&2
+  echo "missing Debian packages:$sync$bg (sudo apt-get install$sync$bg); going on" >&2
   exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >/dev/null || exit 1
 if [ -n "$sync" ]; then
-  echo "demo: installing$sync"
+  echo "installing$sync"
   # shellcheck disable=SC2086
   apt-get install -y -qq --no-install-recommends $sync >/dev/null || exit 1
 fi
 if [ -n "$bg" ]; then
   mkdir -p .build
-  echo "demo: installing$bg in the background (.build/apt-train.log); training waits for it"
+  echo "installing$bg in the background (.build/apt-train.log); training waits for it"
   # shellcheck disable=SC2086
   nohup apt-get install -y -qq --no-install-recommends $bg >.build/apt-train.log 2>&1 </dev/null &
   echo $! >"$pidfile"

@@ -55,11 +55,8 @@ TRAIN_PY_APT  := python3-torch python3-numpy libopenblas0-pthread
 train-deps: ## install PyTorch from Debian for fleet-train (root; python3-torch, OpenBLAS)
 	@bash mk/demo-deps.sh --wait; \
 	/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null && exit 0; \
-	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "fleet-train: installing $(TRAIN_PY_APT)" >&2; \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(TRAIN_PY_APT); } >/dev/null; \
-	  /usr/bin/python3 -c 'import torch, numpy' && exit 0; \
-	fi; \
+	bash mk/demo-deps.sh $(TRAIN_PY_APT) || exit 1; \
+	/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null && exit 0; \
 	echo "fleet-train: PyTorch is missing: sudo apt-get install $(TRAIN_PY_APT)" >&2; exit 1
 
 # train-deps-pending: train-deps now, unless make demo's background install
