@@ -72,27 +72,21 @@ func (c *Client) CancelBatch(ctx context.Context, batchID, reason string) (*Batc
 			jobs = append(jobs, BatchJobState{BatchJob: wire.BatchJob{N: n, JobID: wire.BatchJobID(batchID, n)}})
 		}
 	}
+	// Queued jobs are canceled before running ones: a running job's cancel
+	// frees its slot, and the slot must then find the queued jobs'
+	// canceled records, not run them.
 	out := &BatchCanceled{}
-	var todo []BatchJobState
+	var queued, running []BatchJobState
 	for _, j := range jobs {
 		switch {
 		case j.State.Terminal():
 			out.Finished++
+		case j.State == wire.StateRunning:
+			running = append(running, j)
 		case j.State == "":
 			out.Unpublished++
-			todo = append(todo, j)
+			queued = append(queued, j)
 		default:
-			todo = append(todo, j)
-		}
-	}
-	// Queued jobs are canceled before running ones: a running job's cancel
-	// frees its slot, and the slot must then find the queued jobs'
-	// canceled records, not run them.
-	var queued, running []BatchJobState
-	for _, j := range todo {
-		if j.State == wire.StateRunning {
-			running = append(running, j)
-		} else {
 			queued = append(queued, j)
 		}
 	}
