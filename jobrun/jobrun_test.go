@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/agentfleet/fleet/internal/testutil"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,9 +29,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(m, append(testutil.NATSLeakIgnores(),
 		// modernc.org/sqlite's connection janitor, owned by database/sql.
-		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"))
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"))...)
 }
 
 var (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentfleet/fleet/internal/testutil"
 	"io"
 	"net/http"
 	"strings"
@@ -22,7 +23,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testutil.NATSLeakIgnores()...)
 }
 
 // startServer serves reg on a random port; stopped at cleanup.

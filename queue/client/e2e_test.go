@@ -30,7 +30,7 @@ import (
 // on the in-memory broker (package queue); these are the client's.
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testutil.NATSLeakIgnores()...)
 }
 
 // clientEnv is an embedded server, a worker serving "lint" with a scripted

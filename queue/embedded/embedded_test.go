@@ -3,6 +3,7 @@ package embedded_test
 import (
 	"context"
 	"errors"
+	"github.com/agentfleet/fleet/internal/testutil"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ import (
 // broker; these are the server's).
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testutil.NATSLeakIgnores()...)
 }
 
 func newReq(id string) *wire.RunRequest {
