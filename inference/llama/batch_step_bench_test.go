@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,7 +23,8 @@ import (
 // kept, so that other work on a shared machine shows up as little as
 // possible; the process's CPU time per step is printed too (a contended
 // step's wall time includes waiting for a core). Threads:
-// FLEET_BENCH_THREADS (default 1, the worker's one thread per shard). The
+// FLEET_BENCH_THREADS (default 1, the worker's one thread per shard);
+// sequence counts: FLEET_BENCH_STEP_SIZES (default 1,2,4,8,16). The
 // figures are the cost model behind BenchmarkBatchedJobs' jobs/min
 // ratios (docs/PERFORMANCE.md). Run it with -benchtime 1x.
 func BenchmarkBatchedStep(b *testing.B) {
@@ -36,6 +38,19 @@ func BenchmarkBatchedStep(b *testing.B) {
 		fmt.Sscanf(v, "%d", &threads)
 	}
 	sizes := []int{1, 2, 4, 8, 16}
+	if v := os.Getenv("FLEET_BENCH_STEP_SIZES"); v != "" {
+		sizes = sizes[:0]
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("FLEET_BENCH_STEP_SIZES: %q is not a positive number", f)
+			}
+			sizes = append(sizes, n)
+		}
+		if !slices.Contains(sizes, 1) { // the speed-up column's base
+			sizes = append([]int{1}, sizes...)
+		}
+	}
 	// Every sequence holds history tokens, as an agent job's lane does:
 	// a shared prefix (the agent's developer turn, stored once and copied
 	// into each sequence) and a text of its own.
