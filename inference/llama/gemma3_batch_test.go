@@ -49,7 +49,7 @@ func TestGemma3StrictCallsBatched(t *testing.T) {
 	}
 	ctx := context.Background()
 	var mu sync.Mutex
-	calls, turns, generated, forced, round := 0, 0, 0, 0, 0
+	calls, turns, generated, forced, round, cuts := 0, 0, 0, 0, 0, 0
 	var failure error
 	start := time.Now()
 	concurrently(n, func(int) {
@@ -72,6 +72,12 @@ func TestGemma3StrictCallsBatched(t *testing.T) {
 			}
 			slot := slots[r%n]
 			resp, err := slot.Complete(ctx, &req)
+			if lengthCut(err) {
+				mu.Lock()
+				cuts++
+				mu.Unlock()
+				continue
+			}
 			fail := func(format string, a ...any) {
 				mu.Lock()
 				failure = fmt.Errorf("round %d (%s, require %q): "+format, append([]any{r, name, req.RequireTool}, a...)...)
@@ -119,6 +125,7 @@ func TestGemma3StrictCallsBatched(t *testing.T) {
 	}
 	b.release(e)
 	st := e.snapshot().Stats
-	t.Logf("%d of %d calls parsed and validated, batched on %d slots (%d strict turns, %d generated tokens, %d forced, %.1f s, %.0f tok/s; %d steps, %.1f tokens a step, %d prefix fills)",
-		calls, calls, n, turns, generated, forced, el.Seconds(), float64(generated)/el.Seconds(), st.Steps, float64(st.StepTokens)/float64(max(st.Steps, 1)), st.PrefixFills)
+	t.Logf("%d of %d calls parsed and validated, batched on %d slots (%d strict turns, %d generated tokens, %d forced, %.1f s, %.0f tok/s; %d steps, %.1f tokens a step, %d prefix fills; %d more turns cut by the token limit)",
+		calls, calls, n, turns, generated, forced, el.Seconds(), float64(generated)/el.Seconds(), st.Steps, float64(st.StepTokens)/float64(max(st.Steps, 1)), st.PrefixFills, cuts)
+	checkCuts(t, cuts, turns)
 }
