@@ -120,19 +120,30 @@ AB_ROUNDS ?= 3
 bench-inference: llama-headers model model-tiny ollama-peer ## llama.cpp inference figures on the 270M model, fleet vs ollama, local vs remote job, portable vs -march=native
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./inference/llama/ ./internal/membw/
 	$(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 60m -tags llama ./internal/ollamapeer/
-	$(GO) test -run '^$$' -bench '^BenchmarkBatchedJobs$$' -benchtime 1x -count 1 -timeout 120m -tags llama ./internal/ollamapeer/
+	$(BATCHED_JOBS_GEN)
+	$(BATCHED_JOBS_LINT)
 	@$(MAKE) --no-print-directory bench-arch-ab
 	@$(MAKE) --no-print-directory bench-peer-native
 
 # The batched-decoding part of bench-inference alone: the step cost model
 # (BenchmarkBatchedStep), then jobs/min, decode tok/s and p50/p99 latency
 # for fleet per slot, fleet batched and ollama, saturated and at 1, 2, 4,
-# 8 and 16 concurrent jobs (BenchmarkBatchedJobs). FLEET_BENCH_BUDGET
-# (default 40m, 0 = none) bounds the table's run; the other knobs are in
-# docs/PERFORMANCE.md.
-bench-batched: llama-headers model ollama-peer ## batched decoding: fleet per slot vs batched vs ollama, saturated and by concurrency (FLEET_BENCH_BUDGET=40m)
+# 8 and 16 concurrent jobs (BenchmarkBatchedJobs), for two job shapes:
+# - generation-heavy: 128 tokens sampled per turn (about a docstring
+#   call's size), 32 sequences, 128 jobs queued when saturated (those rows
+#   get 12 minutes each: FLEET_BENCH_SATURATED_BUDGET): where batching pays
+#   (the ≥ 2× target's row);
+# - the lint agent's: 16 tokens per turn, 8 sequences: mostly prefill, which
+#   batching cannot speed up (docs/PERFORMANCE.md, the cost model).
+# FLEET_BENCH_BUDGET (default 40m, 0 = none) bounds each table's run; the
+# other knobs are in docs/PERFORMANCE.md.
+BATCHED_JOBS := $(GO) test -run '^$$' -bench '^BenchmarkBatchedJobs$$' -benchtime 1x -count 1 -timeout 120m -tags llama ./internal/ollamapeer/
+BATCHED_JOBS_GEN := FLEET_BENCH_GEN=128 FLEET_BENCH_SEQUENCES=32 FLEET_BENCH_SATURATED_BUDGET=$${FLEET_BENCH_SATURATED_BUDGET:-12m} $(BATCHED_JOBS)
+BATCHED_JOBS_LINT := FLEET_BENCH_GEN=16 FLEET_BENCH_SEQUENCES=8 $(BATCHED_JOBS)
+bench-batched: llama-headers model ollama-peer ## batched decoding: fleet per slot vs batched vs ollama, saturated and by concurrency, generation-heavy and lint-sized jobs (FLEET_BENCH_BUDGET=40m each)
 	$(GO) test -run '^$$' -bench '^BenchmarkBatchedStep$$' -benchtime 1x -count 1 -timeout 30m ./inference/llama/
-	$(GO) test -run '^$$' -bench '^BenchmarkBatchedJobs$$' -benchtime 1x -count 1 -timeout 120m -tags llama ./internal/ollamapeer/
+	$(BATCHED_JOBS_GEN)
+	$(BATCHED_JOBS_LINT)
 
 # fleet vs ollama with both built for the host (-march=native): the issue's
 # "each with its best flags" when the A/B above says the host build pays.

@@ -41,7 +41,8 @@ import (
 // row gets an equal share (FLEET_BENCH_ROW_BUDGET overrides it), starts no
 // job after it and cancels what still runs at 1.5 × it; a row cut short
 // says how many of its jobs it left out, and its rates count the jobs it
-// finished over its own wall time.
+// finished over its own wall time. FLEET_BENCH_SATURATED_BUDGET gives the
+// saturated rows a budget of their own.
 func BenchmarkBatchedJobs(b *testing.B) {
 	// FLEET_BENCH_NO_OLLAMA=1 runs the fleet sides alone (as does
 	// FLEET_BENCH_SIDES without ollama).
@@ -93,13 +94,20 @@ func BenchmarkBatchedJobs(b *testing.B) {
 	}
 	bg.soft = envDuration(b, "FLEET_BENCH_ROW_BUDGET", bg.soft)
 	bg.hard = bg.soft * 3 / 2
+	// The saturated rows queue 4 × the sequences at once and may need a
+	// longer budget than a concurrency level's few jobs:
+	// FLEET_BENCH_SATURATED_BUDGET overrides theirs.
+	rowBudget, satBudget := bg, bg
+	if d := envDuration(b, "FLEET_BENCH_SATURATED_BUDGET", 0); d > 0 {
+		satBudget = budget{soft: d, hard: d * 3 / 2}
+	}
 	sampling := llama.Sampling{Temperature: 0.8, TopK: 40, Seed: 1}
 	out := &strings.Builder{}
 	// Lines are printed as they come (a run takes minutes) and again
 	// together at the end.
 	pf := func(format string, a ...any) { fmt.Fprintf(out, format, a...); fmt.Fprintf(os.Stderr, format, a...) }
-	pf("model %s, %d cores, %d tokens sampled per turn, 2 turns per job; budget %s; load average at start %s\n",
-		filepath.Base(model), cores, gen, bg, testutil.LoadAvg())
+	pf("model %s, %d cores, %d tokens sampled per turn, 2 turns per job; budget %s (saturated: %s); load average at start %s\n",
+		filepath.Base(model), cores, gen, rowBudget, satBudget, testutil.LoadAvg())
 
 	perSlot, err := llama.New(llama.Config{Model: llama.ModelRef{Path: model}, ContextSize: 4096, MaxTokens: gen, Lenient: true, Sampling: sampling})
 	if err != nil {
@@ -180,6 +188,7 @@ func BenchmarkBatchedJobs(b *testing.B) {
 	// skips it).
 	sat := 4 * seqs
 	if saturated {
+		bg = satBudget
 		pf("\nsaturated: %d jobs queued at once; fleet per slot has %d slots (one per core), batched %d sequences, ollama OLLAMA_NUM_PARALLEL=%d\n", sat, cores, seqs, seqs)
 		header()
 		var ps, ol sideRun
@@ -212,6 +221,8 @@ func BenchmarkBatchedJobs(b *testing.B) {
 			pf("  RSS after per-slot %.0f MiB (this process: model mapped once, per-slot contexts kept)\n", ps.rssMiB)
 		}
 	}
+
+	bg = rowBudget
 
 	// 2. Each concurrency, closed loop.
 	shards := envInts("FLEET_BENCH_LEVEL_SHARDS", []int{cores})[0]
