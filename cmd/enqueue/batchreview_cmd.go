@@ -330,12 +330,7 @@ func (c *cli) reviewSession(fn func(ctx context.Context, cl *client.Client) erro
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()
-	nc, cl, err := c.connect(ctx, wire.JSON)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	return fn(ctx, cl)
+	return c.sessionIn(ctx, fn)
 }
 
 // reviewWriters is how many jobs' records and reviews are written at once.

@@ -19,6 +19,12 @@ import (
 func (c *cli) session(fn func(ctx context.Context, cl *client.Client) error) error {
 	ctx, cancel := quick()
 	defer cancel()
+	return c.sessionIn(ctx, fn)
+}
+
+// sessionIn runs fn with a JSON client connected under ctx, and closes the
+// connection after it.
+func (c *cli) sessionIn(ctx context.Context, fn func(ctx context.Context, cl *client.Client) error) error {
 	nc, cl, err := c.connect(ctx, wire.JSON)
 	if err != nil {
 		return err

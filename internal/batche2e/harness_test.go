@@ -7,6 +7,7 @@ package batche2e
 import (
 	"context"
 	"fmt"
+	"github.com/agentfleet/fleet/internal/testutil/natstest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -256,13 +257,5 @@ func startFanOut(t *testing.T, ctx context.Context, cl *client.Client, bin, url,
 // runsStored is how many run requests FLEET_RUNS holds.
 func runsStored(t *testing.T, ctx context.Context, js jetstream.JetStream) int {
 	t.Helper()
-	s, err := js.Stream(ctx, wire.StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(info.State.Msgs)
+	return int(natstest.StreamMsgs(t, ctx, js, wire.StreamRuns))
 }

@@ -275,16 +275,8 @@ func TestNodeExampleRefusesUnservedOperation(t *testing.T) {
 	_, js := natstest.Dial(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, wire.StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != 0 {
-		t.Fatalf("%d requests stored, want none", info.State.Msgs)
+	if n := natstest.StreamMsgs(t, ctx, js, wire.StreamRuns); n != 0 {
+		t.Fatalf("%d requests stored, want none", n)
 	}
 }
 

@@ -97,3 +97,17 @@ func withJetStream(t testing.TB, nc *nats.Conn, err error) (*nats.Conn, jetstrea
 	}
 	return nc, js
 }
+
+// StreamMsgs is how many messages the stream holds now.
+func StreamMsgs(t testing.TB, ctx context.Context, js jetstream.JetStream, stream string) uint64 {
+	t.Helper()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
